@@ -1,0 +1,70 @@
+"""Typed errors. Each also inherits the matching builtin so callers can catch either.
+
+Every message says what was wrong, what was expected, what was received and how to fix it.
+The CLI prints ``str(error)`` on one line and exits with code 1 (tracebacks only with --debug).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CarbNasError",
+    "SpaceError",
+    "ConfigError",
+    "InputFileError",
+    "MissingFileError",
+    "MeasurementError",
+    "MeterUnavailableError",
+    "DeviceUnavailableError",
+    "CampaignError",
+    "ModelError",
+    "BudgetError",
+]
+
+
+class CarbNasError(Exception):
+    """Base of every error carb_nas raises on purpose."""
+
+
+class SpaceError(CarbNasError, ValueError):
+    """A search-space file is malformed or declares values outside what is allowed."""
+
+
+class ConfigError(CarbNasError, ValueError):
+    """A single configuration (or a configs table) holds an invalid value."""
+
+
+class InputFileError(CarbNasError, ValueError):
+    """An input file exists but its content is not what was expected."""
+
+
+class MissingFileError(CarbNasError, FileNotFoundError):
+    """An input file or directory does not exist."""
+
+
+class MeasurementError(CarbNasError, RuntimeError):
+    """A measurement could not be taken."""
+
+
+class MeterUnavailableError(MeasurementError):
+    """An energy meter was asked for but cannot be read on this machine."""
+
+
+class DeviceUnavailableError(MeasurementError):
+    """A device (e.g. CUDA) was asked for but is not present."""
+
+
+class CampaignError(CarbNasError, ValueError):
+    """A profiling campaign store does not match the request or is corrupted."""
+
+
+class ModelError(CarbNasError, ValueError):
+    """A cost model cannot be trained, loaded or applied to the given data."""
+
+
+class BudgetError(CarbNasError, ValueError):
+    """A budget names an unknown target or an invalid limit."""
+
+
+def describe(what: str, expected: str, got: object, fix: str) -> str:
+    """Format the four parts every carb_nas error message carries."""
+    return f"{what}: expected {expected}, got {got!r}. {fix}"

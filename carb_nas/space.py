@@ -1,0 +1,671 @@
+"""Search spaces: declarative TOML files of knobs, and the frozen ``Config`` value.
+
+A space file looks like::
+
+    name = "resnet"
+    carb_ranges = true          # values must lie inside CARB's ranges (checked on load)
+    [knobs]
+    family = ["basic", "bottleneck"]
+    width = {start = 0.25, stop = 4.0, step = 0.25}     # inclusive stepped range
+    resolution = [32, 64, 96, 128]
+    batch_size = {start = 1, stop = 256, factor = 2}    # inclusive geometric range
+    precision = ["fp32", "fp16"]
+    [family.basic]
+    depth = [10, 18, 34]
+    [family.bottleneck]
+    depth = [50, 101]
+
+Any knob may be given globally under ``[knobs]`` or per family under ``[family.<name>]``
+(per-family wins). ``runtime`` is optional (default ``torch``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import tomllib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from carb_nas.errors import ConfigError, InputFileError, MissingFileError, SpaceError
+
+__all__ = [
+    "Config",
+    "Space",
+    "load_space",
+    "FAMILIES",
+    "PRECISIONS",
+    "RUNTIMES",
+    "CONFIG_COLUMNS",
+    "stage_layout",
+    "read_configs",
+    "write_table",
+    "configs_to_frame",
+    "frame_to_configs",
+]
+
+FAMILIES = ("basic", "bottleneck")
+PRECISIONS = ("fp32", "fp16", "bf16", "int8")
+RUNTIMES = ("torch", "onnxruntime")
+KNOBS = ("family", "depth", "width", "resolution", "batch_size", "precision", "runtime")
+CONFIG_COLUMNS = ("family", "depth", "width", "resolution", "batch_size", "precision", "runtime")
+LIMITS = ("max_gflops_per_batch",)
+_NUMERIC = {"depth": int, "width": float, "resolution": int, "batch_size": int}
+
+# Ranges of the CARB paper (seed 001); a space with `carb_ranges = true` must stay inside them.
+CARB_RANGES: dict[str, tuple[float, float]] = {
+    "depth.basic": (8, 152),
+    "depth.bottleneck": (50, 200),
+    "width": (0.1, 4.0),
+    "resolution": (32, 128),
+    "batch_size": (1, 256),
+}
+
+# Blocks per stage of the standard ResNets (He et al. 2016; torchvision; ResNet-200 from
+# He et al. 2016b). Other depths follow the rule in `stage_layout`.
+_STANDARD_LAYOUTS = {
+    ("basic", 18): (2, 2, 2, 2),
+    ("basic", 34): (3, 4, 6, 3),
+    ("bottleneck", 50): (3, 4, 6, 3),
+    ("bottleneck", 101): (3, 4, 23, 3),
+    ("bottleneck", 152): (3, 8, 36, 3),
+    ("bottleneck", 200): (3, 24, 36, 3),
+}
+_LAYERS_PER_BLOCK = {"basic": 2, "bottleneck": 3}
+_STAGE_WEIGHTS = (3, 4, 6, 3)  # the ResNet-34/50 proportions
+
+
+def stage_layout(family: str, depth: int) -> tuple[int, ...]:
+    """Blocks per stage for a family and depth.
+
+    Depth counts weighted layers as in the ResNet paper: stem conv + fc + the convs of every
+    block (2 per basic block, 3 per bottleneck), so ``blocks = (depth - 2) / layers_per_block``
+    must be a whole number. Standard depths use their published layouts. Any other depth
+    spreads its blocks over four stages in the 3:4:6:3 proportions by largest remainder
+    (every stage at least one block, ties to the earlier stage); with fewer than four blocks
+    the network has that many stages of one block each (basic depth 8 → 3 stages).
+    """
+    if family not in _LAYERS_PER_BLOCK:
+        raise ConfigError(
+            f"unknown family: expected one of {list(FAMILIES)}, got {family!r}. "
+            "Use 'basic' or 'bottleneck'."
+        )
+    if (family, depth) in _STANDARD_LAYOUTS:
+        return _STANDARD_LAYOUTS[(family, depth)]
+    per = _LAYERS_PER_BLOCK[family]
+    blocks, rest = divmod(depth - 2, per)
+    if rest or blocks < 1:
+        valid = [d for d in range(2 + per, 2 + per * 8, per)]
+        raise ConfigError(
+            f"invalid depth for the {family} family: expected depth = 2 + {per} x blocks "
+            f"(e.g. {valid}...), got {depth}. Pick a depth of that form."
+        )
+    if blocks < 4:
+        return (1,) * blocks
+    spare = blocks - 4
+    total = sum(_STAGE_WEIGHTS)
+    raw = [spare * w / total for w in _STAGE_WEIGHTS]
+    extra = [math.floor(r) for r in raw]
+    order = sorted(range(4), key=lambda i: (-(raw[i] - extra[i]), i))
+    for i in order[: spare - sum(extra)]:
+        extra[i] += 1
+    return tuple(1 + e for e in extra)
+
+
+def _canonical_width(width: float) -> str:
+    # 4 decimals is far finer than any grid; `g` drops trailing zeros so 1.0 -> "1".
+    return format(round(float(width), 4), "g")
+
+
+@dataclass(frozen=True, order=True)
+class Config:
+    """One point of a space. ``key`` is stable across processes and releases."""
+
+    family: str
+    depth: int
+    width: float
+    resolution: int
+    batch_size: int
+    precision: str = "fp32"
+    runtime: str = "torch"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "depth", int(self.depth))
+        object.__setattr__(self, "width", float(_canonical_width(self.width)))
+        object.__setattr__(self, "resolution", int(self.resolution))
+        object.__setattr__(self, "batch_size", int(self.batch_size))
+        validate_values(self.__dict__)
+
+    @property
+    def key(self) -> str:
+        """16 hex digits of SHA-256 over a canonical text form of every field."""
+        text = (
+            f"family={self.family};depth={self.depth};width={_canonical_width(self.width)};"
+            f"resolution={self.resolution};batch_size={self.batch_size};"
+            f"precision={self.precision};runtime={self.runtime}"
+        )
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    @property
+    def layout(self) -> tuple[int, ...]:
+        return stage_layout(self.family, self.depth)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def replace(self, **changes: Any) -> Config:
+        return Config(**{**self.as_dict(), **changes})
+
+
+def validate_values(values: Mapping[str, Any]) -> None:
+    """Check one config's values; raise ConfigError naming the knob, range and value."""
+    fam = values["family"]
+    if fam not in FAMILIES:
+        raise ConfigError(
+            f"unknown family: expected one of {list(FAMILIES)}, got {fam!r}. "
+            "Use 'basic' or 'bottleneck'."
+        )
+    stage_layout(fam, int(values["depth"]))
+    for knob in ("width", "resolution", "batch_size"):
+        v = values[knob]
+        if not (isinstance(v, (int, float, np.number)) and math.isfinite(v) and v > 0):
+            raise ConfigError(
+                f"invalid {knob}: expected a positive number, got {v!r}. "
+                f"Give {knob} a value > 0."
+            )
+    if values["resolution"] < 32:
+        raise ConfigError(
+            f"invalid resolution: expected >= 32 pixels (the stem and four stride-2 stages "
+            f"need it), got {values['resolution']!r}. Use a resolution of at least 32."
+        )
+    if values["precision"] not in PRECISIONS:
+        raise ConfigError(
+            f"unsupported precision: expected one of {list(PRECISIONS)}, "
+            f"got {values['precision']!r}. Use one of those names."
+        )
+    if values["runtime"] not in RUNTIMES:
+        raise ConfigError(
+            f"unsupported runtime: expected one of {list(RUNTIMES)}, got {values['runtime']!r}. "
+            "Use one of those names."
+        )
+
+
+def _expand(knob: str, spec: Any, where: str) -> list:
+    """Turn a list or a range table into a list of values."""
+    if isinstance(spec, list):
+        values = spec
+    elif isinstance(spec, dict):
+        unknown = set(spec) - {"start", "stop", "step", "factor"}
+        if unknown or not {"start", "stop"} <= set(spec) or ("step" in spec) == ("factor" in spec):
+            raise SpaceError(
+                f"{where}: bad range for knob '{knob}': expected a table with start, stop and "
+                f"exactly one of step (arithmetic) or factor (geometric), got {spec!r}. "
+                "Write e.g. {start = 1, stop = 256, factor = 2}."
+            )
+        start, stop = spec["start"], spec["stop"]
+        if not all(isinstance(v, (int, float)) for v in spec.values()):
+            raise SpaceError(
+                f"{where}: bad range for knob '{knob}': expected numbers, got {spec!r}. "
+                "Use numeric start/stop/step."
+            )
+        if stop < start:
+            raise SpaceError(
+                f"{where}: inverted range for knob '{knob}': expected start <= stop, got "
+                f"start={start}, stop={stop}. Swap them."
+            )
+        values = []
+        if "step" in spec:
+            step = spec["step"]
+            if step <= 0:
+                raise SpaceError(
+                    f"{where}: bad step for knob '{knob}': expected step > 0, got {step}. "
+                    "Use a positive step."
+                )
+            n = int(math.floor((stop - start) / step + 1e-9)) + 1
+            values = [start + i * step for i in range(n)]
+            if all(isinstance(v, int) for v in (start, step)):
+                values = [int(v) for v in values]
+            else:
+                values = [round(v, 6) for v in values]
+        else:
+            factor = spec["factor"]
+            if factor <= 1:
+                raise SpaceError(
+                    f"{where}: bad factor for knob '{knob}': expected factor > 1, got {factor}. "
+                    "Use e.g. factor = 2."
+                )
+            v = start
+            while v <= stop * (1 + 1e-9):
+                values.append(v)
+                v = v * factor
+            if isinstance(start, int) and isinstance(factor, int):
+                values = [int(x) for x in values]
+    else:
+        raise SpaceError(
+            f"{where}: bad value for knob '{knob}': expected a list or a range table, got "
+            f"{spec!r}. Write e.g. {knob} = [a, b] or {{start = .., stop = .., step = ..}}."
+        )
+    if not values:
+        raise SpaceError(
+            f"{where}: empty value list for knob '{knob}': expected at least one value, got "
+            f"{spec!r}. List at least one value."
+        )
+    if knob in _NUMERIC:
+        for v in values:
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise SpaceError(
+                    f"{where}: non-numeric value for knob '{knob}': expected numbers, got {v!r}. "
+                    "Use numbers."
+                )
+            if _NUMERIC[knob] is int and float(v) != int(v):
+                raise SpaceError(
+                    f"{where}: non-integer value for knob '{knob}': expected integers, got {v!r}."
+                    " Use whole numbers."
+                )
+        values = [_NUMERIC[knob](v) for v in values]
+    if len(set(values)) != len(values):
+        raise SpaceError(
+            f"{where}: duplicate values for knob '{knob}': expected distinct values, got "
+            f"{values!r}. Remove the duplicates."
+        )
+    return values
+
+
+class Space:
+    """A declared design space: per family, the cross product of its knob values."""
+
+    def __init__(
+        self,
+        knobs: Mapping[str, Mapping[str, list]],
+        name: str = "space",
+        carb_ranges: bool = False,
+        source: str = "<memory>",
+        limits: Mapping[str, float] | None = None,
+    ) -> None:
+        # knobs: family -> knob -> values (fully resolved, family knob excluded)
+        self.name = name
+        self.carb_ranges = carb_ranges
+        self.source = source
+        self.knobs = {f: dict(k) for f, k in knobs.items()}
+        self.limits = dict(limits or {})
+        self._validate()
+        self._grid: pd.DataFrame | None = None
+
+    # -- construction -------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any], source: str = "<memory>") -> Space:
+        where = source
+        allowed_top = {"name", "description", "carb_ranges", "knobs", "family", "limits"}
+        unknown_top = set(doc) - allowed_top
+        if unknown_top:
+            raise SpaceError(
+                f"{where}: unknown top-level keys {sorted(unknown_top)}: expected only "
+                f"{sorted(allowed_top)}. Put knobs under [knobs] or [family.<name>]."
+            )
+        glob = doc.get("knobs", {})
+        per_family = doc.get("family", {})
+        if not isinstance(glob, dict) or not isinstance(per_family, dict):
+            raise SpaceError(
+                f"{where}: [knobs] and [family.<name>] must be tables, got "
+                f"knobs={type(glob).__name__}, family={type(per_family).__name__}."
+                " See search_spaces/resnet.toml for the format."
+            )
+        for table, label in [(glob, "[knobs]")] + [
+            (t, f"[family.{f}]") for f, t in per_family.items() if isinstance(t, dict)
+        ]:
+            unknown = set(table) - set(KNOBS)
+            if unknown:
+                raise SpaceError(
+                    f"{where}: unknown knob(s) {sorted(unknown)} in {label}: expected knobs "
+                    f"among {list(KNOBS)}. Fix the spelling or remove them."
+                )
+        if "family" in glob:
+            families = _expand("family", glob["family"], where)
+        else:
+            families = list(per_family)
+        if not families:
+            raise SpaceError(
+                f"{where}: no families declared: expected `family = [...]` under [knobs] or a "
+                "[family.<name>] table, got none. Declare at least one family."
+            )
+        for fam in list(families) + list(per_family):
+            if fam not in FAMILIES:
+                raise SpaceError(
+                    f"{where}: unknown family {fam!r}: expected one of {list(FAMILIES)}. "
+                    "Use 'basic' or 'bottleneck'."
+                )
+            if fam in per_family and not isinstance(per_family[fam], dict):
+                raise SpaceError(f"{where}: [family.{fam}] must be a table, got {per_family[fam]!r}.")
+        resolved: dict[str, dict[str, list]] = {}
+        for fam in families:
+            merged = {k: v for k, v in glob.items() if k != "family"}
+            merged.update(per_family.get(fam, {}))
+            merged.setdefault("runtime", ["torch"])
+            merged.setdefault("precision", ["fp32"])
+            missing = [k for k in KNOBS if k != "family" and k not in merged]
+            if missing:
+                raise SpaceError(
+                    f"{where}: family {fam!r} lacks knob(s) {missing}: expected every knob among "
+                    f"{[k for k in KNOBS if k != 'family']}. Add them under [knobs] or "
+                    f"[family.{fam}]."
+                )
+            resolved[fam] = {
+                k: _expand(k, merged[k], f"{where} [family.{fam}]") for k in KNOBS if k != "family"
+            }
+        limits = doc.get("limits", {})
+        if not isinstance(limits, dict) or set(limits) - set(LIMITS):
+            raise SpaceError(
+                f"{where}: bad [limits] table: expected keys among {list(LIMITS)}, got "
+                f"{limits!r}. Remove the unknown keys."
+            )
+        for k, v in limits.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+                raise SpaceError(
+                    f"{where}: bad limit {k}: expected a positive number, got {v!r}. "
+                    "Use a number > 0."
+                )
+        return cls(
+            resolved,
+            name=str(doc.get("name", Path(source).stem)),
+            carb_ranges=bool(doc.get("carb_ranges", False)),
+            source=source,
+            limits=limits,
+        )
+
+    def _validate(self) -> None:
+        for fam, knobs in self.knobs.items():
+            where = f"{self.source} [family.{fam}]"
+            for p in knobs["precision"]:
+                if p not in PRECISIONS:
+                    raise SpaceError(
+                        f"{where}: unsupported precision {p!r}: expected one of "
+                        f"{list(PRECISIONS)}. Use one of those names."
+                    )
+            for r in knobs["runtime"]:
+                if r not in RUNTIMES:
+                    raise SpaceError(
+                        f"{where}: unsupported runtime {r!r}: expected one of {list(RUNTIMES)}."
+                        " Use one of those names."
+                    )
+            for knob in ("width", "resolution", "batch_size", "depth"):
+                bad = [v for v in knobs[knob] if v <= 0]
+                if bad:
+                    raise SpaceError(
+                        f"{where}: non-positive {knob} {bad[0]!r}: expected values > 0. "
+                        f"Remove it from {knob}."
+                    )
+            bad_res = [v for v in knobs["resolution"] if v < 32]
+            if bad_res:
+                raise SpaceError(
+                    f"{where}: resolution {bad_res[0]} too small: expected >= 32. Remove it."
+                )
+            for d in knobs["depth"]:
+                try:
+                    stage_layout(fam, d)
+                except ConfigError as e:
+                    raise SpaceError(f"{where}: {e}") from None
+            if self.carb_ranges:
+                for knob in ("depth", "width", "resolution", "batch_size"):
+                    lo, hi = CARB_RANGES.get(f"{knob}.{fam}", CARB_RANGES.get(knob, (None, None)))
+                    out = [v for v in knobs[knob] if not lo <= v <= hi]
+                    if out:
+                        raise SpaceError(
+                            f"{where}: {knob} value {out[0]!r} lies outside CARB's range: "
+                            f"expected {lo} <= {knob} <= {hi} because the space sets "
+                            "carb_ranges = true. Remove the value or set carb_ranges = false."
+                        )
+
+    # -- queries ------------------------------------------------------------------------
+    @property
+    def families(self) -> list[str]:
+        return list(self.knobs)
+
+    def _family_count(self, fam: str) -> int:
+        return math.prod(len(v) for v in self.knobs[fam].values())
+
+    def __len__(self) -> int:
+        if self.limits:
+            return len(self.grid())
+        return sum(self._family_count(f) for f in self.knobs)
+
+    def values(self, knob: str) -> list:
+        """Union of a knob's values over families, in first-seen order."""
+        if knob == "family":
+            return self.families
+        seen: dict = {}
+        for k in self.knobs.values():
+            for v in k[knob]:
+                seen.setdefault(v, None)
+        return list(seen)
+
+    def grid(self) -> pd.DataFrame:
+        """Every config as a DataFrame (one row each, columns ``CONFIG_COLUMNS``), vectorized.
+
+        Configs beyond the space's ``[limits]`` are left out. The frame is cached: copy it
+        before changing it.
+        """
+        if self._grid is None:
+            self._grid = self._build_grid()
+        return self._grid
+
+    def _build_grid(self) -> pd.DataFrame:
+        parts = []
+        for fam, knobs in self.knobs.items():
+            names = [k for k in KNOBS if k != "family"]
+            arrays = [np.asarray(knobs[k], dtype=object if k in ("precision", "runtime") else None)
+                      for k in names]
+            mesh = np.meshgrid(*[np.arange(len(a)) for a in arrays], indexing="ij")
+            cols = {"family": np.full(mesh[0].size, fam, dtype=object)}
+            for name, arr, idx in zip(names, arrays, mesh):
+                cols[name] = arr[idx.ravel()]
+            parts.append(pd.DataFrame(cols))
+        frame = pd.concat(parts, ignore_index=True)[list(CONFIG_COLUMNS)]
+        if "max_gflops_per_batch" in self.limits:
+            from carb_nas.features import compute_features  # features depend on space
+
+            flops = compute_features(frame)["flops"].to_numpy()
+            keep = flops <= self.limits["max_gflops_per_batch"] * 1e9
+            frame = frame[keep].reset_index(drop=True)
+        return frame
+
+    def __iter__(self) -> Iterator[Config]:
+        return iter(frame_to_configs(self.grid()))
+
+    def __contains__(self, config: object) -> bool:
+        if not isinstance(config, Config) or config.family not in self.knobs:
+            return False
+        knobs = self.knobs[config.family]
+        return all(getattr(config, k) in knobs[k] for k in knobs)
+
+    def sample(self, n: int, seed: int = 0) -> list[Config]:
+        """``n`` distinct configs drawn uniformly without replacement (all if n >= len)."""
+        if n <= 0:
+            raise ConfigError(f"invalid sample size: expected n > 0, got {n}. Ask for at least 1.")
+        grid = self.grid()
+        rng = np.random.default_rng(seed)
+        idx = np.sort(rng.choice(len(grid), size=min(n, len(grid)), replace=False))
+        return frame_to_configs(grid.iloc[idx])
+
+    def describe(self) -> str:
+        lines = [f"space {self.name!r} ({self.source}): {len(self):,} configs"]
+        for k, v in self.limits.items():
+            lines.append(f"  limit {k} = {v} (configs beyond it are left out)")
+        for fam, knobs in self.knobs.items():
+            lines.append(f"  family {fam}: {self._family_count(fam):,} configs")
+            for k, v in knobs.items():
+                shown = v if len(v) <= 12 else v[:5] + ["..."] + v[-3:]
+                lines.append(f"    {k:<11} ({len(v)}): {shown}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "carb_ranges": self.carb_ranges, "knobs": self.knobs,
+                "limits": self.limits}
+
+    @property
+    def fingerprint(self) -> str:
+        """Stable hash of the space's content (not its file name)."""
+        text = repr(sorted((f, sorted((k, list(map(str, v))) for k, v in kn.items()))
+                           for f, kn in self.knobs.items())) + repr(sorted(self.limits.items()))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def load_space(path: str | Path) -> Space:
+    """Load a space from a TOML file. Bundled names (``resnet``, ``cpu``) resolve too."""
+    p = Path(path)
+    if not p.exists():
+        bundled = bundled_space_path(str(path))
+        if bundled is None:
+            raise MissingFileError(
+                f"space file not found: expected an existing TOML file or a bundled space name "
+                f"({', '.join(bundled_space_names())}), got {str(path)!r}. Check the path."
+            )
+        p = bundled
+    try:
+        doc = tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise SpaceError(
+            f"{p}: malformed TOML: expected a valid TOML document, got a parse error ({e}). "
+            "Fix the syntax at that line."
+        ) from None
+    except UnicodeDecodeError:
+        raise SpaceError(f"{p}: expected a UTF-8 TOML text file, got binary data.") from None
+    except IsADirectoryError:
+        raise SpaceError(f"{p}: expected a TOML file, got a directory.") from None
+    return Space.from_dict(doc, source=str(p))
+
+
+def _spaces_dir() -> Path:
+    return Path(__file__).resolve().parent / "search_spaces"
+
+
+def bundled_space_names() -> list[str]:
+    return sorted(p.stem for p in _spaces_dir().glob("*.toml"))
+
+
+def bundled_space_path(name: str) -> Path | None:
+    p = _spaces_dir() / f"{Path(name).stem}.toml"
+    return p if p.exists() and ("/" not in name or name.startswith("search_spaces/")) else None
+
+
+# -- configs tables -------------------------------------------------------------------------
+def configs_to_frame(configs: Sequence[Config]) -> pd.DataFrame:
+    return pd.DataFrame([c.as_dict() for c in configs], columns=list(CONFIG_COLUMNS))
+
+
+def frame_to_configs(frame: pd.DataFrame) -> list[Config]:
+    cols = [frame[c].tolist() for c in CONFIG_COLUMNS]
+    return [Config(*row) for row in zip(*cols)]
+
+
+def normalize_config_frame(frame: pd.DataFrame, source: str = "<table>") -> pd.DataFrame:
+    """Validate a table of configs (missing columns, non-numeric values) and canonicalize it."""
+    required = [c for c in CONFIG_COLUMNS if c not in ("runtime", "precision")]
+    missing = [c for c in required if c not in frame.columns]
+    if missing:
+        raise InputFileError(
+            f"{source}: missing column(s) {missing}: expected the columns "
+            f"{list(CONFIG_COLUMNS)} (precision and runtime optional), got "
+            f"{list(frame.columns)}. Add the missing columns."
+        )
+    out = frame.copy()
+    out["precision"] = out["precision"] if "precision" in out else "fp32"
+    out["runtime"] = out["runtime"] if "runtime" in out else "torch"
+    for col, kind in _NUMERIC.items():
+        num = pd.to_numeric(out[col], errors="coerce")
+        bad = num.isna() | ~np.isfinite(num.astype(float))
+        if bad.any():
+            row = int(np.flatnonzero(bad.to_numpy())[0])
+            raise InputFileError(
+                f"{source}: non-numeric value in column '{col}' at data row {row + 1}: expected "
+                f"a number, got {frame[col].iloc[row]!r}. Fix that cell."
+            )
+        if kind is int and (num != num.round()).any():
+            row = int(np.flatnonzero((num != num.round()).to_numpy())[0])
+            raise InputFileError(
+                f"{source}: non-integer value in column '{col}' at data row {row + 1}: expected a "
+                f"whole number, got {frame[col].iloc[row]!r}. Fix that cell."
+            )
+        out[col] = num.astype(kind)
+    out["family"] = out["family"].astype(str)
+    out["precision"] = out["precision"].astype(str)
+    out["runtime"] = out["runtime"].astype(str)
+    for i, row in enumerate(out[list(CONFIG_COLUMNS)].drop_duplicates().itertuples(index=False)):
+        try:
+            validate_values(row._asdict())
+        except ConfigError as e:
+            raise InputFileError(f"{source}: {e}") from None
+    return out
+
+
+def read_table(path: str | Path) -> pd.DataFrame:
+    """Read a CSV or Parquet file with clear errors."""
+    p = Path(path)
+    if not p.exists():
+        raise MissingFileError(
+            f"file not found: expected an existing .csv or .parquet file, got {str(path)!r}. "
+            "Check the path."
+        )
+    try:
+        if p.suffix == ".parquet":
+            return pd.read_parquet(p)
+        if p.suffix == ".csv":
+            return pd.read_csv(p)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError,
+            ValueError) as e:
+        raise InputFileError(
+            f"{p}: unreadable table: expected a valid {p.suffix[1:].upper()} file, got an error "
+            f"({e}). Check the file's content."
+        ) from None
+    raise InputFileError(
+        f"{p}: unsupported table format: expected a .csv or .parquet file, got {p.suffix!r}. "
+        "Convert the file or rename it."
+    )
+
+
+def read_configs(path: str | Path) -> pd.DataFrame:
+    """Configs from a CSV/Parquet table or a space TOML (all its configs), validated."""
+    p = Path(path)
+    if p.suffix == ".toml" or (not p.exists() and bundled_space_path(str(path)) is not None):
+        return load_space(path).grid()
+    return normalize_config_frame(read_table(p), source=str(p))
+
+
+def write_table(frame: pd.DataFrame, path: str | Path) -> Path:
+    """Write CSV or Parquet atomically: a failure leaves no partial file behind."""
+    p = Path(path)
+    if p.suffix not in (".csv", ".parquet"):
+        raise InputFileError(
+            f"unsupported output format: expected a path ending in .csv or .parquet, got "
+            f"{str(path)!r}. Rename the output."
+        )
+    if not p.parent.exists():
+        raise MissingFileError(
+            f"output directory does not exist: expected an existing directory, got "
+            f"{str(p.parent)!r}. Create it first."
+        )
+    tmp = p.with_name(f".{p.name}.tmp")
+    try:
+        if p.suffix == ".parquet":
+            frame.to_parquet(tmp, index=False)
+        else:
+            frame.to_csv(tmp, index=False)
+        tmp.replace(p)
+    except PermissionError:
+        tmp.unlink(missing_ok=True)
+        raise InputFileError(
+            f"cannot write {str(p)!r}: expected a writable location, got permission denied. "
+            "Choose another output path."
+        ) from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return p
+
+
+def config_fields() -> list[str]:
+    return [f.name for f in fields(Config)]

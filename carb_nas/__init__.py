@@ -1,0 +1,45 @@
+"""carb_nas: CARB cost prediction, budget-constrained search and hardware validation for CNNs.
+
+Public surface (heavy parts import lazily so ``import carb_nas`` stays cheap):
+``Config``, ``Space``, ``load_space``, ``build_model``, ``compute_features``,
+``trace_features``, ``CostModel``, ``CarbNasError``.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from carb_nas.errors import CarbNasError
+from carb_nas.space import Config, Space, load_space
+
+try:
+    __version__ = version("carb-nas")
+except PackageNotFoundError:  # running from a source tree without install
+    __version__ = "0.0.0"
+
+__all__ = [
+    "Config",
+    "Space",
+    "load_space",
+    "build_model",
+    "compute_features",
+    "trace_features",
+    "CostModel",
+    "CarbNasError",
+    "__version__",
+]
+
+_LAZY = {
+    "build_model": "carb_nas.models",
+    "compute_features": "carb_nas.features",
+    "trace_features": "carb_nas.features",
+    "CostModel": "carb_nas.costmodel",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'carb_nas' has no attribute {name!r}")

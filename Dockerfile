@@ -5,18 +5,19 @@
 #       --runtime torch --precision fp16 --limit 50 --out /work/campaigns/h200
 # NVML's total-energy counter needs no extra privileges; the profiler never changes clocks,
 # power limits, persistence or compute mode.
-FROM pytorch/pytorch:2.6.0-cuda12.4-cudnn9-runtime
+# The base's torch must satisfy the package's `torch>=2.13,<2.15`; pick another tag with
+# --build-arg BASE=... (unverified here: this development machine has no Docker engine).
+ARG BASE=pytorch/pytorch:2.13.0-cuda12.8-cudnn9-runtime
+FROM ${BASE}
 
 WORKDIR /opt/carb_nas
 COPY pyproject.toml README.md ./
 COPY carb_nas ./carb_nas
 COPY search_spaces ./search_spaces
-# The base image's CUDA torch satisfies no `torch>=2.13` pin, so install the CUDA 12.4 wheel of a
-# satisfying release from PyTorch's index, then the package with ONNX Runtime GPU for the
-# onnxruntime runtime on CUDA. `rm` replaces the symlink with the real files for a non-editable install.
-RUN pip install --no-cache-dir "torch>=2.13,<2.15" --index-url https://download.pytorch.org/whl/cu124 \
- && rm carb_nas/search_spaces && cp -r search_spaces carb_nas/search_spaces \
- && pip install --no-cache-dir ".[parquet]" onnx onnxruntime-gpu onnxscript
+# carb_nas/search_spaces is a symlink to ../search_spaces; setuptools copies its files into the
+# wheel. ONNX Runtime GPU gives the onnxruntime runtime its CUDA execution provider.
+RUN pip install --no-cache-dir ".[parquet]" onnx onnxruntime-gpu onnxscript \
+ && python -c "import pynvml, torch; print('torch', torch.__version__)"
 
 WORKDIR /work
 ENTRYPOINT ["carb-nas"]

@@ -482,13 +482,26 @@ class Space:
         knobs = self.knobs[config.family]
         return all(getattr(config, k) in knobs[k] for k in knobs)
 
-    def sample(self, n: int, seed: int = 0) -> list[Config]:
-        """``n`` distinct configs drawn uniformly without replacement (all if n >= len)."""
+    def sample(self, n: int, seed: int = 0, stratify: bool = False) -> list[Config]:
+        """``n`` distinct configs drawn without replacement (all if n >= len), in draw order.
+
+        Uniform by default. ``stratify=True`` weights each config by the product over knobs of
+        1 / (how often its value occurs in the space), so values that limits make rare (deep,
+        wide or high-resolution nets, which fit the cap only at small batches) are drawn about as
+        often as common ones and every knob's range is covered.
+        """
         if n <= 0:
             raise ConfigError(f"invalid sample size: expected n > 0, got {n}. Ask for at least 1.")
         grid = self.grid()
         rng = np.random.default_rng(seed)
-        idx = np.sort(rng.choice(len(grid), size=min(n, len(grid)), replace=False))
+        p = None
+        if stratify:
+            w = np.ones(len(grid))
+            for col in ("family", "depth", "width", "resolution", "batch_size"):
+                freq = grid.groupby(["family", col] if col == "depth" else col)[col].transform("size")
+                w /= freq.to_numpy()
+            p = w / w.sum()
+        idx = rng.choice(len(grid), size=min(n, len(grid)), replace=False, p=p)
         return frame_to_configs(grid.iloc[idx])
 
     def describe(self) -> str:

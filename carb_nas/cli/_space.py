@@ -39,14 +39,16 @@ def space_show(file: str) -> None:
 @click.argument("file")
 @click.option("-n", "n", type=int, required=True, help="Number of configs to draw.")
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--stratify", is_flag=True,
+              help="Balance every knob's values instead of drawing uniformly.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), required=True,
               help="configs.csv or .parquet")
-def space_sample(file: str, n: int, seed: int, output: str) -> None:
-    """Draw N distinct configs uniformly at random into a configs table."""
+def space_sample(file: str, n: int, seed: int, stratify: bool, output: str) -> None:
+    """Draw N distinct configs at random (uniform, or --stratify) into a configs table."""
     if n <= 0:
         raise ConfigError(f"invalid -n: expected a positive count, got {n}. Use -n 1 or more.")
     space = load_space(file)
-    frame = configs_to_frame(space.sample(n, seed=seed))
+    frame = configs_to_frame(space.sample(n, seed=seed, stratify=stratify))
     write_table(frame, Path(output))
     click.echo(f"wrote {len(frame)} configs to {output}", err=True)
 

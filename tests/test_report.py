@@ -1,0 +1,459 @@
+"""Tests of carb_nas.report (characterize, transfer, calibrate) and its CLI verbs.
+
+All frames here are SYNTHETIC (built in the tests, labelled device="synthetic"): costs are
+exact functions of the config so every statistic has a known answer.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from carb_nas.cli import cli
+from carb_nas.errors import InputFileError, MissingFileError, ModelError
+from carb_nas.report import (
+    CalibratedModel,
+    batch_tier,
+    calibrate,
+    characterize,
+    load_measurements,
+    transfer,
+    write_characterization_report,
+    write_transfer_report,
+)
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def synthetic_rows(
+    runtime: str = "torch",
+    precision: str = "fp32",
+    families: tuple[str, ...] = ("basic", "bottleneck"),
+    batch_sizes: tuple[int, ...] = (1, 4, 8, 32, 128),
+    widths: tuple[float, ...] = (0.25, 0.5, 1.0),
+    resolutions: tuple[int, ...] = (32, 64),
+) -> pd.DataFrame:
+    """A synthetic dataset frame (device 'synthetic') with exact multiplicative costs."""
+    depths = {"basic": (10, 18, 34), "bottleneck": (50, 101)}
+    rows = []
+    for fam in families:
+        for d, w, r, b in itertools.product(depths[fam], widths, resolutions, batch_sizes):
+            rows.append({"family": fam, "depth": d, "width": w, "resolution": r, "batch_size": b})
+    frame = pd.DataFrame(rows)
+    frame["precision"] = precision
+    frame["runtime"] = runtime
+    frame["device"] = "synthetic"
+    frame["platform"] = f"synthetic/{runtime}/{precision}"
+    frame["status"] = "ok"
+    # latency: d * w^2 * r^2 * b (exactly multiplicative); memory: w * b (width acts 1x)
+    frame["latency_ms"] = (
+        frame["depth"]
+        * frame["width"] ** 2
+        * (frame["resolution"] / 32) ** 2
+        * frame["batch_size"]
+        * 0.01
+    )
+    frame["peak_mem_mb"] = 10.0 * frame["width"] * frame["batch_size"] + 5.0
+    return frame
+
+
+def _write(frame: pd.DataFrame, path) -> str:
+    frame.to_csv(path, index=False)
+    return str(path)
+
+
+# ---------------------------------------------------------------------------------------
+# loading and errors
+# ---------------------------------------------------------------------------------------
+def test_only_ok_rows_are_used(tmp_path):
+    frame = synthetic_rows()
+    frame.loc[:9, "status"] = "oom"
+    frame.loc[:9, "latency_ms"] = 1e9  # would dominate every mean if it were used
+    loaded = load_measurements(_write(frame, tmp_path / "a.csv"))
+    assert len(loaded) == len(frame) - 10
+    assert loaded.attrs["rows"] == len(frame) and loaded.attrs["ok_rows"] == len(frame) - 10
+    assert loaded["latency_ms"].max() < 1e9
+    assert set(loaded["variant"]) == {"synthetic/torch/fp32"}
+    assert loaded.attrs["targets"] == ["peak_mem_mb", "latency_ms"]
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(MissingFileError, match="dataset not found"):
+        characterize(tmp_path / "nope.csv")
+    result = CliRunner().invoke(cli, ["characterize", str(tmp_path / "nope.csv")])
+    assert result.exit_code == 1
+    assert result.output.startswith("error: dataset not found")
+
+
+def test_no_ok_rows_is_a_clear_error(tmp_path):
+    frame = synthetic_rows()
+    frame["status"] = "error"
+    with pytest.raises(InputFileError, match="status == 'ok'.*'error'"):
+        characterize(_write(frame, tmp_path / "a.csv"))
+
+
+def test_missing_target_columns_is_a_clear_error(tmp_path):
+    frame = synthetic_rows().drop(columns=["latency_ms", "peak_mem_mb"])
+    with pytest.raises(InputFileError, match="no target column"):
+        characterize(_write(frame, tmp_path / "a.csv"))
+
+
+def test_missing_config_column_is_a_clear_error(tmp_path):
+    frame = synthetic_rows().drop(columns=["resolution"])
+    with pytest.raises(InputFileError, match="resolution"):
+        characterize(_write(frame, tmp_path / "a.csv"))
+
+
+def test_transfer_without_shared_configs_is_a_clear_error(tmp_path):
+    a = synthetic_rows(resolutions=(32,))
+    b = synthetic_rows(resolutions=(64,))
+    with pytest.raises(InputFileError, match="no shared configs"):
+        transfer(_write(a, tmp_path / "a.csv"), _write(b, tmp_path / "b.csv"), few_shot=None)
+
+
+def test_transfer_rejects_mixed_platform_dataset(tmp_path):
+    mixed = pd.concat([synthetic_rows(), synthetic_rows(runtime="onnxruntime")])
+    with pytest.raises(InputFileError, match="mixed platforms"):
+        transfer(mixed, synthetic_rows(), few_shot=None)
+
+
+def test_batch_tiers():
+    assert list(batch_tier([1, 4, 5, 16, 17, 64, 65, 256, 512])) == [
+        "1-4",
+        "1-4",
+        "5-16",
+        "5-16",
+        "17-64",
+        "17-64",
+        "65-256",
+        "65-256",
+        ">256",
+    ]
+
+
+# ---------------------------------------------------------------------------------------
+# characterize
+# ---------------------------------------------------------------------------------------
+def test_knob_range_is_ratio_of_group_means():
+    frame = synthetic_rows()
+    res = characterize(frame)
+    basic = frame[frame["family"] == "basic"]
+    means = basic.groupby("batch_size")["latency_ms"].mean()
+    got = res["knob_ranges"]["synthetic/torch/fp32"]["by_family"]["basic"]["batch_size"]
+    assert got["latency_ms"]["range"] == pytest.approx(means.max() / means.min())
+    assert got["latency_ms"]["highest"] == "128" and got["latency_ms"]["lowest"] == "1"
+    # a full factorial grid of a multiplicative cost: adjusted == marginal == 128x
+    assert got["latency_ms"]["range"] == pytest.approx(128.0)
+    assert got["latency_ms"]["adjusted_range"] == pytest.approx(128.0)
+    # the family knob: ratio of the two family means
+    fam_means = frame.groupby("family")["latency_ms"].mean()
+    assert res["knob_ranges"]["synthetic/torch/fp32"]["family"]["latency_ms"]["range"] == (
+        pytest.approx(fam_means.max() / fam_means.min())
+    )
+    # single-valued knobs (precision, runtime) are left out
+    assert "precision" not in res["knob_ranges"]["synthetic/torch/fp32"]["by_family"]["basic"]
+
+
+def test_adjusted_range_undoes_confounded_sampling():
+    # drop large batches of deep networks (like a FLOPs cap): marginal batch means shrink
+    frame = synthetic_rows()
+    frame = frame[~((frame["batch_size"] == 128) & (frame["depth"] >= 18))]
+    res = characterize(frame)
+    got = res["knob_ranges"]["synthetic/torch/fp32"]["by_family"]["basic"]["batch_size"]
+    assert got["latency_ms"]["range"] < 100.0
+    assert got["latency_ms"]["adjusted_range"] == pytest.approx(128.0)
+
+
+def test_width_asymmetry_between_targets():
+    res = characterize(synthetic_rows())
+    w = res["width_asymmetry"]["synthetic/torch/fp32"]["basic"]
+    # latency ~ w^2 over w in {0.25, 1}: 16x; memory = 10*w*b + 5 (not exactly 4x)
+    assert w["width_range"]["latency_ms"] == pytest.approx(16.0)
+    assert 1 < w["width_range"]["peak_mem_mb"] < 4.0
+    assert w["ratio"]["peak_mem_mb/latency_ms"] == pytest.approx(
+        w["width_range"]["peak_mem_mb"] / 16.0
+    )
+
+
+def test_efficiency_by_batch_tier_and_flops_r2():
+    from carb_nas.features import compute_features
+
+    frame = synthetic_rows()
+    gflops = (
+        compute_features(
+            frame[["family", "depth", "width", "resolution", "batch_size", "precision", "runtime"]]
+        )["flops"].to_numpy()
+        / 1e9
+    )
+    per_tier = {"1-4": 8.0, "5-16": 4.0, "17-64": 2.0, "65-256": 3.0}
+    frame["latency_ms"] = gflops * [per_tier[t] for t in batch_tier(frame["batch_size"])]
+    frame["energy_j"] = 0.5 * gflops
+    res = characterize(frame)
+    eff = res["efficiency"]["synthetic/torch/fp32"]
+    for tier, ms in per_tier.items():
+        assert eff["ms_per_gflop"]["by_tier"][tier]["mean"] == pytest.approx(ms)
+        assert eff["j_per_gflop"]["by_tier"][tier]["mean"] == pytest.approx(0.5)
+    assert eff["ms_per_gflop"]["best_tier"] == "17-64"
+    assert eff["ms_per_gflop"]["worst_over_best"] == pytest.approx(4.0)
+    # energy is exactly linear in FLOPs: R2 1; latency is not
+    r2 = res["flops_r2"]["synthetic/torch/fp32"]
+    assert r2["energy_j"]["r2"] == pytest.approx(1.0)
+    assert r2["energy_j"]["slope_per_gflop"] == pytest.approx(0.5)
+    assert r2["latency_ms"]["r2"] < 0.999
+
+
+def test_precision_and_runtime_ratios_by_family_and_tier():
+    torch_fp32 = synthetic_rows()
+    ort = synthetic_rows(runtime="onnxruntime")
+    ort["latency_ms"] *= np.where(ort["family"] == "basic", 0.5, 0.25)
+    int8 = synthetic_rows(runtime="onnxruntime", precision="int8")
+    int8["latency_ms"] = ort["latency_ms"] * np.where(int8["batch_size"] <= 4, 0.8, 0.4)
+    int8["peak_mem_mb"] = ort["peak_mem_mb"] / 4
+    res = characterize([torch_fp32, ort, int8])
+    comps = {c["name"]: c for c in res["ratios"]}
+    assert set(comps) == {
+        "ONNX Runtime/PyTorch (FP32)",
+        "INT8/FP32 (ONNX Runtime)",
+        "ONNX Runtime INT8/PyTorch FP32",
+    }
+    rt = comps["ONNX Runtime/PyTorch (FP32)"]
+    assert rt["numerator"] == "synthetic/onnxruntime/fp32"
+    assert rt["pairs"] == len(torch_fp32)
+    lat = rt["targets"]["latency_ms"]
+    assert lat["by_family"]["basic"]["geomean"] == pytest.approx(0.5)
+    assert lat["by_family"]["bottleneck"]["geomean"] == pytest.approx(0.25)
+    assert lat["by_family"]["basic"]["frac_below_1"] == 1.0
+    q = comps["INT8/FP32 (ONNX Runtime)"]["targets"]
+    assert q["latency_ms"]["by_tier"]["1-4"]["geomean"] == pytest.approx(0.8)
+    assert q["latency_ms"]["by_tier"]["17-64"]["geomean"] == pytest.approx(0.4)
+    assert q["latency_ms"]["by_family_tier"]["bottleneck"]["65-256"]["geomean"] == (
+        pytest.approx(0.4)
+    )
+    assert q["peak_mem_mb"]["overall"]["geomean"] == pytest.approx(0.25)
+    # pooled scope has the runtime and precision knobs
+    assert "runtime" in res["knob_ranges"]["all"]["by_family"]["basic"]
+    assert "precision" in res["knob_ranges"]["all"]["by_family"]["basic"]
+
+
+def test_divergence_needs_energy_and_telemetry():
+    frame = synthetic_rows()
+    res = characterize(frame)
+    assert "skipped" in res["divergence"]["synthetic/torch/fp32"]
+    frame["sm_util"] = np.where(frame["depth"] >= 34, 90.0, 20.0)
+    # energy grows 3x faster than latency in the high-SM tier
+    frame["energy_j"] = frame["latency_ms"] * np.where(frame["sm_util"] > 65, 3.0, 1.0)
+    d = characterize(frame)["divergence"]["synthetic/torch/fp32"]
+    assert d["baseline"] == {"sm_tier": "low", "batch_tier": "1-4"}
+    assert set(d["cells"]) == {"low", "high"}
+    assert d["cells"]["low"]["1-4"]["divergence"] == pytest.approx(1.0)
+    assert d["cells"]["high"]["65-256"]["divergence"] == pytest.approx(3.0)
+    assert d["cells"]["low"]["65-256"]["energy_scale"] == pytest.approx(
+        d["cells"]["low"]["65-256"]["latency_scale"]
+    )
+    assert set(d["high_over_low_sm_energy"]) == {"1-4", "5-16", "17-64", "65-256"}
+
+
+def test_characterize_report_files_and_cli_json(tmp_path):
+    a = _write(synthetic_rows(), tmp_path / "a.csv")
+    b = _write(synthetic_rows(runtime="onnxruntime"), tmp_path / "b.csv")
+    out = tmp_path / "report"
+    res = write_characterization_report([a, b], out)
+    for name in res["files"]:
+        assert (out / name).stat().st_size > 0
+    pngs = [f for f in res["files"] if f.endswith(".png")]
+    assert {"knob_ranges.png", "efficiency.png", "ratios.png", "flops_vs_cost.png"} <= set(pngs)
+    for name in pngs:
+        assert (out / name).read_bytes()[:8] == PNG_MAGIC
+    md = (out / "README.md").read_text()
+    assert "ONNX Runtime/PyTorch (FP32)" in md and "![ratios.png](ratios.png)" in md
+    on_disk = json.loads((out / "characterization.json").read_text())
+    assert on_disk["rows_ok"] == 2 * len(synthetic_rows())
+
+    run = CliRunner().invoke(cli, ["characterize", a, b, "--json"])
+    assert run.exit_code == 0, run.output
+    data = json.loads(run.output)
+    assert {
+        "knob_ranges",
+        "width_asymmetry",
+        "efficiency",
+        "divergence",
+        "ratios",
+        "flops_r2",
+        "datasets",
+        "targets",
+    } <= set(data)
+    assert data["variants"] == {
+        "synthetic/onnxruntime/fp32": len(synthetic_rows()),
+        "synthetic/torch/fp32": len(synthetic_rows()),
+    }
+    text = CliRunner().invoke(cli, ["characterize", a])
+    assert text.exit_code == 0 and text.output.startswith("# Characterization")
+
+
+# ---------------------------------------------------------------------------------------
+# transfer
+# ---------------------------------------------------------------------------------------
+def test_transfer_exact_linear_relation(tmp_path):
+    a = synthetic_rows()
+    b = synthetic_rows(runtime="onnxruntime")
+    b["latency_ms"] = 2.0 * a["latency_ms"]
+    b["peak_mem_mb"] = a["peak_mem_mb"] + 7.0
+    res = transfer(_write(a, tmp_path / "a.csv"), _write(b, tmp_path / "b.csv"), few_shot=None)
+    lat, mem = res["latency_ms"], res["peak_mem_mb"]
+    assert lat["slope"] == pytest.approx(2.0) and lat["intercept"] == pytest.approx(0.0, abs=1e-9)
+    assert lat["r2"] == pytest.approx(1.0) and lat["spearman"] == pytest.approx(1.0)
+    assert lat["ratio_geomean"] == pytest.approx(2.0)
+    assert mem["slope"] == pytest.approx(1.0) and mem["intercept"] == pytest.approx(7.0)
+    assert res["meta"]["shared_configs"] == len(a)
+    assert "energy_j" not in res and "few_shot" not in res
+
+
+def test_transfer_rank_statistics_detect_a_reordering():
+    bs = (1, 2, 4, 8, 16, 32, 64, 128)
+    a = synthetic_rows(batch_sizes=bs)
+    b = synthetic_rows(runtime="onnxruntime", batch_sizes=bs)
+    # reverse the order completely: B's cheapest are A's dearest
+    b["latency_ms"] = 1.0 / a["latency_ms"]
+    res = transfer(a, b, few_shot=None)
+    lat = res["latency_ms"]
+    assert lat["spearman"] < -0.99
+    n = res["meta"]["shared_configs"]
+    assert lat["top_k"] == 100 and n > 200
+    assert lat["top100_overlap"] == 0.0
+    # the same data, unchanged order: full overlap
+    assert transfer(a, a, few_shot=None)["latency_ms"]["top100_overlap"] == 1.0
+
+
+def test_transfer_only_shared_configs_and_ok_rows(tmp_path):
+    a = synthetic_rows()
+    b = synthetic_rows(runtime="onnxruntime", resolutions=(32,))
+    b.loc[b.index[:5], "status"] = "oom"
+    res = transfer(a, b, few_shot=None)
+    assert res["meta"]["shared_configs"] == len(b) - 5
+    assert res["meta"]["b"]["ok_rows"] == len(b) - 5
+
+
+def test_transfer_cli_json_keys(tmp_path):
+    a = _write(synthetic_rows(), tmp_path / "a.csv")
+    bf = synthetic_rows(runtime="onnxruntime")
+    bf["latency_ms"] *= 3.0
+    b = _write(bf, tmp_path / "b.csv")
+    run = CliRunner().invoke(cli, ["transfer", a, b, "--json", "--few-shot", "none"])
+    assert run.exit_code == 0, run.output
+    data = json.loads(run.output)
+    for t in ("latency_ms", "peak_mem_mb"):
+        assert {"slope", "intercept", "r2", "spearman", "top100_overlap"} <= set(data[t])
+    assert data["latency_ms"]["slope"] == pytest.approx(3.0)
+    bad = CliRunner().invoke(cli, ["transfer", a, b, "--few-shot", "ten"])
+    assert bad.exit_code == 1 and "invalid --few-shot" in bad.output
+
+
+# ---------------------------------------------------------------------------------------
+# calibration
+# ---------------------------------------------------------------------------------------
+class ExactSourceModel:
+    """Test double (fake): 'predicts' platform A's synthetic costs exactly."""
+
+    targets_ = ["peak_mem_mb", "latency_ms"]
+
+    def predict(self, X: pd.DataFrame) -> pd.DataFrame:
+        a = synthetic_rows().set_index(["family", "depth", "width", "resolution", "batch_size"])
+        idx = pd.MultiIndex.from_frame(X[["family", "depth", "width", "resolution", "batch_size"]])
+        return a.loc[idx, self.targets_].set_index(X.index)
+
+
+def _inputs(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame[["family", "depth", "width", "resolution", "batch_size", "precision", "runtime"]]
+
+
+def test_calibration_recovers_scale_and_power_law():
+    a = synthetic_rows()
+    b = synthetic_rows(runtime="onnxruntime")
+    b["latency_ms"] = 3.0 * a["latency_ms"] ** 0.8
+    b["peak_mem_mb"] = 0.5 * a["peak_mem_mb"]
+    rows = b.sample(20, random_state=0)
+    model = CalibratedModel(ExactSourceModel(), method="loglinear").fit(
+        _inputs(rows), rows[["peak_mem_mb", "latency_ms"]]
+    )
+    pred = model.predict(_inputs(b))
+    np.testing.assert_allclose(pred["latency_ms"], b["latency_ms"], rtol=1e-6)
+    np.testing.assert_allclose(pred["peak_mem_mb"], b["peak_mem_mb"], rtol=1e-6)
+    scale = CalibratedModel(ExactSourceModel(), method="scale").fit(
+        _inputs(rows), rows[["peak_mem_mb"]]
+    )
+    np.testing.assert_allclose(
+        scale.predict(_inputs(b))["peak_mem_mb"], b["peak_mem_mb"], rtol=1e-9
+    )
+    assert scale.targets_ == ["peak_mem_mb"]
+    # auto picks a map that is exact on held-out rows too
+    auto = CalibratedModel(ExactSourceModel()).fit(_inputs(rows), rows[["latency_ms"]])
+    assert auto.maps_["latency_ms"]["method"] in ("loglinear", "features")
+    held = b.drop(rows.index)
+    err = np.abs(auto.predict(_inputs(held))["latency_ms"] / held["latency_ms"] - 1)
+    assert err.max() < 0.02
+
+
+def test_calibration_round_trips_through_json():
+    a = synthetic_rows()
+    b = synthetic_rows(runtime="onnxruntime")
+    b["latency_ms"] = a["latency_ms"] * (1 + 0.5 * np.log(a["batch_size"]))
+    rows = b.sample(30, random_state=1)
+    model = CalibratedModel(ExactSourceModel(), method="features").fit(
+        _inputs(rows), rows[["latency_ms"]]
+    )
+    data = json.loads(json.dumps(model.to_dict()))
+    again = CalibratedModel.from_dict(data, ExactSourceModel())
+    pd.testing.assert_frame_equal(model.predict(_inputs(b)), again.predict(_inputs(b)))
+
+
+def test_calibration_errors():
+    with pytest.raises(ModelError, match="unknown calibration method"):
+        CalibratedModel(ExactSourceModel(), method="magic").fit(
+            _inputs(synthetic_rows()), synthetic_rows()[["latency_ms"]]
+        )
+    with pytest.raises(ModelError, match="nothing to calibrate"):
+        frame = synthetic_rows().assign(energy_j=1.0)
+        CalibratedModel(ExactSourceModel()).fit(_inputs(frame), frame[["energy_j"]])
+    with pytest.raises(ModelError, match="not fitted"):
+        CalibratedModel(ExactSourceModel()).predict(_inputs(synthetic_rows()))
+
+
+def test_calibrate_function_and_few_shot_transfer(tmp_path):
+    """End to end with the real CostModel (fast preset) on synthetic platforms."""
+    a = synthetic_rows(batch_sizes=(1, 2, 4, 8, 16, 32, 64, 128))
+    b = synthetic_rows(runtime="onnxruntime", batch_sizes=(1, 2, 4, 8, 16, 32, 64, 128))
+    b["latency_ms"] = 0.4 * a["latency_ms"] ** 0.9
+    b["peak_mem_mb"] = 1.5 * a["peak_mem_mb"]
+    from carb_nas.costmodel import CostModel, model_inputs
+
+    source = CostModel(preset="fast").fit(model_inputs(a), a[["peak_mem_mb", "latency_ms"]])
+    cal = calibrate(source, b.sample(25, random_state=0))
+    pred = cal.predict(model_inputs(b))
+    r2 = (
+        1
+        - ((pred["latency_ms"] - b["latency_ms"]) ** 2).sum()
+        / ((b["latency_ms"] - b["latency_ms"].mean()) ** 2).sum()
+    )
+    assert r2 > 0.9
+
+    out = tmp_path / "transfer"
+    res = write_transfer_report(a, b, out, few_shot=(10, 25), seeds=2, source_model=source)
+    fs = res["few_shot"]
+    assert set(fs["runs"]) == {"10", "25"}
+    run = fs["runs"]["25"]
+    for t in ("latency_ms", "peak_mem_mb"):
+        assert len(run["calibrated"][t]["r2_runs"]) == 2
+        assert run["calibrated"][t]["r2_mean"] > 0.9
+        # the source model alone is far off on B (other scale), calibration fixes it
+        assert run["calibrated"][t]["r2_mean"] > run["source_only"][t]["r2_mean"]
+        assert math.isfinite(run["calibrated"][t]["r2_std"])
+    assert (out / "few_shot.png").read_bytes()[:8] == PNG_MAGIC
+    assert (out / "transfer_scatter.png").read_bytes()[:8] == PNG_MAGIC
+    assert "## Few-shot calibration" in (out / "README.md").read_text()
+    assert json.loads((out / "transfer.json").read_text())["latency_ms"]["r2"] > 0.9

@@ -1,0 +1,625 @@
+"""Two-stage deployment screening (seed 001, "Two-Stage Deployment Screening").
+
+Stage 1 scores every candidate with the *source* platform's cost model and keeps the top K by
+one target (smallest first). Stage 2 re-scores only that shortlist with the *target* platform's
+model, applies the deployment budgets and extracts the Pareto set over the targets (all
+minimized). Counts are reported at every stage::
+
+    result = screen("search_spaces/carb_screening.toml", source, target,
+                    rank_by="latency_ms", top_k=100, budgets={"latency_ms": 50})
+    result.counts   # {"candidates": 3072, "shortlisted": 100, "within_budget": ..., ...}
+
+Budgets are ``TARGET=LIMIT`` pairs in the target's unit (``latency_ms=50``, ``peak_mem_mb=200``,
+``energy_j=75``, all per batch); ``<target>_per_image`` divides by the batch size.
+
+Confidence. ``CostModel.predict(X, alpha=a)`` returns a two-sided split-conformal interval
+``[lower, upper]`` that holds the true value with probability at least ``1 - a``. Screening
+with ``confidence=c`` asks for the interval at ``alpha = 1 - c`` and accepts a config only if
+the interval's *upper* bound is within budget. Only one side is used, so the chance that the true
+cost exceeds ``upper`` is at most ``1 - c`` (about half that when errors are symmetric): the
+decision is conservative, never optimistic.
+
+An empty feasible set is an answer, not an error: ``result.feasible`` is False and
+``result.least_violating`` holds the shortlisted configs that miss the budgets by the least
+(sum of relative excesses over every budget).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from carb_nas.dataset import TARGETS
+from carb_nas.errors import BudgetError, ConfigError, ModelError
+from carb_nas.space import CONFIG_COLUMNS, Space, load_space, normalize_config_frame
+
+__all__ = [
+    "ScreenResult",
+    "screen",
+    "parse_budget",
+    "parse_budgets",
+    "check_budgets",
+    "budget_columns",
+    "metric_values",
+    "pareto_mask",
+    "pareto_front",
+    "predict_frame",
+    "candidate_frame",
+    "align_to_platform",
+    "violation_frame",
+    "KNOWN_METRICS",
+]
+
+PER_IMAGE = "_per_image"
+#: every name a budget or objective may use: the targets and their per-image variants
+KNOWN_METRICS = tuple(TARGETS) + tuple(f"{t}{PER_IMAGE}" for t in TARGETS)
+
+
+# -- budgets ---------------------------------------------------------------------------------
+def _base_target(name: str) -> str:
+    return name[: -len(PER_IMAGE)] if name.endswith(PER_IMAGE) else name
+
+
+def parse_budget(text: str) -> tuple[str, float]:
+    """Parse ``"TARGET=LIMIT"`` (e.g. ``"latency_ms=50"``) into ``(target, limit)``.
+
+    Raises BudgetError for a missing ``=``, an unknown target, or a limit that is not a finite
+    number > 0.
+    """
+    if not isinstance(text, str) or "=" not in text:
+        raise BudgetError(
+            f"malformed budget: expected TARGET=LIMIT such as latency_ms=50, got {text!r}. "
+            f"Write the target, '=', then the limit; targets: {', '.join(KNOWN_METRICS)}."
+        )
+    name, _, raw = text.partition("=")
+    return _check_budget(name.strip(), raw.strip())
+
+
+def _check_budget(name: str, raw: Any) -> tuple[str, float]:
+    if name not in KNOWN_METRICS:
+        raise BudgetError(
+            f"unknown budget target: expected one of {', '.join(KNOWN_METRICS)}, got {name!r}. "
+            "Use a target name with its unit suffix, e.g. latency_ms=50."
+        )
+    try:
+        if isinstance(raw, bool):
+            raise TypeError
+        limit = float(raw)
+    except (TypeError, ValueError):
+        raise BudgetError(
+            f"non-numeric budget limit for {name}: expected a number > 0 in the target's unit, "
+            f"got {raw!r}. Write e.g. {name}=50."
+        ) from None
+    if not math.isfinite(limit) or limit <= 0:
+        raise BudgetError(
+            f"invalid budget limit for {name}: expected a finite number > 0, got {raw!r}. "
+            f"A budget is an upper limit on a cost; give a positive value such as {name}=50."
+        )
+    return name, limit
+
+
+def parse_budgets(budgets: Iterable[str] | Mapping[str, Any] | None) -> dict[str, float]:
+    """Budgets from ``["latency_ms=50", ...]`` or ``{"latency_ms": 50}``; None -> ``{}``.
+
+    A target given twice is an error (which limit would apply would be ambiguous).
+    """
+    if budgets is None:
+        return {}
+    if isinstance(budgets, str):
+        budgets = [budgets]
+    pairs = (
+        [_check_budget(str(k), v) for k, v in budgets.items()]
+        if isinstance(budgets, Mapping)
+        else [parse_budget(b) for b in budgets]
+    )
+    out: dict[str, float] = {}
+    for name, limit in pairs:
+        if name in out:
+            raise BudgetError(
+                f"duplicate budget for {name}: expected each target at most once, got limits "
+                f"{out[name]:g} and {limit:g}. Keep one of them."
+            )
+        out[name] = limit
+    return out
+
+
+def _model_targets(model: Any) -> list[str]:
+    targets = getattr(model, "targets_", None)
+    if targets is None:
+        raise ModelError(
+            "unfitted cost model: expected a fitted CostModel (with targets_), got "
+            f"{type(model).__name__} without targets_. Train it (carb-nas model train) or load "
+            "a saved one."
+        )
+    return list(targets)
+
+
+def _platform_name(model: Any) -> str:
+    plat = getattr(model, "platform_", None) or {}
+    if isinstance(plat, Mapping):
+        if plat.get("platform"):
+            return str(plat["platform"])
+        parts = [plat.get(k) for k in ("device", "runtime", "precision")]
+        if all(parts):
+            return "/".join(map(str, parts))
+    return "this model's platform"
+
+
+def check_budgets(budgets: Mapping[str, float], model: Any, role: str = "model") -> None:
+    """Raise BudgetError when a budget names a target ``model`` does not predict."""
+    targets = _model_targets(model)
+    for name in budgets:
+        if _base_target(name) not in targets:
+            why = " (that platform had no energy meter)" if name.startswith("energy") else ""
+            raise BudgetError(
+                f"budget on a target the {role} does not predict: the {role} for "
+                f"{_platform_name(model)} predicts {targets}{why}, got a budget on {name!r}. "
+                "Drop that budget or use a model trained with that target."
+            )
+
+
+def budget_columns(name: str, bound: bool) -> str:
+    """Prediction column a budget on ``name`` is checked against (upper bound or point)."""
+    base = _base_target(name)
+    return f"{base}_upper" if bound else base
+
+
+def metric_values(
+    pred: pd.DataFrame, name: str, batch_size: Any, upper: bool = False
+) -> np.ndarray:
+    """Values of a metric (a target or ``<target>_per_image``) from a prediction frame."""
+    col = budget_columns(name, upper)
+    if col not in pred:
+        raise ModelError(
+            f"missing prediction column {col!r}: expected the model's output to hold it, got "
+            f"columns {list(pred.columns)}. Ask for intervals (alpha) when using confidence."
+        )
+    values = pred[col].to_numpy(dtype=float)
+    if name.endswith(PER_IMAGE):
+        values = values / np.asarray(batch_size, dtype=float)
+    return values
+
+
+# -- Pareto ----------------------------------------------------------------------------------
+def pareto_mask(values: Any) -> np.ndarray:
+    """Boolean mask of the non-dominated rows of ``values`` (n x m), every column minimized.
+
+    A row is dominated when another row is <= in every column and < in at least one. Exact
+    duplicates of a non-dominated row are all kept. Rows holding NaN are never in the front.
+    Sort-based: O(n log n) vectorized for m <= 2, a sorted-staircase sweep for m == 3, and a
+    vectorized elimination for m >= 4.
+    """
+    v = np.asarray(values, dtype=float)
+    if v.ndim != 2:
+        raise ValueError(f"pareto_mask expects a 2-D array (rows x objectives), got {v.shape}")
+    n, m = v.shape
+    mask = np.zeros(n, dtype=bool)
+    ok = ~np.isnan(v).any(axis=1)
+    if n == 0 or m == 0 or not ok.any():
+        return mask
+    idx = np.flatnonzero(ok)
+    w = v[idx]
+    # sort lexicographically (first column primary); duplicates become adjacent
+    order = np.lexsort(w.T[::-1])
+    s = w[order]
+    first = np.ones(len(s), dtype=bool)
+    first[1:] = (s[1:] != s[:-1]).any(axis=1)
+    group = np.cumsum(first) - 1
+    u = s[first]  # distinct rows in sorted order
+    if m == 1:
+        keep_u = u[:, 0] == u[0, 0]
+    elif m == 2:
+        before = np.empty(len(u))
+        before[0] = np.inf
+        before[1:] = np.minimum.accumulate(u[:-1, 1])
+        keep_u = u[:, 1] < before
+    elif m == 3:
+        keep_u = _staircase_3d(u)
+    else:
+        keep_u = _eliminate(u)
+    mask[idx[order]] = keep_u[group]
+    return mask
+
+
+def _staircase_3d(u: np.ndarray) -> np.ndarray:
+    """Rows sorted by column 0 (distinct): keep a row unless an earlier one beats it on 1 and 2."""
+    keep = np.zeros(len(u), dtype=bool)
+    # cheap vectorized prefilter: points dominated by one of a few strong rows drop out first
+    strong = np.argsort(((u - u.min(0)) / (np.ptp(u, axis=0) + 1e-300)).sum(1))[:16]
+    alive = np.ones(len(u), dtype=bool)
+    for j in strong:
+        dom = (u >= u[j]).all(axis=1) & (u > u[j]).any(axis=1)
+        alive &= ~dom
+    ys: list[float] = []  # staircase: column 1 ascending, column 2 strictly descending
+    zs: list[float] = []
+    for i in np.flatnonzero(alive):
+        y, z = u[i, 1], u[i, 2]
+        k = bisect_right(ys, y) - 1
+        if k >= 0 and zs[k] <= z:
+            continue  # an earlier (<= on column 0) row is <= on 1 and 2, and rows are distinct
+        keep[i] = True
+        lo = bisect_left(ys, y)
+        hi = lo
+        while hi < len(ys) and zs[hi] >= z:
+            hi += 1
+        ys[lo:hi] = [y]
+        zs[lo:hi] = [z]
+    return keep
+
+
+def _eliminate(u: np.ndarray) -> np.ndarray:
+    """Distinct rows, any m: repeatedly take the best remaining row and drop what it dominates."""
+    n = len(u)
+    alive = np.ones(n, dtype=bool)
+    keep = np.zeros(n, dtype=bool)
+    score = ((u - u.min(0)) / (np.ptp(u, axis=0) + 1e-300)).sum(1)
+    for i in np.argsort(score, kind="stable"):
+        if not alive[i]:
+            continue
+        rest = np.flatnonzero(alive)
+        dominated_by = (u[rest] <= u[i]).all(axis=1) & (u[rest] < u[i]).any(axis=1)
+        if dominated_by.any():
+            alive[i] = False
+            continue
+        keep[i] = True
+        dom = (u[rest] >= u[i]).all(axis=1) & (u[rest] > u[i]).any(axis=1)
+        alive[rest[dom]] = False
+    return keep
+
+
+def pareto_front(frame: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
+    """Rows of ``frame`` that are non-dominated over ``columns`` (all minimized)."""
+    if len(frame) == 0:
+        return frame.copy()
+    return frame[pareto_mask(frame[list(columns)].to_numpy(dtype=float))].copy()
+
+
+# -- candidates and predictions --------------------------------------------------------------
+def candidate_frame(space_or_frame: Space | pd.DataFrame | str | Path) -> pd.DataFrame:
+    """The candidates as a frame of CONFIG_COLUMNS (a Space, a space file, or a configs table),
+    exact duplicates removed, index 0..n-1."""
+    if isinstance(space_or_frame, (str, Path)):
+        p = Path(space_or_frame)
+        if p.suffix in (".csv", ".parquet"):
+            from carb_nas.space import read_configs
+
+            frame = read_configs(p)
+        else:
+            frame = load_space(p).grid()
+    elif isinstance(space_or_frame, Space):
+        frame = space_or_frame.grid()
+    elif isinstance(space_or_frame, pd.DataFrame):
+        frame = normalize_config_frame(space_or_frame, source="candidate frame")
+    else:
+        raise ConfigError(
+            "unsupported candidates: expected a Space, a space TOML path, a configs table path or"
+            f" a DataFrame of configs, got {type(space_or_frame).__name__}. Pass one of those."
+        )
+    frame = frame[list(CONFIG_COLUMNS)]
+    if frame.duplicated().any():
+        frame = frame.drop_duplicates()
+    return frame.reset_index(drop=True)
+
+
+def align_to_platform(model: Any, frame: pd.DataFrame, role: str = "model") -> pd.DataFrame:
+    """``frame`` as ``model``'s platform runs it: runtime and precision set to the platform's.
+
+    A cost model is per platform (device/runtime/precision), so a config is scored *as deployed
+    there*: a PyTorch-fp32 candidate list is scored by an ONNX Runtime model as ONNX Runtime
+    configs. Candidates that themselves vary a knob the model holds fixed cannot be scored by
+    it (that is another space): ModelError.
+    """
+    plat = getattr(model, "platform_", None)
+    if not isinstance(plat, Mapping):
+        return frame
+    out = frame
+    for knob in ("precision", "runtime"):
+        trained = plat.get(knob)
+        if not trained:
+            continue
+        values = sorted(set(map(str, frame[knob].unique())))
+        if values == [str(trained)]:
+            continue
+        if len(values) > 1:
+            raise ModelError(
+                f"{role} does not cover the candidates: it was trained for one {knob}, "
+                f"{trained!r} ({_platform_name(model)}), got candidates that vary {knob} over "
+                f"{values}. Restrict the space to {knob} = [{str(trained)!r}] or screen each "
+                f"{knob} with its own platform model."
+            )
+        if out is frame:
+            out = frame.copy()
+        out[knob] = str(trained)
+    return out
+
+
+def predict_frame(
+    model: Any,
+    frame: pd.DataFrame,
+    alpha: float | None = None,
+    X: pd.DataFrame | None = None,
+    chunk_rows: int = 200_000,
+) -> pd.DataFrame:
+    """``model.predict`` on the model inputs of ``frame`` (configs), index aligned with it.
+
+    Predicts in chunks to bound memory, and once per distinct model-input row: rows that agree
+    on every column the model reads get the same prediction by construction, so computing it
+    once and reusing it is exact.
+    """
+    from carb_nas.costmodel import model_inputs
+
+    if X is None:
+        X = model_inputs(frame)
+    names = getattr(model, "feature_names_in_", None)
+    if names is not None:
+        missing = [c for c in names if c not in X.columns]
+        if missing:
+            raise ModelError(
+                f"model/schema mismatch: the model reads columns {missing[:5]} that "
+                f"carb_nas.costmodel.model_inputs does not produce (got {list(X.columns)[:8]}...)"
+                ". The model was trained with another feature schema; retrain it with this "
+                "carb_nas version."
+            )
+        X = X[list(names)]
+    codes = pd.util.hash_pandas_object(X, index=False).to_numpy()
+    uniq, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+    Xu = X.iloc[first] if len(uniq) < len(X) else X
+    parts = []
+    for start in range(0, len(Xu), chunk_rows):
+        part = Xu.iloc[start : start + chunk_rows]
+        out = model.predict(part) if alpha is None else model.predict(part, alpha=alpha)
+        parts.append(pd.DataFrame(out).reset_index(drop=True))
+    pred = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    if len(uniq) < len(X):
+        pred = pred.iloc[inverse.ravel()].reset_index(drop=True)
+    pred.index = frame.index
+    return pred
+
+
+# -- screening -------------------------------------------------------------------------------
+@dataclass
+class ScreenResult:
+    """Frames at every stage of a two-stage screen, plus the counts.
+
+    ``candidates``: every candidate with the source model's ranking prediction (``source_<t>``)
+    and its rank; ``shortlist``: the top K with source and target predictions (``<t>`` columns
+    are the target model's); ``within_budget``: the shortlisted configs that meet every budget;
+    ``pareto``: the non-dominated configs among those; ``least_violating``: when nothing meets
+    the budgets, the shortlisted configs closest to them (else empty).
+    """
+
+    candidates: pd.DataFrame
+    shortlist: pd.DataFrame
+    within_budget: pd.DataFrame
+    pareto: pd.DataFrame
+    least_violating: pd.DataFrame
+    rank_by: str
+    top_k: int
+    budgets: dict[str, float]
+    confidence: float | None
+    objectives: list[str]
+    spearman: float
+    seconds: float
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def feasible(self) -> bool:
+        return len(self.within_budget) > 0
+
+    @property
+    def counts(self) -> dict[str, Any]:
+        return {
+            "candidates": len(self.candidates),
+            "shortlisted": len(self.shortlist),
+            "within_budget": len(self.within_budget),
+            "pareto": len(self.pareto),
+            "spearman": self.spearman,
+            "seconds": self.seconds,
+        }
+
+    def to_dict(self, rows: bool = True) -> dict[str, Any]:
+        out: dict[str, Any] = dict(self.counts)
+        out.update(
+            rank_by=self.rank_by,
+            top_k=self.top_k,
+            budgets=self.budgets,
+            confidence=self.confidence,
+            objectives=self.objectives,
+            feasible=self.feasible,
+            stage_seconds=self.stage_seconds,
+        )
+        if rows:
+            out["pareto_configs"] = self.pareto.to_dict(orient="records")
+            if not self.feasible:
+                out["least_violating"] = self.least_violating.to_dict(orient="records")
+        return out
+
+    def summary(self) -> str:
+        n = max(len(self.candidates), 1)
+        conf = f" at confidence {self.confidence:g} (upper bounds)" if self.confidence else ""
+        budgets = ", ".join(f"{k} <= {v:g}" for k, v in self.budgets.items()) or "none"
+        lines = [
+            f"candidates     {len(self.candidates):>9,}",
+            f"shortlisted    {len(self.shortlist):>9,}   top {self.top_k} by source "
+            f"{self.rank_by} (Spearman source vs target on the shortlist: "
+            f"{self.spearman:.3f})",
+            f"within budget  {len(self.within_budget):>9,}   budgets: {budgets}{conf}",
+            f"Pareto         {len(self.pareto):>9,}   over {', '.join(self.objectives)} "
+            f"({100 * (1 - len(self.pareto) / n):.1f}% fewer configs to profile)",
+            f"time           {self.seconds:>9.2f} s",
+        ]
+        if not self.feasible:
+            lines.append(
+                "no shortlisted config meets every budget: the closest ones are in "
+                "least_violating (relative excess over the budgets, smallest first)"
+            )
+        return "\n".join(lines)
+
+
+def _validate_rank(rank_by: str, top_k: int, source: Any, target: Any) -> None:
+    if rank_by not in KNOWN_METRICS:
+        raise BudgetError(
+            f"unknown ranking target: expected one of {', '.join(KNOWN_METRICS)}, got "
+            f"{rank_by!r}. Rank by a target name such as latency_ms."
+        )
+    for role, model in (("source model", source), ("target model", target)):
+        if _base_target(rank_by) not in _model_targets(model):
+            raise BudgetError(
+                f"ranking target not predicted by the {role}: it predicts "
+                f"{_model_targets(model)} ({_platform_name(model)}), got rank_by={rank_by!r}. "
+                "Rank by a target both models predict."
+            )
+    if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
+        raise ConfigError(
+            f"invalid top_k: expected a whole number >= 1, got {top_k!r}. Keep at least one "
+            "candidate, e.g. top_k=100."
+        )
+
+
+def _check_confidence(confidence: float | None) -> None:
+    if confidence is None:
+        return
+    if (
+        isinstance(confidence, bool)
+        or not isinstance(confidence, (int, float))
+        or not (0 < confidence < 1)
+    ):
+        raise BudgetError(
+            f"invalid confidence: expected a probability strictly between 0 and 1, got "
+            f"{confidence!r}. Use e.g. 0.9 or 0.99."
+        )
+
+
+def violation_frame(
+    pred: pd.DataFrame, batch_size: Any, budgets: Mapping[str, float], upper: bool
+) -> pd.DataFrame:
+    """Relative excess ``value / limit - 1`` per budget (<= 0 within budget)."""
+    out = pd.DataFrame(index=pred.index)
+    for name, limit in budgets.items():
+        out[name] = metric_values(pred, name, batch_size, upper=upper) / limit - 1.0
+    return out
+
+
+def screen(
+    space_or_frame: Space | pd.DataFrame | str | Path,
+    source_model: Any,
+    target_model: Any,
+    rank_by: str,
+    top_k: int,
+    budgets: Iterable[str] | Mapping[str, Any] | None = None,
+    confidence: float | None = None,
+    objectives: Sequence[str] | None = None,
+) -> ScreenResult:
+    """Two-stage screening; see the module docstring.
+
+    Args:
+        space_or_frame: the candidates (Space, space TOML, configs table, or DataFrame).
+        source_model / target_model: fitted CostModels of the source and target platforms.
+        rank_by: the target the shortlist is ranked by (smallest first), e.g. ``latency_ms``.
+        top_k: shortlist size K.
+        budgets: ``["latency_ms=50", ...]`` or ``{"latency_ms": 50}``; limits in the unit in
+            the name, per batch (``<target>_per_image`` per image).
+        confidence: None for point predictions; c in (0, 1) to accept only configs whose
+            upper bound at ``alpha = 1 - c`` is within every budget.
+        objectives: Pareto objectives (minimized); default every target of the target model.
+    """
+    t0 = time.perf_counter()
+    budgets = parse_budgets(budgets)
+    _validate_rank(rank_by, top_k, source_model, target_model)
+    _check_confidence(confidence)
+    check_budgets(budgets, target_model, role="target model")
+    target_targets = _model_targets(target_model)
+    objectives = list(objectives) if objectives else list(target_targets)
+    for name in objectives:
+        if name not in KNOWN_METRICS or _base_target(name) not in target_targets:
+            raise BudgetError(
+                f"unknown Pareto objective: expected targets of the target model "
+                f"{target_targets} (or <target>_per_image), got {name!r}. Pick among those."
+            )
+    stage: dict[str, float] = {}
+
+    frame = candidate_frame(space_or_frame)
+    src_frame = align_to_platform(source_model, frame, "source model")
+    tgt_frame = align_to_platform(target_model, frame, "target model")
+    stage["candidates_s"] = time.perf_counter() - t0
+
+    # stage 1: every candidate through the source model, keep the K smallest by rank_by
+    t1 = time.perf_counter()
+    src = predict_frame(source_model, src_frame)
+    rank_values = metric_values(src, rank_by, frame["batch_size"].to_numpy())
+    k = min(int(top_k), len(frame))
+    if k < len(frame):
+        top = np.argpartition(rank_values, k - 1)[:k]
+    else:
+        top = np.arange(len(frame))
+    top = top[np.lexsort((top, rank_values[top]))]  # stable ranking order
+    stage["source_s"] = time.perf_counter() - t1
+    candidates = frame.copy()
+    for t in src.columns:
+        candidates[f"source_{t}"] = src[t].to_numpy()
+
+    # stage 2: the shortlist through the target model
+    t2 = time.perf_counter()
+    shortlist = candidates.iloc[top].reset_index(drop=True)
+    shortlist.insert(0, "source_rank", np.arange(1, len(shortlist) + 1))
+    alpha = None if confidence is None else 1.0 - float(confidence)
+    tgt = predict_frame(target_model, tgt_frame.iloc[top], alpha=alpha)
+    for col in tgt.columns:
+        shortlist[col] = tgt[col].to_numpy()
+    batch = shortlist["batch_size"].to_numpy()
+    viol = violation_frame(tgt, batch, budgets, upper=confidence is not None)
+    shortlist["budget_excess"] = viol.clip(lower=0).sum(axis=1).to_numpy()
+    shortlist["within_budget"] = (viol <= 0).all(axis=1).to_numpy()
+    spearman = _spearman(
+        metric_values(src.iloc[top], rank_by, batch),
+        metric_values(tgt, rank_by, batch),
+    )
+    stage["target_s"] = time.perf_counter() - t2
+
+    t3 = time.perf_counter()
+    within = shortlist[shortlist["within_budget"]].reset_index(drop=True)
+    if len(within):
+        obj = np.column_stack(
+            [metric_values(within, o, within["batch_size"].to_numpy()) for o in objectives]
+        )
+        pareto = within[pareto_mask(obj)].reset_index(drop=True)
+        least = shortlist.iloc[:0].copy()
+    else:
+        pareto = within.copy()
+        least = shortlist.sort_values(["budget_excess", "source_rank"]).head(10)
+        least = least.reset_index(drop=True)
+    stage["pareto_s"] = time.perf_counter() - t3
+    return ScreenResult(
+        candidates=candidates,
+        shortlist=shortlist,
+        within_budget=within,
+        pareto=pareto,
+        least_violating=least,
+        rank_by=rank_by,
+        top_k=int(top_k),
+        budgets=budgets,
+        confidence=confidence,
+        objectives=objectives,
+        spearman=spearman,
+        seconds=time.perf_counter() - t0,
+        stage_seconds=stage,
+    )
+
+
+def _spearman(a: np.ndarray, b: np.ndarray) -> float:
+    """Spearman's rho (average ranks for ties); NaN when undefined (< 2 rows or constant)."""
+    if len(a) < 2:
+        return float("nan")
+    ra = pd.Series(a).rank().to_numpy()
+    rb = pd.Series(b).rank().to_numpy()
+    if np.ptp(ra) == 0 or np.ptp(rb) == 0:
+        return float("nan")
+    return float(np.corrcoef(ra, rb)[0, 1])

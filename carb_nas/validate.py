@@ -1,0 +1,458 @@
+"""Validate predictions on real hardware: profile a shortlist, score the cost model.
+
+``validate(pareto, device="cpu", runtime="torch", precision="fp32", model=model,
+budgets={"latency_ms": 50})`` profiles every config with :class:`carb_nas.measure.Profiler`
+(the same code as ``carb-nas profile``), and reports
+
+- predicted vs measured per target: MAE (target unit) and MAPE (%);
+- budget decisions: the model *accepts* a config when every predicted cost is within budget
+  (with ``confidence``: the upper bound at ``alpha = 1 - confidence``); the measurement decides
+  whether it truly is. True/false accepts and rejects are counted; a config that ran out of
+  memory counts as measured over budget; a budget on a target this machine cannot measure
+  (``energy_j`` without a meter) leaves the decision undecided, never guessed;
+- a warning when the model's platform fingerprint (device name, runtime) differs from the
+  machine and runtime the measurements come from: the model is then scored against another
+  platform, and the report says so.
+
+``append=PATH`` adds the new measurement rows to a dataset CSV/Parquet (written atomically).
+``report_dir`` gets ``validation.json``, ``validation.csv`` and two PNG plots: the Pareto front
+as 2-D projections (predicted, with the measured points) and predicted vs measured.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import warnings
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from carb_nas.dataset import SCHEMA
+from carb_nas.errors import CampaignError, InputFileError, ModelError
+from carb_nas.screen import (
+    _base_target,
+    _model_targets,
+    _platform_name,
+    align_to_platform,
+    candidate_frame,
+    check_budgets,
+    metric_values,
+    parse_budgets,
+    predict_frame,
+)
+from carb_nas.space import CONFIG_COLUMNS, frame_to_configs, read_table, write_table
+
+__all__ = ["validate", "ValidationResult", "fingerprint_mismatch", "DECISIONS"]
+
+DECISIONS = ("true_accept", "false_accept", "true_reject", "false_reject", "undecided")
+
+
+@dataclass
+class ValidationResult:
+    """Per-config predictions and measurements, error metrics and budget decisions.
+
+    ``rows``: one row per config: config columns, ``predicted_<t>``, ``measured_<t>`` (and
+    ``predicted_<t>_upper`` with a confidence), ``status``, ``accept_predicted``,
+    ``accept_measured`` and ``decision`` (one of DECISIONS). ``measurements``: the raw profiler
+    rows (dataset.SCHEMA). ``metrics``: ``{target: {"n", "mae", "mape_pct"}}``.
+    """
+
+    rows: pd.DataFrame
+    measurements: pd.DataFrame
+    metrics: dict[str, dict[str, float]]
+    decisions: dict[str, int]
+    budgets: dict[str, float]
+    confidence: float | None
+    platform: str
+    model_platform: str
+    warnings: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    appended_to: str | None = None
+    report_files: list[str] = field(default_factory=list)
+
+    @property
+    def targets(self) -> list[str]:
+        return [c.removeprefix("measured_") for c in self.rows.columns if c.startswith("measured_")]
+
+    def validated_items(self) -> list[dict[str, Any]]:
+        """One dict per config: config, predicted and measured values per target, decision."""
+        items = []
+        for _, r in self.rows.iterrows():
+            item = {c: r[c] for c in CONFIG_COLUMNS}
+            item["key"] = r["key"]
+            item["status"] = r["status"]
+            item["predicted"] = {t: _num(r[f"predicted_{t}"]) for t in self.targets}
+            item["measured"] = {t: _num(r[f"measured_{t}"]) for t in self.targets}
+            if self.confidence is not None:
+                item["predicted_upper"] = {
+                    t: _num(r.get(f"predicted_{t}_upper")) for t in self.targets
+                }
+            item["within_budget_predicted"] = bool(r["accept_predicted"])
+            am = r["accept_measured"]
+            item["within_budget_measured"] = None if pd.isna(am) else bool(am)
+            item["decision"] = r["decision"]
+            item["decision_correct"] = (
+                None if r["decision"] == "undecided" else r["decision"].startswith("true_")
+            )
+            items.append(item)
+        return items
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "platform": self.platform,
+            "model_platform": self.model_platform,
+            "n": len(self.rows),
+            "metrics": self.metrics,
+            "decisions": self.decisions,
+            "budgets": self.budgets,
+            "confidence": self.confidence,
+            "warnings": self.warnings,
+            "seconds": self.seconds,
+            "appended_to": self.appended_to,
+            "report_files": self.report_files,
+            "validated": self.validated_items(),
+        }
+
+    def summary(self) -> str:
+        lines = [
+            f"validated {len(self.rows)} configs on {self.platform} "
+            f"(model: {self.model_platform}) in {self.seconds:.1f} s"
+        ]
+        for w in self.warnings:
+            lines.append(f"warning: {w}")
+        for t, m in self.metrics.items():
+            lines.append(
+                f"  {t:<12} n={m['n']:<3} MAE={m['mae']:.4g}  MAPE={m['mape_pct']:.1f}%"
+                if m["n"]
+                else f"  {t:<12} not measured on this platform"
+            )
+        if self.budgets:
+            d = self.decisions
+            correct = d["true_accept"] + d["true_reject"]
+            decided = correct + d["false_accept"] + d["false_reject"]
+            lines.append(
+                f"  budget decisions: {correct}/{decided} correct (true accepts "
+                f"{d['true_accept']}, true rejects {d['true_reject']}, false accepts "
+                f"{d['false_accept']}, false rejects {d['false_reject']}"
+                + (f", undecided {d['undecided']}" if d["undecided"] else "")
+                + ")"
+            )
+        cols = ["family", "depth", "width", "resolution", "batch_size"]
+        header = cols + [f"{t} pred/meas" for t in self.targets] + ["decision"]
+        table = [header]
+        for _, r in self.rows.iterrows():
+            vals = [str(r[c]) for c in cols]
+            for t in self.targets:
+                vals.append(f"{_fmt(r[f'predicted_{t}'])}/{_fmt(r[f'measured_{t}'])}")
+            vals.append(str(r["decision"]) if self.budgets else "-")
+            table.append(vals)
+        widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+        lines += ["  " + "  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in table]
+        return "\n".join(lines)
+
+
+def _num(v: Any) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if np.isfinite(f) else None
+
+
+def _fmt(v: Any) -> str:
+    f = _num(v)
+    return "-" if f is None else f"{f:.3g}"
+
+
+def fingerprint_mismatch(model: Any, device_name: str, runtime: str, device: str) -> list[str]:
+    """Why the model's platform differs from the measuring one (empty when they agree)."""
+    plat = getattr(model, "platform_", None)
+    if not isinstance(plat, Mapping) or not plat:
+        return [
+            "the model records no platform fingerprint, so it cannot be checked that it was "
+            "trained on this machine and runtime"
+        ]
+    out = []
+    want = {"device_name": device_name, "runtime": runtime, "device": device}
+    for key, here in want.items():
+        there = plat.get(key)
+        if there is not None and str(there) != str(here):
+            out.append(
+                f"the model was trained on {key}={there!r} but the measurements come from "
+                f"{key}={here!r}: predictions for one platform are scored against another"
+            )
+    return out
+
+
+def _decision(pred_ok: bool, meas_ok: Any) -> str:
+    if meas_ok is None or (isinstance(meas_ok, float) and np.isnan(meas_ok)):
+        return "undecided"
+    if pred_ok:
+        return "true_accept" if meas_ok else "false_accept"
+    return "false_reject" if meas_ok else "true_reject"
+
+
+def validate(
+    pareto_frame: pd.DataFrame | str | Path,
+    device: str = "cpu",
+    runtime: str = "torch",
+    precision: str = "fp32",
+    model: Any = None,
+    budgets: Iterable[str] | Mapping[str, Any] | None = None,
+    append: str | Path | None = None,
+    confidence: float | None = None,
+    threads: int | None = None,
+    protocol: Any = "adaptive",
+    meter: str = "auto",
+    report_dir: str | Path | None = None,
+    profiler: Any = None,
+    progress: Any = None,
+) -> ValidationResult:
+    """Profile every config of ``pareto_frame`` and score ``model``'s predictions.
+
+    Args:
+        pareto_frame: configs (a DataFrame or a CSV/Parquet/TOML path); extra columns ignored.
+        device / runtime / precision: the platform to measure on (the profiler's arguments).
+        model: the fitted CostModel whose predictions are validated.
+        budgets: ``["latency_ms=50"]`` or ``{"latency_ms": 50}`` (per batch).
+        append: dataset CSV/Parquet to append the new measurement rows to (created if absent).
+        confidence: budgets checked on the upper bound at ``alpha = 1 - confidence``.
+        threads / protocol / meter: passed to :class:`carb_nas.measure.Profiler`.
+        report_dir: where to write validation.json/.csv and the PNG plots.
+        profiler: an existing Profiler (tests pass one with a short protocol).
+        progress: optional callable(i, n, config) called before each measurement.
+    """
+    t0 = time.perf_counter()
+    if model is None:
+        raise ModelError(
+            "no cost model: expected a fitted CostModel (or --model DIR) whose predictions are "
+            "validated, got None. Pass the model trained for this platform."
+        )
+    budgets = parse_budgets(budgets)
+    check_budgets(budgets, model)
+    targets = _model_targets(model)
+    frame = candidate_frame(pareto_frame)
+    if len(frame) == 0:
+        raise InputFileError(
+            "nothing to validate: expected at least one config, got an empty table. Run "
+            "carb-nas search or screen first."
+        )
+    frame["runtime"] = runtime
+    frame["precision"] = precision
+    frame = frame.drop_duplicates().reset_index(drop=True)
+
+    from carb_nas.measure import Profiler
+
+    prof = profiler or Profiler(device, runtime, precision, threads, protocol, meter)
+    try:
+        warn = fingerprint_mismatch(model, prof.device_name, prof.runtime.name, prof.kind)
+        for w in warn:
+            warnings.warn(w, stacklevel=2)
+        alpha = None if confidence is None else 1.0 - confidence
+        pred = predict_frame(model, align_to_platform(model, frame, "model"), alpha=alpha)
+        measured = []
+        configs = frame_to_configs(frame)
+        for i, config in enumerate(configs):
+            if progress is not None:
+                progress(i, len(configs), config)
+            measured.append(prof.profile(config))
+        platform = prof.platform
+    finally:
+        if profiler is None:
+            prof.close()
+    meas = pd.DataFrame(measured, columns=list(SCHEMA))
+
+    rows = frame.copy()
+    rows["key"] = meas["key"].to_numpy()
+    rows["status"] = meas["status"].to_numpy()
+    metrics: dict[str, dict[str, float]] = {}
+    ok = (meas["status"] == "ok").to_numpy()
+    for t in targets:
+        p = pred[t].to_numpy(dtype=float)
+        m = pd.to_numeric(meas[t], errors="coerce").to_numpy(dtype=float)
+        m = np.where(ok, m, np.nan)
+        rows[f"predicted_{t}"] = p
+        if confidence is not None and f"{t}_upper" in pred:
+            rows[f"predicted_{t}_upper"] = pred[f"{t}_upper"].to_numpy()
+        rows[f"measured_{t}"] = m
+        have = np.isfinite(m) & np.isfinite(p)
+        err = np.abs(p[have] - m[have])
+        metrics[t] = {
+            "n": int(have.sum()),
+            "mae": float(err.mean()) if have.any() else float("nan"),
+            "mape_pct": float(100 * np.mean(err / np.abs(m[have]))) if have.any() else float("nan"),
+        }
+    batch = frame["batch_size"].to_numpy()
+    accept_pred = np.ones(len(frame), dtype=bool)
+    # measured decision per config: False once any budget is exceeded (or OOM), None while a
+    # budgeted target is unmeasured, True only when every budget is measured and met
+    accept_meas: list[bool | None] = [True] * len(frame)
+    status = rows["status"].tolist()
+    for name, limit in budgets.items():
+        accept_pred &= metric_values(pred, name, batch, upper=confidence is not None) <= limit
+        mvals = rows[f"measured_{_base_target(name)}"].to_numpy(dtype=float)
+        if name.endswith("_per_image"):
+            mvals = mvals / batch
+        for i in range(len(frame)):
+            if status[i] == "oom" or (np.isfinite(mvals[i]) and mvals[i] > limit):
+                accept_meas[i] = False
+            elif not np.isfinite(mvals[i]) and accept_meas[i] is not False:
+                accept_meas[i] = None
+    rows["accept_predicted"] = accept_pred
+    rows["accept_measured"] = pd.Series(
+        accept_meas if budgets else [None] * len(rows), dtype=object
+    ).to_numpy()
+    rows["decision"] = (
+        [_decision(a, b) for a, b in zip(accept_pred, accept_meas)]
+        if budgets
+        else ["undecided"] * len(rows)
+    )
+    decisions = {d: int((rows["decision"] == d).sum()) for d in DECISIONS}
+    if budgets and decisions["undecided"]:
+        unmeasured = [b for b in budgets if metrics[_base_target(b)]["n"] == 0]
+        if unmeasured:
+            warn.append(
+                f"budgets on {unmeasured} cannot be checked here: this platform did not measure "
+                "them (e.g. no energy meter); those decisions are left undecided"
+            )
+
+    result = ValidationResult(
+        rows=rows,
+        measurements=meas,
+        metrics=metrics,
+        decisions=decisions,
+        budgets=budgets,
+        confidence=confidence,
+        platform=platform,
+        model_platform=_platform_name(model),
+        warnings=warn,
+    )
+    if append is not None:
+        result.appended_to = str(append_rows(meas, append))
+    if report_dir is not None:
+        result.report_files = write_report(result, report_dir, pareto_frame)
+    result.seconds = time.perf_counter() - t0
+    if report_dir is not None:
+        _write_json(result, Path(report_dir) / "validation.json")
+    return result
+
+
+def append_rows(rows: pd.DataFrame, path: str | Path) -> Path:
+    """Append measurement rows to a dataset table (created if absent), atomically."""
+    p = Path(path)
+    if p.exists():
+        old = read_table(p)
+        missing = [c for c in ("key", "platform", "status") if c not in old.columns]
+        if missing:
+            raise CampaignError(
+                f"{p}: not a carb_nas dataset: expected the columns of dataset.SCHEMA, missing "
+                f"{missing}. Append to a dataset written by carb-nas, or to a new file."
+            )
+        platforms = set(old["platform"].dropna().astype(str)) - set(rows["platform"].astype(str))
+        if platforms:
+            raise CampaignError(
+                f"{p}: dataset of another platform: expected rows of "
+                f"{sorted(set(rows['platform']))}, got {sorted(platforms)}. A dataset holds one "
+                "platform; append to that platform's file."
+            )
+        cols = list(old.columns) + [c for c in rows.columns if c not in old.columns]
+        new = pd.concat([old, rows.reindex(columns=cols)], ignore_index=True)
+    else:
+        new = rows
+    return write_table(new, p)
+
+
+def _write_json(result: ValidationResult, path: Path) -> None:
+    from carb_nas.cli._common import _jsonable
+
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(_jsonable(result.to_dict()), indent=2, allow_nan=False))
+    tmp.replace(path)
+
+
+def write_report(
+    result: ValidationResult, report_dir: str | Path, pareto_frame: Any = None
+) -> list[str]:
+    """validation.csv + PNG plots (Pareto projections, predicted vs measured) in report_dir."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(report_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files = [str(write_table(result.rows, out / "validation.csv"))]
+    targets = result.targets
+
+    # predicted vs measured, one panel per target
+    fig, axes = plt.subplots(1, len(targets), figsize=(4.2 * len(targets), 4), squeeze=False)
+    for ax, t in zip(axes[0], targets):
+        p = result.rows[f"predicted_{t}"].to_numpy(dtype=float)
+        m = result.rows[f"measured_{t}"].to_numpy(dtype=float)
+        have = np.isfinite(p) & np.isfinite(m)
+        if have.any():
+            ax.scatter(m[have], p[have], s=22)
+            lo = float(min(p[have].min(), m[have].min()))
+            hi = float(max(p[have].max(), m[have].max()))
+            ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="y = x")
+            lim = result.budgets.get(t)
+            if lim is not None:
+                ax.axvline(lim, color="r", lw=0.8, label="budget")
+                ax.axhline(lim, color="r", lw=0.8)
+            ax.legend(loc="upper left", fontsize=8)
+            mt = result.metrics[t]
+            ax.set_title(f"{t}: MAE {mt['mae']:.3g}, MAPE {mt['mape_pct']:.1f}%", fontsize=9)
+        else:
+            ax.set_title(f"{t}: not measured on {result.platform}", fontsize=9)
+        ax.set_xlabel(f"measured {t}")
+        ax.set_ylabel(f"predicted {t}")
+    fig.suptitle(
+        f"predicted ({result.model_platform}) vs measured ({result.platform})", fontsize=10
+    )
+    fig.tight_layout()
+    path = out / "predicted_vs_measured.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    files.append(str(path))
+
+    # Pareto front, 2-D projections of the predicted targets, measured points overlaid
+    pairs = [(a, b) for i, a in enumerate(targets) for b in targets[i + 1 :]]
+    if "quality" in getattr(pareto_frame, "columns", []):
+        pairs += [(t, "quality") for t in targets]
+    if pairs:
+        fig, axes = plt.subplots(1, len(pairs), figsize=(4.2 * len(pairs), 4), squeeze=False)
+        pf = pareto_frame if isinstance(pareto_frame, pd.DataFrame) else None
+        for ax, (a, b) in zip(axes[0], pairs):
+            if b == "quality" and pf is not None:
+                ax.scatter(pf[a], pf[b], s=18, label="Pareto (predicted)")
+                ax.set_ylabel("quality (higher is better)")
+            else:
+                ax.scatter(
+                    result.rows[f"predicted_{a}"],
+                    result.rows[f"predicted_{b}"],
+                    s=18,
+                    label="predicted",
+                )
+                ax.scatter(
+                    result.rows[f"measured_{a}"],
+                    result.rows[f"measured_{b}"],
+                    s=18,
+                    marker="x",
+                    label="measured",
+                )
+                ax.set_ylabel(b)
+            ax.set_xlabel(a)
+            ax.legend(fontsize=8)
+        fig.suptitle("Pareto front, 2-D projections", fontsize=10)
+        fig.tight_layout()
+        path = out / "pareto_projections.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        files.append(str(path))
+    files.append(str(out / "validation.json"))
+    return files

@@ -252,12 +252,14 @@ def _model_inputs(frame: Any) -> Any:
 
 def _as_model(model: Any) -> Any:
     if isinstance(model, (str, Path)):
-        from carb_nas.costmodel import CostModel, load_default_model
-
         path = Path(model)
         if path.is_dir():
+            from carb_nas.costmodel import CostModel
+
             return CostModel.load(path)
         if str(model).count("/") == 2 and not path.exists():
+            from carb_nas.costmodel import load_default_model
+
             return load_default_model(str(model))
         raise MissingFileError(
             f"cost model not found: expected a model directory (saved by CostModel.save) or a "

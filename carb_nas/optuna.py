@@ -41,18 +41,17 @@ values back from the trial's stored user attributes.
 
 from __future__ import annotations
 
-import difflib
 import math
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import optuna  # absolute import: this is the real optuna, not carb_nas.optuna
 
-from carb_nas.dataset import TARGETS
 from carb_nas.errors import BudgetError, ConfigError, MissingFileError, ModelError
+from carb_nas.screen import PER_IMAGE, check_budgets, parse_budgets
 from carb_nas.space import Config, Space, configs_to_frame, load_space
 
 __all__ = [
@@ -275,51 +274,17 @@ def _as_model(model: Any) -> Any:
     return model
 
 
-def _validate_budgets(budgets: Any, model_targets: Sequence[str]) -> dict[str, float]:
-    if budgets is None:
-        return {}
-    if not isinstance(budgets, Mapping):
-        raise BudgetError(
-            f"invalid budgets: expected a mapping of target to limit such as "
-            f"{{'latency_ms': 50}}, got {type(budgets).__name__} {budgets!r}. Pass a dict."
-        )
-    out: dict[str, float] = {}
-    for target, limit in budgets.items():
-        if target not in TARGETS:
-            close = difflib.get_close_matches(str(target), TARGETS, n=1)
-            hint = f"Did you mean {close[0]!r}?" if close else "Use one of those names."
-            raise BudgetError(
-                f"unknown budget target: expected one of {list(TARGETS)}, got {target!r}. {hint}"
-            )
-        if (
-            isinstance(limit, bool)
-            or not isinstance(limit, (int, float, np.integer, np.floating))
-            or not math.isfinite(float(limit))
-            or float(limit) <= 0
-        ):
-            raise BudgetError(
-                f"invalid budget for {target}: expected a finite number > 0 (in the target's "
-                f"unit), got {limit!r}. Give e.g. {{'{target}': 50}}."
-            )
-        if target not in model_targets:
-            raise BudgetError(
-                f"budget on {target!r} but the cost model does not predict it: expected one of "
-                f"the model's targets {list(model_targets)}, got {target!r}. Drop that budget "
-                "or use a model trained on a platform that measures it (energy needs a meter)."
-            )
-        out[str(target)] = float(limit)
-    return out
-
-
 class CostConstraints:
     """Predicted costs and budget constraints for the trials of an existing Optuna study.
 
     Args:
         model: a fitted :class:`carb_nas.costmodel.CostModel`, a directory saved by
             ``CostModel.save``, or a shipped platform name such as ``"cpu/torch/fp32"``.
-        budgets: upper limits per target in the target's unit, e.g.
-            ``{"latency_ms": 50, "peak_mem_mb": 200}`` (targets among ``peak_mem_mb``,
-            ``energy_j``, ``latency_ms``, and predicted by the model). ``None``: costs only.
+        budgets: upper limits in the target's unit, per batch, e.g.
+            ``{"latency_ms": 50, "peak_mem_mb": 200}`` or ``["latency_ms=50"]``; a
+            ``<target>_per_image`` name divides the batch's cost by the batch size. Targets
+            among ``peak_mem_mb``, ``energy_j``, ``latency_ms``, and predicted by the model;
+            the rules are those of ``carb-nas screen --budget``. ``None``: costs only.
         confidence: ``None`` to judge budgets on the point prediction; or a level in (0, 1),
             e.g. ``0.95``: intervals are predicted with ``alpha = 1 - confidence`` and a budget
             counts as met only if the interval's upper end is within it (so at least
@@ -348,7 +313,9 @@ class CostConstraints:
         # Validated before any trial runs: a typo in a budget must not surface after hours.
         self.model = _as_model(model)
         self.targets = [str(t) for t in self.model.targets_]
-        self.budgets = _validate_budgets(budgets, self.targets)
+        # The same budget rules as `carb-nas screen/search --budget` (carb_nas.screen).
+        self.budgets = parse_budgets(budgets)
+        check_budgets(self.budgets, self.model, role="cost model")
         if confidence is not None and (
             isinstance(confidence, bool)
             or not isinstance(confidence, (int, float, np.floating))
@@ -432,14 +399,17 @@ class CostConstraints:
         if self.confidence is not None:
             trial.set_user_attr(_ATTR_CONFIDENCE, self.confidence)
         reasons = []
-        for target, budget in self.budgets.items():
-            side = "" if self.confidence is None else "_upper"
-            cost = predicted[target + side]
+        side = "" if self.confidence is None else "_upper"
+        for name, budget in self.budgets.items():
+            if name.endswith(PER_IMAGE):
+                cost = predicted[name[: -len(PER_IMAGE)] + side] / config.batch_size
+            else:
+                cost = predicted[name + side]
             excess = cost - budget
-            constraints[PARAM_PREFIX + target] = excess / budget if self.normalize else excess
+            constraints[PARAM_PREFIX + name] = excess / budget if self.normalize else excess
             if excess > 0:
                 what = "predicted" if self.confidence is None else f"{self.confidence:g} upper"
-                reasons.append(f"{target} {what} {cost:.4g} > budget {budget:g}")
+                reasons.append(f"{name} {what} {cost:.4g} > budget {budget:g}")
         limit_reason = _limit_reason(constraints, space)
         if limit_reason:
             reasons.append(limit_reason)

@@ -1,5 +1,77 @@
-"""CLI commands of this stage (filled in by the stage's issue)."""
+"""``carb-nas dataset``: export campaign rows, list shipped datasets."""
 
 from __future__ import annotations
 
-COMMANDS: list = []
+import click
+
+from carb_nas.cli._common import echo_json
+
+__all__ = ["COMMANDS"]
+
+
+@click.group("dataset")
+def dataset_group() -> None:
+    """Measured datasets: export a campaign, list the shipped datasets."""
+
+
+@dataset_group.command("export")
+@click.argument("campaign", type=click.Path(file_okay=False))
+@click.option("-o", "--output", required=True, help="rows.csv or rows.parquet")
+@click.option("--storage", default=None, help="Optuna storage URL if not the local journal.")
+@click.option("--ok-only", is_flag=True, help="Only rows with status ok.")
+@click.option(
+    "--salvage",
+    is_flag=True,
+    help="Read rows line by line from a corrupted journal (skips broken lines).",
+)
+def export_cmd(
+    campaign: str, output: str, storage: str | None, ok_only: bool, salvage: bool
+) -> None:
+    """Write the measured rows of CAMPAIGN (columns per carb_nas.dataset.SCHEMA)."""
+    from carb_nas.campaign import campaign_rows, salvage_rows
+    from carb_nas.space import write_table
+
+    if salvage:
+        frame = salvage_rows(campaign)
+    else:
+        frame = campaign_rows(campaign, storage)
+    if ok_only:
+        frame = frame[frame["status"] == "ok"].reset_index(drop=True)
+    write_table(frame, output)
+    counts = frame["status"].value_counts().to_dict()
+    click.echo(
+        f"wrote {len(frame)} rows to {output} "
+        + ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))
+    )
+
+
+@dataset_group.command("status")
+@click.argument("campaign", type=click.Path(file_okay=False))
+@click.option("--storage", default=None, help="Optuna storage URL if not the local journal.")
+def status_cmd(campaign: str, storage: str | None) -> None:
+    """Progress of a campaign as JSON (total, done, waiting, running, ok, oom, error)."""
+    from carb_nas.campaign import campaign_status
+
+    echo_json(campaign_status(campaign, storage))
+
+
+@dataset_group.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+def list_cmd(as_json: bool) -> None:
+    """The datasets shipped with carb_nas (one per platform)."""
+    from carb_nas.datasets import list_datasets
+
+    items = list_datasets()
+    if as_json:
+        echo_json(items)
+        return
+    if not items:
+        click.echo("no shipped datasets")
+    for d in items:
+        click.echo(
+            f"{d['platform']:<24} {d['rows']:>6} rows  energy={str(d['energy_j']).lower()}"
+            f"  {d['device_name']}  {d['path']}"
+        )
+
+
+COMMANDS: list = [dataset_group]

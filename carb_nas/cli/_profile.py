@@ -1,5 +1,156 @@
-"""CLI commands of this stage (filled in by the stage's issue)."""
+"""``carb-nas profile``: measure configs on a platform into a resumable campaign."""
 
 from __future__ import annotations
 
-COMMANDS: list = []
+from pathlib import Path
+
+import click
+
+from carb_nas.cli._common import echo_json
+
+__all__ = ["COMMANDS"]
+
+
+@click.command("profile")
+@click.argument("configs", metavar="CONFIGS.csv|SPACE.toml")
+@click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N.")
+@click.option("--runtime", default="torch", show_default=True, help="torch or onnxruntime.")
+@click.option(
+    "--precision",
+    default="fp32",
+    show_default=True,
+    help="fp32 | fp16 | bf16 (cuda) | int8 (cpu onnxruntime, static QDQ).",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Campaign directory (created; the same command resumes it).",
+)
+@click.option(
+    "--limit",
+    type=int,
+    default=None,
+    help="Profile N configs sampled from the source (nested in N for a seed).",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Sampling/order seed.")
+@click.option(
+    "--threads",
+    type=int,
+    default=None,
+    help="Intra-op threads (torch.set_num_threads / ORT intra_op_num_threads).",
+)
+@click.option(
+    "--protocol",
+    type=click.Choice(["adaptive", "carb"]),
+    default="adaptive",
+    show_default=True,
+    help="adaptive: until the median's 95% CI is within the "
+    "target or the time cap; carb: 10 warmups, 100 runs, 1 s cooldown.",
+)
+@click.option("--target-ci", type=float, default=None, help="Adaptive CI target (default 0.02).")
+@click.option("--time-cap-s", type=float, default=None, help="Adaptive time cap (default 2 s).")
+@click.option(
+    "--cooldown-s",
+    type=float,
+    default=None,
+    help="Pause between configs (default 0 adaptive, 1 s carb).",
+)
+@click.option(
+    "--meter",
+    type=click.Choice(["auto", "nvml", "rapl", "none"]),
+    default="auto",
+    show_default=True,
+    help="Energy meter; an explicit meter must be readable.",
+)
+@click.option(
+    "--storage",
+    default=None,
+    help="Optuna storage URL for many workers (sqlite:///x.db, postgresql://...); "
+    "default: a journal file in --out.",
+)
+@click.option(
+    "--max-host-mem-mb",
+    type=float,
+    default=None,
+    help="CPU memory cap: configs whose tensor peak exceeds it are rows with status oom.",
+)
+@click.option(
+    "--max-configs",
+    type=int,
+    default=None,
+    help="Stop after measuring this many configs in this call (resume later).",
+)
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def profile_cmd(
+    configs: str,
+    device: str,
+    runtime: str,
+    precision: str,
+    out_dir: str,
+    limit: int | None,
+    seed: int,
+    threads: int | None,
+    protocol: str,
+    target_ci: float | None,
+    time_cap_s: float | None,
+    cooldown_s: float | None,
+    meter: str,
+    storage: str | None,
+    max_host_mem_mb: float | None,
+    max_configs: int | None,
+    no_progress: bool,
+    as_json: bool,
+) -> None:
+    """Profile CONFIGS (a configs table or a space file) into the campaign --out.
+
+    Killed at any moment, the same command continues where it stopped: no row is lost or
+    duplicated. Export the rows with `carb-nas dataset export DIR -o rows.csv`.
+    """
+    from carb_nas.campaign import run_campaign
+    from carb_nas.measure._runtimes import check_platform
+    from carb_nas.space import load_space, read_configs
+
+    check_platform(device, runtime, precision)  # before reading a large space
+    frame = read_configs(configs)
+    p = Path(configs)
+    if p.suffix == ".toml" or not p.exists():
+        source = f"space:{load_space(configs).fingerprint}"
+    else:
+        source = None  # the configs' own fingerprint
+    overrides = {"target_ci_rel": target_ci, "time_cap_s": time_cap_s, "cooldown_s": cooldown_s}
+    summary = run_campaign(
+        frame,
+        out_dir,
+        device=device,
+        runtime=runtime,
+        precision=precision,
+        threads=threads,
+        protocol=protocol,
+        protocol_overrides=overrides,
+        meter=meter,
+        storage=storage,
+        source=source,
+        limit=limit,
+        seed=seed,
+        max_host_mem_mb=max_host_mem_mb,
+        max_configs=max_configs,
+        progress=not no_progress,
+    )
+    if as_json:
+        echo_json(summary.as_dict())
+        return
+    mean = summary.mean_s_per_config
+    click.echo(
+        f"{summary.platform}: {summary.done}/{summary.total} configs done "
+        f"({summary.measured_now} measured now: {summary.ok} ok, {summary.failed} failed; "
+        f"{summary.added} newly queued, {summary.recovered} recovered, {summary.requeued} "
+        f"re-queued) in {summary.wall_s:.1f} s"
+        + (f", {mean:.2f} s/config" if mean is not None else "")
+        + f". Export: carb-nas dataset export {out_dir} -o rows.csv"
+    )
+
+
+COMMANDS: list = [profile_cmd]

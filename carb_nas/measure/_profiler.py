@@ -1,0 +1,296 @@
+"""One measurement: a config on a platform -> one row following ``carb_nas.dataset.SCHEMA``."""
+
+from __future__ import annotations
+
+import functools
+import gc
+import json
+import platform as _platform
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import torch
+
+from carb_nas.dataset import SCHEMA
+from carb_nas.errors import ConfigError
+from carb_nas.measure._meters import (
+    NO_METER_REASON,
+    Meter,
+    NoMeter,
+    NVMLMeter,
+    get_meter,
+    measure_idle_power_w,
+    measure_window,
+)
+from carb_nas.measure._protocol import Protocol, time_runs
+from carb_nas.measure._runtimes import (
+    CALIBRATION,
+    OnnxRuntime,
+    Prepared,
+    Runtime,
+    get_runtime,
+    group_of,
+)
+from carb_nas.space import Config
+
+__all__ = ["Profiler", "profile_config", "cpu_model_name", "platform_string"]
+
+ERROR_MAX_CHARS = 500
+
+
+@functools.cache
+def cpu_model_name() -> str:
+    """The CPU model from /proc/cpuinfo (``model name``), else platform.processor()."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return _platform.processor() or _platform.machine() or "unknown CPU"
+
+
+def platform_string(device: str, runtime: str, precision: str) -> str:
+    return f"{device.split(':')[0]}/{runtime}/{precision}"
+
+
+def _is_oom(e: BaseException) -> bool:
+    if isinstance(e, MemoryError):
+        return True
+    oom_cls = getattr(torch.cuda, "OutOfMemoryError", None)
+    if oom_cls is not None and isinstance(e, oom_cls):
+        return True
+    text = str(e).lower()
+    return "out of memory" in text or "can't allocate memory" in text or "bad_alloc" in text
+
+
+class Profiler:
+    """Measures configs on one platform, reusing prepared models across batch sizes.
+
+    ``max_host_mem_mb`` is a host memory cap for CPU runs: a config whose measured tensor peak
+    exceeds it (or whose allocation fails) is recorded with status ``oom`` and not timed.
+    """
+
+    def __init__(
+        self,
+        device: str = "cpu",
+        runtime: str = "torch",
+        precision: str = "fp32",
+        threads: int | None = None,
+        protocol: Protocol | str = "adaptive",
+        meter: str | Meter = "auto",
+        max_host_mem_mb: float | None = None,
+        energy_min_window_s: float = 1.0,
+        idle_s: float = 1.0,
+        runtime_obj: Runtime | None = None,
+    ) -> None:
+        self.runtime = runtime_obj or get_runtime(device, runtime, precision, threads)
+        self.device = self.runtime.device
+        self.kind = self.runtime.kind
+        self.precision = precision
+        self.protocol = Protocol.named(protocol) if isinstance(protocol, str) else protocol
+        self.meter = meter if isinstance(meter, Meter) else get_meter(meter, self.device)
+        if max_host_mem_mb is not None and not max_host_mem_mb > 0:
+            raise ConfigError(f"invalid --max-host-mem-mb: expected > 0, got {max_host_mem_mb!r}.")
+        self.max_host_mem_mb = max_host_mem_mb
+        self.energy_min_window_s = energy_min_window_s
+        self._prepared: Prepared | None = None
+        self._prepare_error: tuple[tuple, str] | None = None
+        self.idle_power_w = measure_idle_power_w(self.meter, idle_s) if idle_s else None
+        self.platform = platform_string(self.device, self.runtime.name, precision)
+        self.device_name = self._device_name()
+        self.fingerprint = self._fingerprint()
+        self._fingerprint_json = json.dumps(self.fingerprint, sort_keys=True)
+        self._protocol_json = json.dumps(self.protocol.params(), sort_keys=True)
+
+    # -- platform ---------------------------------------------------------------------------
+    def _device_name(self) -> str:
+        if self.kind == "cuda":
+            return torch.cuda.get_device_name(self.device)
+        return cpu_model_name()
+
+    def _fingerprint(self) -> dict[str, Any]:
+        fp: dict[str, Any] = {
+            "platform": self.platform,
+            "device": self.kind,
+            "device_name": self.device_name,
+            "cpu_model": cpu_model_name(),
+            "threads": self.runtime.threads,
+            "runtime": self.runtime.name,
+            "precision": self.precision,
+            "python": _platform.python_version(),
+            **self.runtime.versions(),
+            "protocol": self.protocol.name,
+            "protocol_params": self.protocol.params(),
+            "meter": self.meter.name,
+        }
+        if self.kind == "cuda":
+            fp["cuda"] = torch.version.cuda
+            if isinstance(self.meter, NVMLMeter):
+                try:
+                    fp["driver"] = self.meter._nvml.nvmlSystemGetDriverVersion()
+                except Exception:  # noqa: BLE001 - best effort
+                    fp["driver"] = None
+        if isinstance(self.runtime, OnnxRuntime):
+            fp["providers"] = [p if isinstance(p, str) else p[0] for p in self.runtime.providers]
+            if self.precision == "int8":
+                fp["calibration"] = CALIBRATION
+        try:
+            from importlib.metadata import version
+
+            fp["carb_nas"] = version("carb-nas")
+        except Exception:  # noqa: BLE001
+            fp["carb_nas"] = None
+        return fp
+
+    # -- measurement ------------------------------------------------------------------------
+    def _get_prepared(self, config: Config) -> Prepared:
+        group = group_of(config)
+        if self._prepared is not None and self._prepared.group == group:
+            return self._prepared
+        if self._prepare_error is not None and self._prepare_error[0] == group:
+            raise RuntimeError(self._prepare_error[1])
+        self.close_model()
+        try:
+            self._prepared = self.runtime.prepare(config)
+        except Exception as e:
+            self._prepare_error = (group, f"{type(e).__name__}: {e}")
+            raise
+        return self._prepared
+
+    def close_model(self) -> None:
+        if self._prepared is not None:
+            self.runtime.release(self._prepared)
+            self._prepared = None
+            gc.collect()
+
+    def platform_config(self, config: Config) -> Config:
+        """The config with the platform's runtime and precision (what the row's key names)."""
+        return config.replace(runtime=self.runtime.name, precision=self.precision)
+
+    def profile(self, config: Config) -> dict[str, Any]:
+        """Measure one config; failures become rows with status ``oom`` or ``error``."""
+        config = self.platform_config(config)
+        row = self._base_row(config)
+        try:
+            self._measure(config, row)
+            row["status"] = "ok"
+        except KeyboardInterrupt:
+            raise
+        except Exception as e:  # noqa: BLE001 - every failure is a result row
+            row["status"] = "oom" if _is_oom(e) else "error"
+            row["error"] = f"{type(e).__name__}: {e}"[:ERROR_MAX_CHARS]
+            if row["status"] == "oom" and self.kind == "cuda":
+                torch.cuda.empty_cache()
+        if self.protocol.cooldown_s > 0:
+            time.sleep(self.protocol.cooldown_s)
+        return row
+
+    def _base_row(self, config: Config) -> dict[str, Any]:
+        row: dict[str, Any] = dict.fromkeys(SCHEMA)
+        row.update(config.as_dict())
+        row.update(
+            key=config.key,
+            platform=self.platform,
+            device=self.kind,
+            device_name=self.device_name,
+            threads=self.runtime.threads,
+            fingerprint=self._fingerprint_json,
+            protocol=self.protocol.name,
+            protocol_params=self._protocol_json,
+            timestamp=datetime.now(UTC).isoformat(timespec="seconds"),
+            meter=self.meter.name,
+            idle_power_w=self.idle_power_w,
+        )
+        if isinstance(self.meter, NoMeter):
+            row["energy_reason"] = NO_METER_REASON
+        return row
+
+    def _measure(self, config: Config, row: dict[str, Any]) -> None:
+        gc.collect()
+        self.runtime.hygiene()
+        prepared = self._get_prepared(config)
+        row["output_rel_error"] = prepared.info.get("output_rel_error")
+        x = self.runtime.make_input(prepared, config)
+        peak_mb, method = self.runtime.peak_memory_mb(prepared, x)
+        row["peak_mem_mb"], row["peak_mem_method"] = peak_mb, method
+        if (
+            self.max_host_mem_mb is not None
+            and self.kind == "cpu"
+            and peak_mb > self.max_host_mem_mb
+        ):
+            raise MemoryError(
+                f"out of memory: tensor peak {peak_mb:.1f} MB exceeds the configured host "
+                f"memory cap --max-host-mem-mb {self.max_host_mem_mb:g}"
+            )
+        timing = time_runs(lambda: self.runtime.run_timed(prepared, x), self.protocol)
+        row.update(timing.as_row())
+        if isinstance(self.meter, NVMLMeter):
+            row.update(self.meter.telemetry())
+        if not isinstance(self.meter, NoMeter):
+            try:
+                w = measure_window(
+                    self.meter, lambda: self.runtime.run(prepared, x), self.energy_min_window_s
+                )
+                row["energy_j"], row["energy_window_s"] = w.energy_j, w.window_s
+            except Exception as e:  # noqa: BLE001 - energy failure keeps the timing
+                row["energy_reason"] = f"meter={self.meter.name}: {e}"[:ERROR_MAX_CHARS]
+        if self.kind == "cuda" and isinstance(self.meter, NVMLMeter):
+            row.update(self._gpu_utilization(config))
+
+    def _gpu_utilization(self, config: Config, window_s: float = 1.0) -> dict[str, Any]:
+        """Mean NVML SM and memory utilization over a training-mode fwd+bwd window (CARB)."""
+        from carb_nas.models import build_model
+
+        try:
+            model = build_model(config.replace(precision="fp32"), self.device).train()
+            x = torch.randn(
+                config.batch_size, 3, config.resolution, config.resolution, device=self.device
+            )
+            sm, mem = [], []
+            t_end = time.perf_counter() + window_s
+            while time.perf_counter() < t_end:
+                model(x).sum().backward()
+                torch.cuda.synchronize(self.device)
+                u = self.meter.utilization()
+                if u is not None:
+                    sm.append(u[0])
+                    mem.append(u[1])
+            del model, x
+            torch.cuda.empty_cache()
+        except Exception:  # noqa: BLE001 - telemetry must not fail the measurement
+            torch.cuda.empty_cache()
+            return {}
+        if not sm:
+            return {}
+        return {"sm_util": sum(sm) / len(sm), "mem_util": sum(mem) / len(mem)}
+
+    def close(self) -> None:
+        self.close_model()
+        self.meter.close()
+
+
+def profile_config(
+    config: Config,
+    device: str = "cpu",
+    runtime: str = "torch",
+    precision: str | None = None,
+    threads: int | None = None,
+    protocol: Protocol | str = "adaptive",
+    meter: str | Meter = "auto",
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """Profile one config on a platform; returns a row following ``dataset.SCHEMA``.
+
+    ``precision`` defaults to the config's precision. For many configs use ``Profiler`` (or
+    a campaign), which reuses prepared models across batch sizes.
+    """
+    prof = Profiler(
+        device, runtime, precision or config.precision, threads, protocol, meter, **kwargs
+    )
+    try:
+        return prof.profile(config)
+    finally:
+        prof.close()

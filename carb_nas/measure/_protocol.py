@@ -1,0 +1,178 @@
+"""Timing protocols: the adaptive default and CARB's fixed protocol.
+
+Adaptive: after warmup, time runs until the 95% confidence interval of the median (the
+distribution-free order-statistic interval from the binomial distribution) has a half-width
+within ``target_ci_rel`` (2%) of the median, with at least ``min_runs`` runs, or until
+``time_cap_s`` of timing is spent. CARB (seed 001): 10 warmups, 100 timed runs, 1 s cooldown.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from carb_nas.errors import ConfigError
+
+__all__ = ["Protocol", "TimingResult", "time_runs", "median_ci", "PROTOCOLS"]
+
+PROTOCOLS = ("adaptive", "carb")
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """Repetition and hygiene parameters (recorded in every row's ``protocol_params``)."""
+
+    name: str = "adaptive"
+    warmup_runs: int = 3
+    warmup_min_s: float = 0.05  # keep warming up (max 50 runs) until this much time passed
+    min_runs: int = 5
+    max_runs: int = 2000
+    target_ci_rel: float | None = 0.02
+    time_cap_s: float = 2.0
+    cooldown_s: float = 0.0
+    confidence: float = 0.95
+
+    def __post_init__(self) -> None:
+        if self.name not in PROTOCOLS:
+            raise ConfigError(
+                f"unknown protocol: expected one of {list(PROTOCOLS)}, got {self.name!r}. "
+                "Use --protocol adaptive or carb."
+            )
+        if not 1 <= self.min_runs <= self.max_runs:
+            raise ConfigError(
+                f"invalid run counts: expected 1 <= min_runs <= max_runs, got "
+                f"min_runs={self.min_runs}, max_runs={self.max_runs}. Fix the protocol."
+            )
+        for field in ("time_cap_s", "cooldown_s", "warmup_min_s"):
+            v = getattr(self, field)
+            if not (v >= 0):
+                raise ConfigError(f"invalid {field}: expected >= 0, got {v!r}. Use a value >= 0.")
+        if self.target_ci_rel is not None and not self.target_ci_rel > 0:
+            raise ConfigError(
+                f"invalid target_ci_rel: expected > 0 (e.g. 0.02), got {self.target_ci_rel!r}."
+            )
+
+    @classmethod
+    def carb(cls, cooldown_s: float = 1.0) -> Protocol:
+        return cls(
+            name="carb",
+            warmup_runs=10,
+            warmup_min_s=0.0,
+            min_runs=100,
+            max_runs=100,
+            target_ci_rel=None,
+            time_cap_s=math.inf,
+            cooldown_s=cooldown_s,
+        )
+
+    @classmethod
+    def named(cls, name: str, **overrides) -> Protocol:
+        overrides = {k: v for k, v in overrides.items() if v is not None}
+        if name == "carb":
+            base = cls.carb()
+            return cls(**{**asdict(base), **overrides})
+        return cls(name=name, **overrides)
+
+    def params(self) -> dict:
+        d = asdict(self)
+        d.pop("name")
+        if math.isinf(d["time_cap_s"]):
+            d["time_cap_s"] = None
+        return d
+
+
+@functools.lru_cache(maxsize=4096)
+def _order_stat_bounds(n: int, confidence: float) -> tuple[int, int]:
+    """0-based indices (lo, hi) of the order statistics bounding the median's CI."""
+    from scipy.stats import binom
+
+    alpha = 1.0 - confidence
+    k = int(binom.ppf(alpha / 2, n, 0.5))  # P(X <= k-1) < alpha/2
+    lo = max(k - 1, 0)
+    hi = min(n - k, n - 1)
+    return lo, hi
+
+
+def median_ci(sorted_s: np.ndarray, confidence: float = 0.95) -> tuple[float, float]:
+    """Distribution-free CI of the median from order statistics (binomial)."""
+    lo, hi = _order_stat_bounds(len(sorted_s), confidence)
+    return float(sorted_s[lo]), float(sorted_s[hi])
+
+
+@dataclass
+class TimingResult:
+    latency_ms: float
+    latency_mean_ms: float
+    latency_p90_ms: float
+    latency_cv: float
+    latency_ci_rel: float
+    n_runs: int
+    timing_s: float
+
+    def as_row(self) -> dict:
+        return asdict(self)
+
+
+def time_runs(run_once_s: Callable[[], float], protocol: Protocol) -> TimingResult:
+    """Warm up, then time ``run_once_s`` (returns one run's seconds) under ``protocol``.
+
+    Garbage collection is done before and disabled during timing so collector pauses do not
+    land inside timed runs.
+    """
+    gc.collect()
+    t0 = time.perf_counter()
+    n_warm = 0
+    while n_warm < protocol.warmup_runs or (
+        time.perf_counter() - t0 < protocol.warmup_min_s and n_warm < 50
+    ):
+        run_once_s()
+        n_warm += 1
+    samples: list[float] = []
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        check_every = 1
+        while True:
+            samples.append(run_once_s())
+            n = len(samples)
+            elapsed = time.perf_counter() - start
+            if n >= protocol.max_runs or (
+                n >= protocol.min_runs and elapsed >= protocol.time_cap_s
+            ):
+                break
+            if (
+                protocol.target_ci_rel is not None
+                and n >= protocol.min_runs
+                and n % check_every == 0
+            ):
+                s = np.sort(samples)
+                lo, hi = median_ci(s, protocol.confidence)
+                med = float(np.median(s))
+                if med > 0 and (hi - lo) / 2 / med <= protocol.target_ci_rel:
+                    break
+                check_every = max(1, n // 20)  # sorting stays O(n log n) amortized-cheap
+        timing_s = time.perf_counter() - start
+    finally:
+        if was_enabled:
+            gc.enable()
+    s = np.sort(np.asarray(samples))
+    med = float(np.median(s))
+    lo, hi = median_ci(s, protocol.confidence)
+    mean = float(s.mean())
+    cv = float(s.std(ddof=1) / mean) if len(s) > 1 and mean > 0 else 0.0
+    return TimingResult(
+        latency_ms=med * 1e3,
+        latency_mean_ms=mean * 1e3,
+        latency_p90_ms=float(np.percentile(s, 90)) * 1e3,
+        latency_cv=cv,
+        latency_ci_rel=(hi - lo) / 2 / med if med > 0 else math.inf,
+        n_runs=len(s),
+        timing_s=timing_s,
+    )

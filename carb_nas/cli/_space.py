@@ -5,10 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+import pandas as pd
 
 from carb_nas.cli._common import echo_json
 from carb_nas.errors import ConfigError
-from carb_nas.space import configs_to_frame, load_space, write_table
+from carb_nas.space import (
+    CONFIG_COLUMNS,
+    configs_to_frame,
+    load_space,
+    read_configs,
+    write_table,
+)
 
 
 @click.group("space")
@@ -39,10 +46,12 @@ def space_show(file: str) -> None:
 @click.argument("file")
 @click.option("-n", "n", type=int, required=True, help="Number of configs to draw.")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--stratify", is_flag=True,
-              help="Balance every knob's values instead of drawing uniformly.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), required=True,
-              help="configs.csv or .parquet")
+@click.option(
+    "--stratify", is_flag=True, help="Balance every knob's values instead of drawing uniformly."
+)
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False), required=True, help="configs.csv or .parquet"
+)
 def space_sample(file: str, n: int, seed: int, stratify: bool, output: str) -> None:
     """Draw N distinct configs at random (uniform, or --stratify) into a configs table."""
     if n <= 0:
@@ -53,4 +62,62 @@ def space_sample(file: str, n: int, seed: int, stratify: bool, output: str) -> N
     click.echo(f"wrote {len(frame)} configs to {output}", err=True)
 
 
-COMMANDS = [space_group]
+_SHOWN = ("flops", "params", "param_mb", "act_mb_total", "tensor_peak_mb")
+_TABLE_ROWS = 20
+
+
+@click.command("features")
+@click.argument("configs")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write config columns + features to this .csv or .parquet file.",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print a JSON list, one object per config in input order.",
+)
+def features_command(configs: str, output: str | None, as_json: bool) -> None:
+    """Architecture features of every config in CONFIGS.
+
+    CONFIGS is a configs table (.csv/.parquet with columns family, depth, width, resolution,
+    batch_size[, precision, runtime]) or a space (.toml or a bundled name such as resnet).
+    Features per batch: flops (2 x MACs of conv + linear), params, param_mb, act_mb_total,
+    act_mb_max, tensor_peak_mb (MB = 1e6 bytes), compute intensity and layer counts.
+    """
+    from carb_nas.features import compute_features
+
+    frame = read_configs(configs)
+    table = pd.concat(
+        [
+            frame[list(CONFIG_COLUMNS)].reset_index(drop=True),
+            compute_features(frame).reset_index(drop=True),
+        ],
+        axis=1,
+    )
+    if output:
+        write_table(table, Path(output))
+        click.echo(f"wrote features of {len(table)} configs to {output}", err=True)
+    if as_json:
+        echo_json(table.to_dict(orient="records"))
+    elif not output:
+        click.echo(_summary(table))
+
+
+def _summary(table: pd.DataFrame) -> str:
+    shown = table[[*CONFIG_COLUMNS, *_SHOWN]]
+    if len(table) <= _TABLE_ROWS:
+        return shown.to_string(index=False)
+    head = shown.head(10).to_string(index=False)
+    stats = table[list(_SHOWN)].describe(percentiles=[0.5]).loc[["min", "50%", "max"]]
+    return (
+        f"{head}\n... {len(table) - 10:,} more configs ({len(table):,} in all; "
+        f"-o FILE or --json for every row)\n\nover all configs:\n{stats.to_string()}"
+    )
+
+
+COMMANDS = [space_group, features_command]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 import subprocess
@@ -29,45 +30,34 @@ ROOT = Path(__file__).resolve().parents[1]
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
-# -- a stand-in with CostModel's predict contract ---------------------------------------------
-class FormulaModel:
-    """FAKE cost model for tests: a closed-form formula of the config columns, not measurements.
-
-    Follows carb_nas.costmodel.CostModel's contract: ``targets_``, ``predict(X)`` -> frame of
-    targets, ``predict(X, alpha)`` -> plus ``<t>_lower`` / ``<t>_upper``.
-    """
-
-    targets_ = ("peak_mem_mb", "latency_ms")
-    space_fingerprint_ = None
-    platform_ = None
-
-    def predict(self, X: pd.DataFrame, alpha: float | None = None) -> pd.DataFrame:
-        d = X["depth"].to_numpy(float)
-        w = X["width"].to_numpy(float)
-        r = X["resolution"].to_numpy(float) / 32
-        b = X["batch_size"].to_numpy(float)
-        out = pd.DataFrame(index=X.index)
-        out["peak_mem_mb"] = 4 + 0.4 * d * w**2 + 0.3 * w * r**2 * b
-        out["latency_ms"] = 0.3 + 0.01 * d * w**2 * r**2 * b
-        if alpha is not None:
-            half = 0.1 + 0.02 / alpha  # wider at smaller alpha, as a calibrated interval is
-            for t in self.targets_:
-                out[f"{t}_lower"] = out[t] * (1 - min(half, 0.9))
-                out[f"{t}_upper"] = out[t] * (1 + half)
-        return out
+# -- a real CostModel ("fast" preset) fitted to SYNTHETIC costs --------------------------------
+def synthetic_costs(frame: pd.DataFrame) -> pd.DataFrame:
+    """SYNTHETIC per-batch costs of configs (a closed-form formula, not measurements)."""
+    d = frame["depth"].to_numpy(float)
+    w = frame["width"].to_numpy(float)
+    r = frame["resolution"].to_numpy(float) / 32
+    b = frame["batch_size"].to_numpy(float)
+    return pd.DataFrame(
+        {
+            "peak_mem_mb": 4 + 0.4 * d * w**2 + 0.3 * w * r**2 * b,
+            "latency_ms": 0.3 + 0.01 * d * w**2 * r**2 * b,
+        },
+        index=frame.index,
+    )
 
 
-def _config_inputs(frame: pd.DataFrame) -> pd.DataFrame:
-    return frame.copy()
+@pytest.fixture(scope="module")
+def fitted_model():
+    from carb_nas.costmodel import CostModel, model_inputs
+
+    rows = load_space("carb_screening").grid().sample(300, random_state=0)
+    # n_jobs=1: one-row predictions per trial are fastest without a thread pool
+    return CostModel(preset="fast", n_jobs=1).fit(model_inputs(rows), synthetic_costs(rows))
 
 
 @pytest.fixture
-def model(monkeypatch):
-    try:
-        import carb_nas.costmodel  # noqa: F401
-    except ImportError:  # cost model not written yet: the stand-in only needs config columns
-        monkeypatch.setattr("carb_nas.optuna._model_inputs", _config_inputs)
-    return FormulaModel()
+def model(fitted_model):
+    return copy.copy(fitted_model)  # tests may set attributes (space_fingerprint_)
 
 
 @pytest.fixture(scope="module")
@@ -76,9 +66,9 @@ def space() -> Space:
 
 
 def _predict(model, config: Config, alpha: float | None = None) -> pd.Series:
-    import carb_nas.optuna as plugin
+    from carb_nas.costmodel import model_inputs
 
-    X = plugin._model_inputs(configs_to_frame([config]))
+    X = model_inputs(configs_to_frame([config]))
     frame = model.predict(X) if alpha is None else model.predict(X, alpha=alpha)
     return frame.iloc[0]
 

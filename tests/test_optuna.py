@@ -408,6 +408,19 @@ def test_unfitted_model_and_missing_model_dir(tmp_path):
         CostConstraints(str(tmp_path / "nope"), {"latency_ms": 5})
 
 
+def test_model_from_a_directory_and_the_users_model_is_left_alone(fitted_model, space, tmp_path):
+    fitted_model.save(tmp_path / "model")
+    threaded = copy.copy(fitted_model).set_params(n_jobs=-1)
+    from_dir = CostConstraints(str(tmp_path / "model"), {"latency_ms": 2.0})
+    from_obj = CostConstraints(threaded, {"latency_ms": 2.0})
+    assert threaded.get_params()["n_jobs"] == -1  # one-row predictions use a private copy
+    cfg = Config("bottleneck", 50, 0.5, 64, 8)
+    assert from_dir.predict(cfg) == pytest.approx(from_obj.predict(cfg))
+    assert from_obj.predict(cfg)["latency_ms"] == pytest.approx(
+        _predict(threaded, cfg)["latency_ms"]
+    )
+
+
 def test_model_from_another_space_warns_once(model, space):
     model.space_fingerprint_ = "0123456789abcdef"
     costs = CostConstraints(model, {"latency_ms": 2.0})

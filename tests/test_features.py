@@ -1,0 +1,305 @@
+"""Closed-form features vs meta-device tracing vs real CPU measurements."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from torch import nn
+from torch.profiler import ProfilerActivity, profile
+from torch.utils.flop_counter import FlopCounterMode
+
+from carb_nas.errors import ConfigError
+from carb_nas.features import ELEMENT_BYTES, FEATURE_COLUMNS, compute_features, trace_features
+from carb_nas.models import build_model, example_input
+from carb_nas.space import Config, configs_to_frame, load_space
+
+INT_COLUMNS = ("flops", "params", "n_conv", "n_bn", "n_linear", "n_blocks", "n_stages")
+
+
+def _features(*configs: Config) -> pd.DataFrame:
+    return compute_features(configs_to_frame(list(configs)))
+
+
+def _trace(config: Config) -> dict:
+    model = build_model(config, "meta")
+    shape = (config.batch_size, 3, config.resolution, config.resolution)
+    return trace_features(model, shape, config.precision)
+
+
+# -- closed form == meta trace -------------------------------------------------------------
+@pytest.mark.parametrize(("space", "n"), [("resnet", 30), ("carb_screening", 30), ("cpu", 30)])
+def test_closed_form_equals_meta_trace_on_space_sample(space: str, n: int) -> None:
+    configs = load_space(space).sample(n, seed=7)
+    # exercise batch 1 (native convolutions) and larger batches (oneDNN) of the same model
+    configs += [configs[0].replace(batch_size=1), configs[0].replace(batch_size=3)]
+    closed = _features(*configs)
+    for i, config in enumerate(configs):
+        traced = _trace(config)
+        row = closed.iloc[i]
+        mismatched = {k: (row[k], traced[k]) for k in FEATURE_COLUMNS if row[k] != traced[k]}
+        assert not mismatched, f"{config}: closed form != trace: {mismatched}"
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16", "int8"])
+@pytest.mark.parametrize("batch_size", [1, 2, 5])
+def test_closed_form_equals_trace_for_every_precision_and_batch(
+    precision: str, batch_size: int
+) -> None:
+    for config in (
+        Config("basic", 10, 0.1, 32, batch_size, precision),
+        Config("bottleneck", 50, 0.25, 48, batch_size, precision),
+    ):
+        row = _features(config).iloc[0]
+        traced = _trace(config)
+        assert {k: row[k] for k in FEATURE_COLUMNS} == traced
+
+
+# -- known figures (torchvision's ResNets) ---------------------------------------------------
+def test_resnet50_and_resnet18_figures() -> None:
+    r50 = Config("bottleneck", 50, 1.0, 224, 1)
+    r18 = Config("basic", 18, 1.0, 224, 1)
+    feats = _features(r50, r18)
+    assert feats["params"].tolist() == [25_557_032, 11_689_512]
+    assert feats["flops"].iloc[0] == 8_178_368_512
+    assert feats["n_conv"].tolist() == [53, 20]
+    assert feats["n_blocks"].tolist() == [16, 8]
+    assert feats["n_stages"].tolist() == [4, 4]
+    assert feats["n_linear"].tolist() == [1, 1]
+    # the closed-form FLOPs are FlopCounterMode's on a real forward pass
+    model = build_model(r18)
+    with torch.inference_mode(), FlopCounterMode(display=False) as counter:
+        model(torch.zeros(1, 3, 224, 224))
+    assert counter.get_total_flops() == feats["flops"].iloc[1]
+    assert sum(p.numel() for p in model.parameters()) == feats["params"].iloc[1]
+
+
+# -- batch and precision scaling ----------------------------------------------------------------
+def test_batch_scales_per_batch_columns_linearly() -> None:
+    base = Config("bottleneck", 65, 0.5, 64, 2)
+    feats = _features(base, base.replace(batch_size=8), base.replace(batch_size=32))
+    for col in ("flops", "act_mb_total", "act_mb_max", "input_mb"):
+        np.testing.assert_allclose(feats[col].to_numpy() / feats[col].iloc[0], [1, 4, 16])
+    for col in ("params", "param_mb", "weight_mb_max", "n_conv", "n_bn", "n_blocks"):
+        assert feats[col].nunique() == 1, col
+    peaks = feats["tensor_peak_mb"].to_numpy()
+    assert peaks[0] < peaks[1] < peaks[2]
+    # the peak grows by less than 4x per 4x batch (the weights are resident once)
+    assert peaks[1] < 4 * peaks[0]
+
+
+def test_precision_scales_bytes_not_flops() -> None:
+    base = Config("basic", 34, 0.75, 96, 4)
+    feats = _features(*(base.replace(precision=p) for p in ("fp32", "fp16", "bf16", "int8")))
+    assert feats["flops"].nunique() == 1 and feats["params"].nunique() == 1
+    for col in ("param_mb", "act_mb_total", "act_mb_max", "input_mb", "weight_mb_max"):
+        ratios = feats[col].to_numpy() / feats[col].iloc[0]
+        np.testing.assert_allclose(ratios, [1, 0.5, 0.5, 0.25], err_msg=col)
+    assert feats["param_mb"].iloc[0] == feats["params"].iloc[0] * 4 / 1e6
+    assert feats["tensor_peak_mb"].is_monotonic_decreasing
+    assert feats["compute_intensity"].is_monotonic_increasing
+    assert set(ELEMENT_BYTES) == {"fp32", "fp16", "bf16", "int8"}
+
+
+def test_derived_columns_follow_their_definitions() -> None:
+    feats = _features(Config("bottleneck", 101, 1.25, 128, 16), Config("basic", 8, 0.1, 32, 1))
+    for _, row in feats.iterrows():
+        moved = (row["param_mb"] + row["input_mb"] + row["act_mb_total"]) * 1e6
+        assert math.isclose(row["compute_intensity"], row["flops"] / moved, rel_tol=1e-12)
+        assert math.isclose(row["log_flops_per_param"], math.log(row["flops"] / row["params"]))
+        assert row["act_mb_max"] <= row["act_mb_total"] < row["tensor_peak_mb"] * 10
+        assert row["tensor_peak_mb"] > row["param_mb"] + row["input_mb"]
+    assert set(feats.columns) == set(FEATURE_COLUMNS)
+    for col in INT_COLUMNS:
+        assert feats[col].dtype == np.int64, col
+
+
+# -- against a real CPU measurement ----------------------------------------------------------
+def _profiled_peak_bytes(model: nn.Module, x: torch.Tensor) -> tuple[int, int]:
+    """(tensor-level peak, raw peak) from the profiler's memory events, resident included.
+
+    Tensor level: everything oneDNN allocates and frees inside one ``aten::mkldnn_convolution``
+    (blocked-layout copies, scratchpads) is collapsed into that op's net allocation (its
+    output), as ``tensor_peak_mb`` defines.
+    """
+    with torch.inference_mode():
+        model(x)  # warm-up
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            model(x)
+    events = list(prof.profiler.kineto_results.events())
+    memory = [(e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]"]
+    windows = [
+        (e.start_ns(), e.start_ns() + e.duration_ns())
+        for e in events
+        if e.name() == "aten::mkldnn_convolution"
+    ]
+    assert memory, "the profiler recorded no memory events"
+
+    def peak(collapse: bool) -> int:
+        deltas: dict[int, int] = {}  # time -> net bytes (a collapsed op counts at its start)
+        for t, nbytes in memory:
+            if collapse:
+                t = next((w0 for w0, w1 in windows if w0 <= t <= w1), t)
+            deltas[t] = deltas.get(t, 0) + nbytes
+        running = best = 0
+        for t in sorted(deltas):
+            running += deltas[t]
+            best = max(best, running)
+        return best
+
+    resident = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+    resident += x.numel() * x.element_size()
+    return resident + peak(True), resident + peak(False)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        ("basic", 8, 0.1, 32, 1),  # native convolutions with im2col buffers
+        ("basic", 10, 0.375, 32, 2),  # oneDNN; channels not a multiple of 16
+        ("basic", 14, 0.25, 64, 1),
+        ("bottleneck", 50, 0.1, 32, 3),
+        ("bottleneck", 50, 0.125, 48, 1),
+    ],
+)
+def test_tensor_peak_matches_cpu_profiler_to_the_byte(spec: tuple) -> None:
+    config = Config(*spec)
+    torch.manual_seed(0)
+    model = build_model(config)
+    x = example_input(config)
+    tensor_level, raw = _profiled_peak_bytes(model, x)
+    predicted = round(_features(config)["tensor_peak_mb"].iloc[0] * 1e6)
+    assert predicted == tensor_level
+    assert raw >= tensor_level  # oneDNN's internal buffers only add
+
+
+# -- any module ------------------------------------------------------------------------------
+class _TinyNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1, bias=True)
+        self.bn = nn.BatchNorm2d(8)
+        self.fc = nn.Linear(8 * 4 * 4, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.bn(self.conv(x)))
+        y = y + self.bn(self.conv(x))  # a residual add of equal shapes
+        return self.fc(torch.flatten(nn.functional.avg_pool2d(y, 2), 1))
+
+
+def test_trace_features_of_a_module_outside_the_spaces() -> None:
+    net = _TinyNet().train()
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    feats = trace_features(net, (2, 3, 8, 8))
+    # FLOPs as FlopCounterMode counts them on a real CPU pass
+    with torch.inference_mode(), FlopCounterMode(display=False) as counter:
+        net.eval()(torch.zeros(2, 3, 8, 8))
+    net.train()
+    assert (
+        feats["flops"] == counter.get_total_flops() == 2 * 2 * (2 * 8 * 64 * 27) + 2 * 2 * 128 * 10
+    )
+    assert feats["params"] == sum(p.numel() for p in net.parameters()) == 224 + 16 + 1290
+    assert (feats["n_conv"], feats["n_bn"], feats["n_linear"]) == (2, 2, 1)
+    assert (feats["n_blocks"], feats["n_stages"]) == (1, 1)
+    # activations: 2 conv + 2 BN + relu + add + pool outputs + linear output (fp32)
+    big, pooled, logits = 2 * 8 * 64 * 4, 2 * 8 * 16 * 4, 2 * 10 * 4
+    assert feats["act_mb_total"] * 1e6 == pytest.approx(6 * big + pooled + logits)
+    assert feats["act_mb_max"] * 1e6 == pytest.approx(big)
+    # the module is untouched: same device, values and training flag
+    assert net.training and all(p.device.type == "cpu" for p in net.parameters())
+    for k, v in net.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    half = trace_features(net, (2, 3, 8, 8), torch.float16)
+    assert half["param_mb"] == pytest.approx(feats["param_mb"] / 2)
+    assert half["flops"] == feats["flops"]
+
+
+def test_trace_features_of_a_cpu_model_matches_the_meta_build() -> None:
+    config = Config("basic", 10, 0.25, 32, 2)
+    on_cpu = trace_features(build_model(config), (2, 3, 32, 32))
+    assert on_cpu == _trace(config)
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        ((nn.Linear(2, 2), (0, 2)), "input shape"),
+        (("not a module", (1, 2)), "torch.nn.Module"),
+        ((nn.Linear(2, 2), (1, 2), torch.int32), "dtype"),
+        ((nn.Linear(2, 2), (1, 2), "fp8"), "precision"),
+    ],
+)
+def test_trace_features_rejects_bad_arguments(args: tuple, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        trace_features(*args)
+
+
+# -- compute_features on frames --------------------------------------------------------------
+def test_compute_features_keeps_the_index_and_order() -> None:
+    frame = configs_to_frame(load_space("carb_screening").sample(50, seed=3))
+    shuffled = frame.sample(frac=1.0, random_state=1)
+    original = shuffled.index.to_numpy()
+    shuffled.index = original * 10 + 5
+    expected = compute_features(frame).iloc[original].reset_index(drop=True)
+    got = compute_features(shuffled)
+    assert list(got.index) == list(shuffled.index)
+    pd.testing.assert_frame_equal(got.reset_index(drop=True), expected)
+
+
+def test_compute_features_defaults_precision_and_handles_empty_frames() -> None:
+    frame = pd.DataFrame(
+        {"family": ["basic"], "depth": [18], "width": [1.0], "resolution": [64], "batch_size": [4]}
+    )
+    with_prec = frame.assign(precision="fp32", runtime="onnxruntime")
+    pd.testing.assert_frame_equal(compute_features(frame), compute_features(with_prec))
+    empty = compute_features(frame.iloc[:0])
+    assert len(empty) == 0 and list(empty.columns) == list(FEATURE_COLUMNS)
+
+
+def test_compute_features_canonicalizes_width_like_config() -> None:
+    noisy = configs_to_frame([Config("basic", 18, 0.5, 64, 4)]).assign(width=0.50000001)
+    exact = configs_to_frame([Config("basic", 18, 0.5, 64, 4)])
+    pd.testing.assert_frame_equal(compute_features(noisy), compute_features(exact))
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"family": "dense"}, "unknown family"),
+        ({"precision": "fp8"}, "unsupported precision"),
+        ({"depth": 19}, "invalid depth"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"width": -1.0}, "width"),
+        ({"resolution": 16}, "resolution"),
+        ({"depth": "deep"}, "non-numeric depth"),
+    ],
+)
+def test_compute_features_rejects_invalid_values(change: dict, match: str) -> None:
+    frame = configs_to_frame([Config("basic", 18, 1.0, 64, 2)] * 3)
+    frame = frame.astype({k: object for k in change})
+    frame.loc[1, list(change)] = list(change.values())
+    with pytest.raises(ConfigError, match=match):
+        compute_features(frame)
+
+
+def test_compute_features_rejects_missing_columns() -> None:
+    frame = configs_to_frame([Config("basic", 18, 1.0, 64, 2)]).drop(columns=["resolution"])
+    with pytest.raises(ConfigError, match=r"lacks column\(s\) \['resolution'\]"):
+        compute_features(frame)
+    with pytest.raises(ConfigError, match="DataFrame"):
+        compute_features([Config("basic", 18, 1.0, 64, 2)])  # type: ignore[arg-type]
+
+
+def test_compute_features_is_fast_on_a_large_grid() -> None:
+    space = load_space("resnet")
+    grid = pd.concat([space.grid()] * 10, ignore_index=True)  # 146,880 configs
+    compute_features(grid.iloc[:100])
+    start = time.perf_counter()
+    feats = compute_features(grid)
+    elapsed = time.perf_counter() - start
+    assert len(feats) == len(grid)
+    assert elapsed < 2.0, f"{len(grid) / elapsed:,.0f} configs/s is far below 1e6/s"

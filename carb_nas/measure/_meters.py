@@ -62,7 +62,8 @@ class Meter(ABC):
 
     def __init__(self) -> None:
         self._last_raw: float | None = None
-        self._offset_raw = 0.0
+        self._origin_raw: float | None = None  # energy_j() counts from the first reading
+        self._offset_raw = 0
         self._lock = threading.Lock()
 
     @classmethod
@@ -79,9 +80,11 @@ class Meter(ABC):
         """Convert a raw counter difference to joules."""
 
     def energy_j(self) -> float:
-        """Cumulative energy in joules since an arbitrary origin (monotonic, wrap-safe)."""
+        """Cumulative energy in joules since the first reading (monotonic, wrap-safe)."""
         with self._lock:
-            raw = float(self._read_raw())
+            raw = self._read_raw()  # ints stay exact (a 64-bit counter exceeds float precision)
+            if self._origin_raw is None:
+                self._origin_raw = raw
             if self._last_raw is not None and raw < self._last_raw:
                 if self.max_raw is None:
                     raise MeasurementError(
@@ -91,7 +94,7 @@ class Meter(ABC):
                     )
                 self._offset_raw += self.max_raw
             self._last_raw = raw
-            return self._raw_to_j(raw + self._offset_raw)
+            return self._raw_to_j(raw + self._offset_raw - self._origin_raw)
 
     def power_w(self) -> float | None:
         """Instantaneous power in watts when the backend offers it, else None."""
@@ -163,7 +166,7 @@ class NVMLMeter(Meter):
 
     name = "nvml-counter"
     update_period_s = 0.1  # replaced by observe_update_period_s when measured
-    max_raw = float(2**64)  # unsigned long long millijoules
+    max_raw = 2**64  # unsigned long long millijoules
 
     def __init__(self, index: int = 0, poll_interval_s: float = 0.01) -> None:
         super().__init__()
@@ -221,7 +224,7 @@ class NVMLMeter(Meter):
         if self._poller is not None:
             return self._poller.energy_mj()
         try:
-            return float(self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle))
+            return int(self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle))
         except self._nvml.NVMLError as e:
             raise _nvml_error(self._nvml, e, "nvmlDeviceGetTotalEnergyConsumption") from e
 

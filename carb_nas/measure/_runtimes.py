@@ -212,9 +212,10 @@ def torch_cpu_peak_bytes(model: torch.nn.Module, x: torch.Tensor) -> int:
     """Exact tensor peak of one CPU forward pass, in bytes.
 
     Bytes of parameters + buffers + input, plus the peak (over the forward) of bytes allocated
-    beyond those, from the PyTorch profiler's memory events (``profile_memory=True``): every
-    CPU allocation and free is an event with a signed byte count; the running sum in time
-    order peaks at the tensor peak.
+    beyond those. The second term comes from the PyTorch profiler's raw allocation events
+    (``profile_memory=True``): every CPU allocation and free is an event with a signed size;
+    their running sum in time order peaks at the tensor peak. (The aggregated
+    ``FunctionEvent`` view folds allocations into ops, so the raw event tree is read.)
     """
     from torch.profiler import ProfilerActivity, profile
 
@@ -228,16 +229,33 @@ def torch_cpu_peak_bytes(model: torch.nn.Module, x: torch.Tensor) -> int:
     ):
         out = model(x)
         del out
-    deltas = []
-    for ev in prof.events():
-        if ev.name == "[memory]":
-            deltas.append((ev.time_range.start, ev.cpu_memory_usage))
-    deltas.sort(key=lambda t: t[0])
+    return static + _peak_from_allocations(prof)
+
+
+def _peak_from_allocations(prof) -> int:
+    try:
+        from torch._C._profiler import _EventType
+
+        tree = prof.profiler.kineto_results.experimental_event_tree()
+    except (ImportError, AttributeError) as e:
+        raise MeasurementError(
+            "cannot read the PyTorch profiler's allocation events: expected "
+            "kineto_results.experimental_event_tree() (torch 2.13/2.14), got "
+            f"{type(e).__name__}: {e}. Use a supported torch version."
+        ) from e
+    events: list[tuple[int, int, int]] = []
+    stack = list(reversed(tree))
+    while stack:  # depth-first in recorded order; the index breaks timestamp ties
+        ev = stack.pop()
+        if ev.tag == _EventType.Allocation and ev.extra_fields.device.type == "cpu":
+            events.append((ev.start_time_ns, len(events), int(ev.extra_fields.alloc_size)))
+        stack.extend(reversed(ev.children))
+    events.sort()
     running = peak = 0
-    for _, d in deltas:
-        running += d
+    for _, _, size in events:
+        running += size
         peak = max(peak, running)
-    return static + peak
+    return peak
 
 
 class TorchRuntime(Runtime):

@@ -1,0 +1,80 @@
+"""The timing protocols: stopping rules, statistics, parameter validation."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from carb_nas.errors import ConfigError
+from carb_nas.measure import Protocol, median_ci, time_runs
+
+
+def test_median_ci_bounds_the_median_and_shrinks_with_n():
+    rng = np.random.default_rng(0)
+    widths = []
+    for n in (10, 100, 1000):
+        s = np.sort(rng.lognormal(0, 0.1, n))
+        lo, hi = median_ci(s)
+        assert lo <= np.median(s) <= hi
+        widths.append(hi - lo)
+    assert widths[0] > widths[1] > widths[2]
+
+
+def test_median_ci_covers_the_true_median_about_95_percent():
+    rng = np.random.default_rng(1)
+    hits = 0
+    for _ in range(400):
+        lo, hi = median_ci(np.sort(rng.exponential(1.0, 40)))
+        hits += lo <= math.log(2) <= hi
+    assert 0.90 <= hits / 400 <= 0.99
+
+
+def test_adaptive_stops_early_on_steady_timings():
+    res = time_runs(lambda: 0.001, Protocol())
+    assert res.n_runs == Protocol().min_runs
+    assert res.latency_ms == pytest.approx(1.0)
+    assert res.latency_cv == pytest.approx(0.0, abs=1e-12)
+    assert res.latency_ci_rel == pytest.approx(0.0, abs=1e-12)
+
+
+def test_adaptive_runs_until_cap_or_max_on_noisy_timings():
+    values = itertools.cycle([0.0005, 0.002, 0.001, 0.004])
+    res = time_runs(lambda: next(values), Protocol(max_runs=60, time_cap_s=10.0))
+    assert res.n_runs == 60  # the CI never gets within 2% with these values
+    assert res.latency_ci_rel > 0.02
+    assert res.latency_p90_ms >= res.latency_ms
+    cap = time_runs(lambda: next(values), Protocol(max_runs=10**6, time_cap_s=0.05))
+    assert cap.timing_s >= 0.05 and cap.n_runs < 10**6
+
+
+def test_carb_protocol_is_fixed():
+    p = Protocol.carb()
+    assert (p.warmup_runs, p.min_runs, p.max_runs, p.cooldown_s) == (10, 100, 100, 1.0)
+    calls = []
+    res = time_runs(lambda: calls.append(1) or 0.0001, p)
+    assert res.n_runs == 100 and len(calls) == 110
+    assert p.params()["time_cap_s"] is None  # JSON-safe
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(name="fast"),
+        dict(min_runs=0),
+        dict(min_runs=10, max_runs=5),
+        dict(time_cap_s=-1.0),
+        dict(target_ci_rel=0.0),
+    ],
+)
+def test_protocol_rejects_bad_parameters(kwargs):
+    with pytest.raises(ConfigError, match="expected"):
+        Protocol(**kwargs)
+
+
+def test_named_protocol_overrides():
+    p = Protocol.named("carb", cooldown_s=0.0)
+    assert p.name == "carb" and p.cooldown_s == 0.0 and p.max_runs == 100
+    assert Protocol.named("adaptive", time_cap_s=None).time_cap_s == 2.0

@@ -575,6 +575,11 @@ def frame_to_configs(frame: pd.DataFrame) -> list[Config]:
     return [Config(*row) for row in zip(*cols)]
 
 
+def _plain(value: Any) -> Any:
+    """A numpy scalar as the Python value it holds (so messages show 18.5, not np.float64)."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
 def normalize_config_frame(frame: pd.DataFrame, source: str = "<table>") -> pd.DataFrame:
     """Validate a table of configs (missing columns, non-numeric values) and canonicalize it."""
     required = [c for c in CONFIG_COLUMNS if c not in ("runtime", "precision")]
@@ -595,13 +600,13 @@ def normalize_config_frame(frame: pd.DataFrame, source: str = "<table>") -> pd.D
             row = int(np.flatnonzero(bad.to_numpy())[0])
             raise InputFileError(
                 f"{source}: non-numeric value in column '{col}' at data row {row + 1}: expected "
-                f"a number, got {frame[col].iloc[row]!r}. Fix that cell."
+                f"a number, got {_plain(frame[col].iloc[row])!r}. Fix that cell."
             )
         if kind is int and (num != num.round()).any():
             row = int(np.flatnonzero((num != num.round()).to_numpy())[0])
             raise InputFileError(
                 f"{source}: non-integer value in column '{col}' at data row {row + 1}: expected a "
-                f"whole number, got {frame[col].iloc[row]!r}. Fix that cell."
+                f"whole number, got {_plain(frame[col].iloc[row])!r}. Fix that cell."
             )
         out[col] = num.astype(kind)
     out["family"] = out["family"].astype(str)
@@ -668,11 +673,11 @@ def write_table(frame: pd.DataFrame, path: str | Path) -> Path:
         else:
             frame.to_csv(tmp, index=False)
         tmp.replace(p)
-    except PermissionError:
+    except OSError as e:  # permission denied, disk full, a directory in the way, ...
         tmp.unlink(missing_ok=True)
         raise InputFileError(
-            f"cannot write {str(p)!r}: expected a writable location, got permission denied. "
-            "Choose another output path."
+            f"cannot write {str(p)!r}: expected a writable location, got "
+            f"{e.strerror or e}. Choose another output path or free the space."
         ) from None
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -1,0 +1,308 @@
+"""Resumable campaigns: resume, kill -9, manifests, corrupted stores, export, storages."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from carb_nas.campaign import (
+    JOURNAL,
+    MANIFEST,
+    campaign_rows,
+    campaign_status,
+    order_configs,
+    run_campaign,
+    salvage_rows,
+    select_configs,
+)
+from carb_nas.cli import cli
+from carb_nas.errors import CampaignError
+from carb_nas.measure import Profiler, Protocol, TorchRuntime
+from carb_nas.measure._runtimes import Prepared, group_of
+from tests.measure.fakes import FakeMeter
+
+FAST = Protocol(time_cap_s=0.05, warmup_runs=1, warmup_min_s=0.0, min_runs=3)
+
+
+def _configs(n_models: int = 3, batches=(1, 2, 4)) -> pd.DataFrame:
+    depths = [8, 10, 14, 18, 26][:n_models]
+    return pd.DataFrame(
+        [
+            dict(family="basic", depth=d, width=0.1, resolution=32, batch_size=b)
+            for d in depths
+            for b in batches
+        ]
+    )
+
+
+class _FakeTorch(TorchRuntime):
+    """Runs nothing: a sleep per batch. Rows are labelled fake by the FakeMeter."""
+
+    prepared = 0
+
+    def prepare(self, config):
+        _FakeTorch.prepared += 1
+        return Prepared(group_of(config), None)
+
+    def make_input(self, prepared, config):
+        return config.batch_size
+
+    def run(self, prepared, x):
+        time.sleep(0.0002 * x)
+
+    def peak_memory_mb(self, prepared, x):
+        return float(x), "fake"
+
+
+def _fake_profiler(**kw) -> Profiler:
+    return Profiler(
+        "cpu",
+        "torch",
+        "fp32",
+        threads=1,
+        protocol=FAST,
+        meter=FakeMeter(),
+        runtime_obj=_FakeTorch("cpu", "fp32", 1),
+        idle_s=0.0,
+        energy_min_window_s=0.0,
+        **kw,
+    )
+
+
+def _run(frame, out, **kw):
+    kw.setdefault("profiler", _fake_profiler())
+    return run_campaign(
+        frame,
+        out,
+        threads=1,
+        protocol="adaptive",
+        protocol_overrides=dict(time_cap_s=0.05, warmup_runs=1, warmup_min_s=0.0, min_runs=3),
+        meter="auto",
+        progress=False,
+        **kw,
+    )
+
+
+def test_campaign_measures_each_config_once_and_resumes(tmp_path):
+    frame = _configs()
+    out = tmp_path / "camp"
+    _FakeTorch.prepared = 0
+    s1 = _run(frame, out, max_configs=4)
+    assert (s1.measured_now, s1.done, s1.total) == (4, 4, 9)
+    s2 = _run(frame, out)
+    assert (s2.measured_now, s2.done, s2.added) == (5, 9, 0)
+    s3 = _run(frame, out)
+    assert s3.measured_now == 0
+    rows = campaign_rows(out)
+    assert len(rows) == 9 and rows["key"].is_unique
+    assert set(rows["status"]) == {"ok"} and (rows["meter"] == "fake-counter").all()
+    assert _FakeTorch.prepared == 3 + 1  # one per model (+1: the model split by max_configs)
+    status = campaign_status(out)
+    assert (status["total"], status["done"], status["waiting"], status["ok"]) == (9, 9, 0, 9)
+    manifest = json.loads((out / MANIFEST).read_text())
+    assert manifest["platform"] == "cpu/torch/fp32" and manifest["threads"] == 1
+
+
+def test_selection_is_deterministic_and_nested():
+    frame = _configs(5, (1, 2, 4, 8))
+    a = select_configs(frame, 12, seed=3)
+    b = select_configs(frame, 6, seed=3)
+    assert a.equals(select_configs(frame, 12, seed=3))
+    keys = lambda f: set(map(tuple, f.values.tolist()))  # noqa: E731
+    assert keys(b) <= keys(a) and len(keys(b)) == 6
+    assert keys(select_configs(frame, 6, seed=4)) != keys(b)
+    ordered = order_configs(a, seed=0)
+    # each model's batch sizes are consecutive and ascending
+    runs = ordered.groupby(["depth"], sort=False).apply(
+        lambda g: list(g.index), include_groups=False
+    )
+    for idx in runs:
+        assert idx == list(range(idx[0], idx[0] + len(idx)))
+    for _, g in ordered.groupby("depth"):
+        assert g["batch_size"].is_monotonic_increasing
+
+
+def test_resume_with_another_platform_or_source_is_an_error(tmp_path):
+    out = tmp_path / "camp"
+    _run(_configs(1), out)
+    with pytest.raises(CampaignError, match="another platform"):
+        run_campaign(
+            _configs(1),
+            out,
+            runtime="onnxruntime",
+            threads=1,
+            progress=False,
+            protocol_overrides=dict(time_cap_s=0.05, warmup_runs=1, warmup_min_s=0.0, min_runs=3),
+        )
+    with pytest.raises(CampaignError, match="another source"):
+        _run(_configs(2), out)
+    with pytest.raises(CampaignError, match="another threads"):
+        run_campaign(
+            _configs(1),
+            out,
+            threads=2,
+            progress=False,
+            profiler=_fake_profiler(),
+            protocol_overrides=dict(time_cap_s=0.05, warmup_runs=1, warmup_min_s=0.0, min_runs=3),
+        )
+    assert len(campaign_rows(out)) == 3  # nothing lost
+
+
+def test_corrupted_store_is_a_clear_error_and_rows_can_be_salvaged(tmp_path):
+    out = tmp_path / "camp"
+    _run(_configs(2), out)
+    journal = out / JOURNAL
+    before = journal.read_bytes()
+    lines = before.splitlines(keepends=True)
+    journal.write_bytes(b"".join(lines[:3]) + b"{not json\n" + b"".join(lines[3:]))
+    with pytest.raises(CampaignError, match=str(journal)) as info:
+        _run(_configs(2), out)
+    assert "--salvage" in str(info.value)
+    rows = salvage_rows(out)
+    assert len(rows) == 6 and rows["key"].is_unique
+    result = CliRunner().invoke(
+        cli, ["dataset", "export", str(out), "-o", str(tmp_path / "r.csv"), "--salvage"]
+    )
+    assert result.exit_code == 0, result.output
+    assert len(pd.read_csv(tmp_path / "r.csv")) == 6
+
+
+def test_manifest_missing_or_corrupted(tmp_path):
+    out = tmp_path / "camp"
+    _run(_configs(1), out)
+    (out / MANIFEST).write_text("{")
+    with pytest.raises(CampaignError, match="corrupted campaign manifest"):
+        _run(_configs(1), out)
+    (out / MANIFEST).unlink()
+    with pytest.raises(CampaignError, match="no manifest.json"):
+        _run(_configs(1), out)
+
+
+def test_unwritable_output_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(CampaignError, match="not writable"):
+        _run(_configs(1), blocker / "camp")
+
+
+def test_sqlite_storage_url(tmp_path):
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    out = tmp_path / "camp"
+    s = _run(_configs(1), out, storage=url, max_configs=2)
+    assert s.done == 2
+    s = _run(_configs(1), out, storage=url)
+    assert s.done == 3
+    assert len(campaign_rows(out, storage=url)) == 3
+    assert not (out / JOURNAL).exists()
+
+
+def test_stale_running_trial_with_a_row_is_completed_not_remeasured(tmp_path):
+    from optuna.trial import TrialState
+
+    from carb_nas.campaign import _pop_waiting, open_study
+
+    out = tmp_path / "camp"
+    _run(_configs(1), out, max_configs=1)
+    study, _ = open_study(out)
+    t = _pop_waiting(study)
+    st = study._storage
+    st.set_trial_user_attr(
+        t._trial_id,
+        "_owner",
+        {"pid": 999999, "start": 1.0, "boot": __import__("carb_nas.campaign").campaign._boot_id()},
+    )
+    row = json.loads(campaign_rows(out).iloc[0].to_json())
+    row["key"] = t.user_attrs["key"]
+    st.set_trial_user_attr(t._trial_id, "row", row)
+    s = _run(_configs(1), out)
+    assert s.recovered == 1 and s.measured_now == 1 and s.done == 3
+    assert st.get_trial(t._trial_id).state == TrialState.COMPLETE
+
+
+def test_export_cli_and_errors(tmp_path):
+    out = tmp_path / "camp"
+    _run(_configs(1), out)
+    runner = CliRunner()
+    r = runner.invoke(cli, ["dataset", "export", str(out), "-o", str(tmp_path / "r.parquet")])
+    assert r.exit_code == 0, r.output
+    assert len(pd.read_parquet(tmp_path / "r.parquet")) == 3
+    r = runner.invoke(cli, ["dataset", "export", str(tmp_path / "nope"), "-o", "r.csv"])
+    assert r.exit_code == 1 and "no campaign store" in r.output
+    r = runner.invoke(cli, ["dataset", "export", str(out), "-o", str(tmp_path / "r.txt")])
+    assert r.exit_code == 1 and ".csv or .parquet" in r.output
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (["--device", "tpu"], "unknown device"),
+        (["--runtime", "tvm"], "unknown runtime"),
+        (["--precision", "int4"], "unsupported precision"),
+        (["--meter", "rapl"], "RAPL meter unavailable"),
+    ],
+)
+def test_profile_cli_bad_input(tmp_path, args, match):
+    if "rapl" in args and os.path.isdir("/sys/class/powercap/intel-rapl:0"):
+        pytest.skip("RAPL present on this machine")
+    csv = tmp_path / "c.csv"
+    _configs(1).to_csv(csv, index=False)
+    r = CliRunner().invoke(cli, ["profile", str(csv), "--out", str(tmp_path / "o"), *args])
+    assert r.exit_code == 1, r.output
+    assert match in r.output and r.output.startswith("error:")
+    assert not (tmp_path / "o" / JOURNAL).exists()
+
+
+def _wait_for_rows(journal: Path, n: int, timeout_s: float) -> None:
+    t_end = time.time() + timeout_s
+    while time.time() < t_end:
+        if journal.exists() and journal.read_text().count('"row":') >= n:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"campaign did not produce {n} rows in {timeout_s} s")
+
+
+@pytest.mark.slow  # two fresh interpreters importing torch: ~15 s quiet, a minute under load
+def test_kill_9_mid_campaign_then_resume_measures_each_config_once(tmp_path):
+    csv = tmp_path / "c.csv"
+    _configs(2, (1, 2, 4)).to_csv(csv, index=False)
+    out = tmp_path / "camp"
+    cmd = [
+        sys.executable,
+        "-c",
+        "from carb_nas.cli import main; main()",
+        "profile",
+        str(csv),
+        "--out",
+        str(out),
+        "--threads",
+        "1",
+        "--time-cap-s",
+        "0.05",
+        "--no-progress",
+    ]
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _wait_for_rows(out / JOURNAL, 2, 60)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    mid = len(campaign_rows(out))
+    assert 2 <= mid < 6
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    rows = campaign_rows(out)
+    assert len(rows) == 6 and rows["key"].is_unique
+    assert set(rows["status"]) == {"ok"}
+    # every trial that holds a row is a distinct config: nothing was measured twice
+    text = (out / JOURNAL).read_text()
+    assert text.count('"row":') <= 6 + 1  # at most the one config killed mid-write

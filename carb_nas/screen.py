@@ -309,35 +309,46 @@ def candidate_frame(space_or_frame: Space | pd.DataFrame | str | Path) -> pd.Dat
     return frame.reset_index(drop=True)
 
 
+def _trained_levels(model: Any, knob: str) -> list[str] | None:
+    """Labels of a categorical config column the model was trained on (None: unknown)."""
+    schema = getattr(model, "schema_", None)
+    cats = getattr(schema, "categorical", None)
+    if isinstance(cats, Mapping) and knob in cats:
+        return [str(v) for v in cats[knob]]
+    plat = getattr(model, "platform_", None)
+    if knob in ("precision", "runtime") and isinstance(plat, Mapping) and plat.get(knob):
+        return [str(plat[knob])]
+    return None
+
+
 def align_to_platform(model: Any, frame: pd.DataFrame, role: str = "model") -> pd.DataFrame:
-    """``frame`` as ``model``'s platform runs it: runtime and precision set to the platform's.
+    """``frame`` as ``model``'s platform runs it, checked against what the model was trained on.
 
     A cost model is per platform (device/runtime/precision), so a config is scored *as deployed
-    there*: a PyTorch-fp32 candidate list is scored by an ONNX Runtime model as ONNX Runtime
-    configs. Candidates that themselves vary a knob the model holds fixed cannot be scored by
-    it (that is another space): ModelError.
+    there*: when the model knows a single runtime (or precision) and every candidate holds one
+    other value, the column is set to the model's value (a PyTorch candidate list scored by an
+    ONNX Runtime model is scored as ONNX Runtime configs). Candidates that vary a knob over
+    values the model never saw, or a family it never saw, are another space: ModelError.
     """
-    plat = getattr(model, "platform_", None)
-    if not isinstance(plat, Mapping):
-        return frame
     out = frame
-    for knob in ("precision", "runtime"):
-        trained = plat.get(knob)
-        if not trained:
+    for knob in ("family", "precision", "runtime"):
+        levels = _trained_levels(model, knob)
+        if levels is None or knob not in frame:
             continue
         values = sorted(set(map(str, frame[knob].unique())))
-        if values == [str(trained)]:
+        unseen = [v for v in values if v not in levels]
+        if not unseen:
             continue
-        if len(values) > 1:
-            raise ModelError(
-                f"{role} does not cover the candidates: it was trained for one {knob}, "
-                f"{trained!r} ({_platform_name(model)}), got candidates that vary {knob} over "
-                f"{values}. Restrict the space to {knob} = [{str(trained)!r}] or screen each "
-                f"{knob} with its own platform model."
-            )
-        if out is frame:
-            out = frame.copy()
-        out[knob] = str(trained)
+        if knob != "family" and len(levels) == 1 and len(values) == 1:
+            if out is frame:
+                out = frame.copy()
+            out[knob] = levels[0]
+            continue
+        raise ModelError(
+            f"the {role} ({_platform_name(model)}) was trained on another space: it knows "
+            f"{knob} {levels}, got candidates with {knob} {unseen}. Restrict the space to "
+            f"{knob} = {levels} or use a model trained on data that has {unseen}."
+        )
     return out
 
 

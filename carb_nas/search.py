@@ -64,6 +64,8 @@ __all__ = [
     "load_quality",
     "QualityError",
     "StorageError",
+    "open_storage",
+    "open_study",
     "QUALITY",
 ]
 
@@ -504,15 +506,38 @@ def _run_pymoo(problem: SpaceProblem, n_evals: int, pop_size: int, seed: int) ->
 
 
 # -- optuna ----------------------------------------------------------------------------------
+def open_storage(storage: str) -> Any:
+    """An Optuna storage from a URL: an RDB URL (``sqlite:///x.db``, ``postgresql://...``) or a
+    journal file (``journal:PATH``, or a path ending in ``.log``/``.journal``)."""
+    import optuna
+
+    try:
+        if storage.startswith("journal:") or storage.endswith((".log", ".journal")):
+            from optuna.storages import JournalStorage
+            from optuna.storages.journal import JournalFileBackend
+
+            path = Path(storage.removeprefix("journal:"))
+            if not path.parent.is_dir():
+                raise FileNotFoundError(f"directory {str(path.parent)!r} does not exist")
+            return JournalStorage(JournalFileBackend(str(path)))
+        return optuna.storages.get_storage(storage)
+    except Exception as e:  # noqa: BLE001 - optuna/sqlalchemy raise many kinds
+        first = str(e).splitlines()[0] if str(e) else ""
+        raise StorageError(
+            f"cannot open the Optuna storage {storage!r}: expected an RDB URL such as "
+            f"sqlite:///search.db or a journal file (journal:PATH), got {type(e).__name__}: "
+            f"{first}. Check the URL, the database driver and that the database is reachable."
+        ) from e
+
+
 def open_study(
     storage: str | None,
     study_name: str | None,
     directions: Sequence[str],
     sampler: Any,
 ) -> Any:
-    """Create or load an Optuna study; clear errors for a storage that does not open or a
-    study whose directions differ. ``storage`` is an RDB URL (``sqlite:///x.db``), a journal
-    file (``journal:PATH`` or a path ending in ``.log``/``.journal``), or None (in memory)."""
+    """Create or load an Optuna study (None storage: in memory); clear errors for a storage
+    that does not open or an existing study whose directions differ."""
     import optuna
 
     if study_name is not None and storage is None:
@@ -520,26 +545,7 @@ def open_study(
             f"--study-name {study_name!r} without --storage: expected a storage URL to keep the "
             "study in, got none. Add e.g. --storage sqlite:///search.db."
         )
-    store: Any = None
-    if storage is not None:
-        try:
-            if storage.startswith("journal:") or storage.endswith((".log", ".journal")):
-                from optuna.storages import JournalStorage
-                from optuna.storages.journal import JournalFileBackend
-
-                path = storage.removeprefix("journal:")
-                if not Path(path).parent.exists() and str(Path(path).parent) != "":
-                    raise FileNotFoundError(f"directory {Path(path).parent} does not exist")
-                store = JournalStorage(JournalFileBackend(path))
-            else:
-                store = optuna.storages.get_storage(storage)
-        except Exception as e:  # noqa: BLE001 - optuna/sqlalchemy raise many kinds
-            raise StorageError(
-                f"cannot open the Optuna storage {storage!r}: expected an RDB URL such as "
-                f"sqlite:///search.db or a journal file (journal:PATH), got {type(e).__name__}: "
-                f"{str(e).splitlines()[0] if str(e) else ''}. Check the URL, the driver and that "
-                "the database is reachable."
-            ) from e
+    store = open_storage(storage) if storage is not None else None
     try:
         study = optuna.create_study(
             storage=store,
@@ -550,8 +556,9 @@ def open_study(
         )
     except Exception as e:  # noqa: BLE001
         raise StorageError(
-            f"cannot create or load study {study_name!r} in {storage!r}: "
-            f"{type(e).__name__}: {e}. Use another --study-name or storage."
+            f"cannot create or load study {study_name!r} in {storage!r}: expected a study "
+            f"with directions {list(directions)}, got {type(e).__name__}: {e}. Use another "
+            "--study-name or storage."
         ) from e
     want = [d.lower() for d in directions]
     have = [d.name.lower() for d in study.directions]

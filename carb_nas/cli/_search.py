@@ -1,5 +1,552 @@
-"""CLI commands of this stage (filled in by the stage's issue)."""
+"""``carb-nas screen``, ``carb-nas search`` and ``carb-nas validate``."""
 
 from __future__ import annotations
 
-COMMANDS: list = []
+import warnings
+from pathlib import Path
+from typing import Any
+
+import click
+
+from carb_nas.cli._common import echo_json
+from carb_nas.errors import ConfigError, MissingFileError, ModelError
+
+# The embedded default of `carb-nas search` with no arguments: the shipped CPU models, the
+# CPU space (whose [limits] cap keeps every config cheap to profile) and a budget that leaves
+# a real trade-off inside that space: at most 25 ms and 150 MB per batch.
+DEFAULT_SPACE = "cpu"
+DEFAULT_MODEL = "cpu/torch/fp32"
+DEFAULT_RESCORE = "cpu/onnxruntime/fp32"
+DEFAULT_BUDGETS = ("latency_ms=25", "peak_mem_mb=150")
+DEFAULT_VALIDATE_MAX = 6
+
+
+def _info(msg: str) -> None:
+    click.echo(msg, err=True)
+
+
+def load_model(spec: str, role: str = "--model") -> Any:
+    """A CostModel from a saved model directory or a shipped platform name (cpu/torch/fp32)."""
+    from carb_nas.costmodel import CostModel, load_default_model
+
+    p = Path(spec)
+    if p.is_dir():
+        return CostModel.load(p)
+    if spec.count("/") == 2 and not p.exists():
+        return load_default_model(spec)
+    raise MissingFileError(
+        f"{role}: model not found: expected a directory written by `carb-nas model train` (or "
+        f"CostModel.save) or a shipped platform such as cpu/torch/fp32, got {spec!r}. Check "
+        "the path."
+    )
+
+
+def _shipped(platform: str) -> Any | None:
+    """The shipped model of a platform, or None when it is not shipped."""
+    from carb_nas.costmodel import load_default_model
+
+    try:
+        return load_default_model(platform)
+    except (MissingFileError, ModelError, FileNotFoundError):
+        return None
+
+
+def _check_space_model(space: Any, model: Any, role: str) -> None:
+    """A model trained on another space's knobs (family/precision) is a clear error."""
+    import pandas as pd
+
+    from carb_nas.screen import align_to_platform
+
+    grid = space.grid()
+    align_to_platform(model, grid.head(1) if len(grid) else pd.DataFrame(), role)
+    # a varying precision/runtime column is checked on the whole knob list, cheaply
+    for knob in ("precision", "runtime"):
+        values = space.values(knob)
+        if len(values) > 1:
+            align_to_platform(model, pd.DataFrame({knob: values}), role)
+
+
+def _pick_spread(frame: Any, column: str, n: int) -> Any:
+    """``n`` rows spread evenly over ``column`` (both extremes included)."""
+    import numpy as np
+
+    if len(frame) <= n:
+        return frame
+    order = frame.sort_values(column).reset_index(drop=True)
+    idx = np.unique(np.round(np.linspace(0, len(order) - 1, n)).astype(int))
+    return order.iloc[idx].reset_index(drop=True)
+
+
+# -- screen ----------------------------------------------------------------------------------
+@click.command("screen")
+@click.argument("space")
+@click.option(
+    "--source",
+    "source",
+    required=True,
+    help="Source-platform model: a model directory or a shipped platform name.",
+)
+@click.option(
+    "--target",
+    "target",
+    required=True,
+    help="Target-platform model: a model directory or a shipped platform name.",
+)
+@click.option(
+    "--rank-by",
+    "rank_by",
+    required=True,
+    help="Target to rank candidates by with the source model (smallest first).",
+)
+@click.option("--top-k", "top_k", type=int, default=100, show_default=True, help="Shortlist size.")
+@click.option(
+    "--budget",
+    "budgets",
+    multiple=True,
+    metavar="TARGET=LIMIT",
+    help="Deployment budget, repeatable: latency_ms=50, peak_mem_mb=200, energy_j=75.",
+)
+@click.option(
+    "--confidence",
+    type=float,
+    default=None,
+    help="Accept only if the upper bound at alpha = 1 - C is within budget (e.g. 0.99).",
+)
+@click.option(
+    "--objectives",
+    default=None,
+    help="Comma-separated Pareto objectives (default: every target of the target model).",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write the shortlist (.csv/.parquet) with within_budget and pareto columns.",
+)
+@click.option(
+    "--pareto-out",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Also write only the Pareto configs here (input for `carb-nas validate`).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print counts and the Pareto set as JSON.")
+def screen_command(
+    space: str,
+    source: str,
+    target: str,
+    rank_by: str,
+    top_k: int,
+    budgets: tuple[str, ...],
+    confidence: float | None,
+    objectives: str | None,
+    output: str | None,
+    pareto_out: str | None,
+    as_json: bool,
+) -> None:
+    """Two-stage screening of SPACE (a space TOML or a configs table).
+
+    Stage 1 ranks every candidate by the source model's RANK_BY and keeps the top K; stage 2
+    re-scores the shortlist with the target model, keeps the configs within every budget and
+    extracts their Pareto set.
+    """
+    from carb_nas.screen import parse_budgets, screen
+    from carb_nas.space import write_table
+
+    parsed = parse_budgets(budgets)  # validate before loading anything heavy
+    for path in (output, pareto_out):
+        if path is not None and Path(path).suffix not in (".csv", ".parquet"):
+            raise ConfigError(
+                f"unsupported output format: expected a path ending in .csv or .parquet, got "
+                f"{path!r}. Rename the output."
+            )
+    src = load_model(source, "--source")
+    tgt = load_model(target, "--target")
+    objs = [o.strip() for o in objectives.split(",") if o.strip()] if objectives else None
+    result = screen(
+        space,
+        src,
+        tgt,
+        rank_by=rank_by,
+        top_k=top_k,
+        budgets=parsed,
+        confidence=confidence,
+        objectives=objs,
+    )
+    shortlist = result.shortlist.copy()
+    keys = set(
+        map(
+            tuple,
+            result.pareto[["family", "depth", "width", "resolution", "batch_size"]].itertuples(
+                index=False
+            ),
+        )
+    )
+    shortlist["pareto"] = [
+        tuple(r) in keys
+        for r in shortlist[["family", "depth", "width", "resolution", "batch_size"]].itertuples(
+            index=False
+        )
+    ]
+    if output:
+        write_table(shortlist, output)
+        _info(f"wrote the shortlist ({len(shortlist)} configs) to {output}")
+    if pareto_out:
+        write_table(result.pareto, pareto_out)
+        _info(f"wrote the Pareto set ({len(result.pareto)} configs) to {pareto_out}")
+    if as_json:
+        echo_json(result.to_dict())
+    else:
+        click.echo(result.summary())
+        if not result.feasible:
+            click.echo(result.least_violating.head(5).to_string(index=False))
+
+
+# -- search ----------------------------------------------------------------------------------
+@click.command("search")
+@click.argument("space", required=False)
+@click.option(
+    "--model",
+    "model_spec",
+    default=None,
+    help=f"Search model: a model directory or a shipped platform (default {DEFAULT_MODEL}).",
+)
+@click.option(
+    "--rescore",
+    "rescore_spec",
+    default=None,
+    help="Target-platform model to re-score the final Pareto set with (default with "
+    f"no --model: {DEFAULT_RESCORE} if shipped).",
+)
+@click.option(
+    "--budget",
+    "budgets",
+    multiple=True,
+    metavar="TARGET=LIMIT",
+    help=f"Budget, repeatable (default with no --model: {' '.join(DEFAULT_BUDGETS)}).",
+)
+@click.option(
+    "--objectives",
+    default=None,
+    help="Comma-separated objectives: targets, <target>_per_image, quality "
+    "(default: every target of the model + quality).",
+)
+@click.option(
+    "--quality",
+    "quality",
+    default=None,
+    metavar="MODULE:FUNCTION",
+    help="Quality to maximize (default: built-in capacity proxy, NOT accuracy).",
+)
+@click.option(
+    "--backend", type=click.Choice(["pymoo", "optuna"]), default="pymoo", show_default=True
+)
+@click.option(
+    "--sampler",
+    type=click.Choice(["nsga2", "tpe"]),
+    default="nsga2",
+    show_default=True,
+    help="Optuna sampler (optuna backend).",
+)
+@click.option(
+    "--trials", type=int, default=None, help="Evaluations (default: 3000 pymoo, 1500 optuna)."
+)
+@click.option("--pop-size", type=int, default=64, show_default=True)
+@click.option(
+    "--storage",
+    default=None,
+    help="Optuna storage URL (sqlite:///x.db, journal:PATH); optuna backend.",
+)
+@click.option("--study-name", default=None, help="Optuna study name (with --storage).")
+@click.option(
+    "--confidence", type=float, default=None, help="Budgets on the upper bound at alpha = 1 - C."
+)
+@click.option(
+    "--validate/--no-validate",
+    "do_validate",
+    default=None,
+    help="Profile the final Pareto set on this machine (default: on with the "
+    "shipped models, off otherwise).",
+)
+@click.option(
+    "--validate-max",
+    type=int,
+    default=DEFAULT_VALIDATE_MAX,
+    show_default=True,
+    help="Profile at most this many Pareto configs (spread over the front).",
+)
+@click.option(
+    "--report",
+    "report_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Write validation plots and tables here.",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write the Pareto set (.csv/.parquet).",
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print {"pareto": [...], "validated": [...], ...} as JSON.',
+)
+def search_command(
+    space: str | None,
+    model_spec: str | None,
+    rescore_spec: str | None,
+    budgets: tuple[str, ...],
+    objectives: str | None,
+    quality: str | None,
+    backend: str,
+    sampler: str,
+    trials: int | None,
+    pop_size: int,
+    storage: str | None,
+    study_name: str | None,
+    confidence: float | None,
+    do_validate: bool | None,
+    validate_max: int,
+    report_dir: str | None,
+    output: str | None,
+    seed: int,
+    as_json: bool,
+) -> None:
+    """Budget-constrained multi-objective search of SPACE with a cost model as surrogate.
+
+    With no arguments: the shipped CPU models, the `cpu` space, the default budget, and the
+    final Pareto set profiled on this machine.
+    """
+    from carb_nas.screen import parse_budgets
+    from carb_nas.search import load_quality, open_storage, search
+    from carb_nas.space import load_space, write_table
+
+    embedded = model_spec is None
+    parsed = parse_budgets(budgets if budgets or not embedded else DEFAULT_BUDGETS)
+    if output is not None and Path(output).suffix not in (".csv", ".parquet"):
+        raise ConfigError(
+            f"unsupported output format: expected a path ending in .csv or .parquet, got "
+            f"{output!r}. Rename the output."
+        )
+    if validate_max < 1:
+        raise ConfigError(f"invalid --validate-max: expected >= 1, got {validate_max}.")
+    load_quality(quality)  # import errors before any work
+    if storage is not None and backend != "optuna":
+        from carb_nas.search import StorageError
+
+        raise StorageError(
+            f"--storage needs the optuna backend: expected --backend optuna, got {backend!r}. "
+            "Add --backend optuna."
+        )
+    if storage is not None:
+        open_storage(storage)  # a storage that does not open fails before the search
+    space_obj = load_space(space or DEFAULT_SPACE)
+    model = load_model(model_spec or DEFAULT_MODEL)
+    if rescore_spec is not None:
+        rescore = load_model(rescore_spec, "--rescore")
+    elif embedded:
+        rescore = _shipped(DEFAULT_RESCORE)
+    else:
+        rescore = None
+    _check_space_model(space_obj, model, "search model")
+    if do_validate is None:
+        do_validate = embedded
+    objs = [o.strip() for o in objectives.split(",") if o.strip()] if objectives else None
+    n_trials = trials if trials is not None else (3000 if backend == "pymoo" else 1500)
+    _info(
+        f"searching {space_obj.name!r} ({len(space_obj):,} configs) with {backend}, "
+        f"{n_trials} evaluations ..."
+    )
+    result = search(
+        space_obj,
+        model,
+        budgets=parsed,
+        objectives=objs,
+        quality=quality,
+        backend=backend,
+        trials=n_trials,
+        pop_size=pop_size,
+        sampler=sampler,
+        seed=seed,
+        confidence=confidence,
+        rescore=rescore,
+        storage=storage,
+        study_name=study_name,
+    )
+    if output:
+        write_table(result.pareto, output)
+        _info(f"wrote the Pareto set ({len(result.pareto)} configs) to {output}")
+    validation = None
+    if do_validate and result.feasible:
+        vmodel = rescore if result.rescored else model
+        plat = getattr(vmodel, "platform_", None) or {}
+        device = str(plat.get("device", "cpu"))
+        runtime = str(plat.get("runtime", "torch"))
+        precision = str(plat.get("precision", "fp32"))
+        shortlist = result.pareto
+        if result.rescored:
+            ok = shortlist[shortlist["target_within_budget"]]
+            shortlist = ok if len(ok) else shortlist
+        picked = _pick_spread(
+            shortlist,
+            result.objectives[0] if result.objectives[0] in shortlist else "latency_ms",
+            validate_max,
+        )
+        _info(
+            f"profiling {len(picked)} of {len(result.pareto)} Pareto configs on this machine "
+            f"({device}/{runtime}/{precision}) ..."
+        )
+        from carb_nas.validate import validate
+
+        def progress(i: int, n: int, config: Any) -> None:
+            _info(
+                f"  [{i + 1}/{n}] {config.family}-{config.depth} w{config.width:g} "
+                f"r{config.resolution} b{config.batch_size}"
+            )
+
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            validation = validate(
+                picked,
+                device=device,
+                runtime=runtime,
+                precision=precision,
+                model=vmodel,
+                budgets=parsed,
+                confidence=confidence,
+                report_dir=report_dir,
+                progress=progress,
+            )
+    if as_json:
+        out = result.to_dict()
+        out["validated"] = validation.validated_items() if validation else []
+        if validation:
+            out["validation"] = {k: v for k, v in validation.to_dict().items() if k != "validated"}
+        echo_json(out)
+        return
+    click.echo(result.summary())
+    if validation is not None:
+        click.echo("")
+        click.echo(validation.summary())
+    elif do_validate and not result.feasible:
+        click.echo("nothing to validate: no feasible config was found")
+
+
+# -- validate --------------------------------------------------------------------------------
+@click.command("validate")
+@click.argument("pareto")
+@click.option("--device", default="cpu", show_default=True, help="cpu or cuda[:N].")
+@click.option("--runtime", default="torch", show_default=True, help="torch or onnxruntime.")
+@click.option("--precision", default="fp32", show_default=True)
+@click.option(
+    "--model",
+    "model_spec",
+    required=True,
+    help="The cost model whose predictions are validated (directory or platform).",
+)
+@click.option(
+    "--budget",
+    "budgets",
+    multiple=True,
+    metavar="TARGET=LIMIT",
+    help="Budget, repeatable; decisions are scored against the measurements.",
+)
+@click.option(
+    "--confidence", type=float, default=None, help="Decide on the upper bound at alpha = 1 - C."
+)
+@click.option("--threads", type=int, default=None, help="CPU threads for the profiler.")
+@click.option(
+    "--protocol", type=click.Choice(["adaptive", "carb"]), default="adaptive", show_default=True
+)
+@click.option(
+    "--max-configs",
+    type=int,
+    default=None,
+    help="Profile at most this many configs (spread over the first target).",
+)
+@click.option(
+    "--report",
+    "report_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Write validation.json/.csv and PNG plots here.",
+)
+@click.option(
+    "--append",
+    "append",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Append the new measurement rows to this dataset (.csv/.parquet).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def validate_command(
+    pareto: str,
+    device: str,
+    runtime: str,
+    precision: str,
+    model_spec: str,
+    budgets: tuple[str, ...],
+    confidence: float | None,
+    threads: int | None,
+    protocol: str,
+    max_configs: int | None,
+    report_dir: str | None,
+    append: str | None,
+    as_json: bool,
+) -> None:
+    """Profile the configs of PARETO (.csv/.parquet) and score the model's predictions."""
+    from carb_nas.screen import candidate_frame, check_budgets, parse_budgets
+    from carb_nas.validate import validate
+
+    parsed = parse_budgets(budgets)
+    if append is not None and Path(append).suffix not in (".csv", ".parquet"):
+        raise ConfigError(
+            f"unsupported dataset format for --append: expected .csv or .parquet, got {append!r}."
+        )
+    frame = candidate_frame(pareto)
+    model = load_model(model_spec)
+    check_budgets(parsed, model)
+    if max_configs is not None:
+        if max_configs < 1:
+            raise ConfigError(f"invalid --max-configs: expected >= 1, got {max_configs}.")
+        frame = _pick_spread(frame, "batch_size", max_configs)
+
+    def progress(i: int, n: int, config: Any) -> None:
+        if not as_json:
+            _info(
+                f"  [{i + 1}/{n}] {config.family}-{config.depth} w{config.width:g} "
+                f"r{config.resolution} b{config.batch_size}"
+            )
+
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        result = validate(
+            frame,
+            device=device,
+            runtime=runtime,
+            precision=precision,
+            model=model,
+            budgets=parsed,
+            append=append,
+            confidence=confidence,
+            threads=threads,
+            protocol=protocol,
+            report_dir=report_dir,
+            progress=progress,
+        )
+    if as_json:
+        echo_json(result.to_dict())
+        return
+    click.echo(result.summary())
+    if result.appended_to:
+        click.echo(f"appended {len(result.measurements)} rows to {result.appended_to}")
+    if result.report_files:
+        click.echo(f"wrote {len(result.report_files)} report files to {report_dir}")
+
+
+COMMANDS = [screen_command, search_command, validate_command]

@@ -27,6 +27,7 @@ import os
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -161,9 +162,11 @@ def open_storage(out_dir: Path, storage: str | None):
         return st, True
     try:
         if storage.startswith(("sqlite", "postgresql", "mysql")):
-            st = optuna.storages.RDBStorage(
-                storage, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S
-            )
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                st = optuna.storages.RDBStorage(
+                    storage, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S
+                )
         else:
             st = optuna.storages.get_storage(storage)
     except Exception as e:  # noqa: BLE001 - SQLAlchemy raises many kinds
@@ -263,7 +266,9 @@ def _recover_stale(study, journal: bool) -> tuple[int, int]:
     storage = study._storage
     if not journal:
         try:
-            optuna.storages.fail_stale_trials(study)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                optuna.storages.fail_stale_trials(study)
         except Exception:  # noqa: BLE001 - storages without heartbeat support
             pass
     completed = 0
@@ -305,6 +310,68 @@ def _recover_stale(study, journal: bool) -> tuple[int, int]:
             study.enqueue_trial(cfg.as_dict(), user_attrs={"key": key})
             requeued += 1
     return completed, requeued
+
+
+def _attempt(t) -> int:
+    return int(t.user_attrs.get("attempt", 0))
+
+
+def _best_rows(trials) -> dict[str, tuple[Any, dict]]:
+    """The row kept per key among completed trials holding one.
+
+    A key has several rows only when it was re-measured (``--remeasure-cv-above``,
+    ``--retry-errors``): the ok row with the lowest ``latency_cv`` wins (the first on ties);
+    without an ok row, the first row. Selection is on measurement quality, never on the value.
+    """
+    best: dict[str, tuple[Any, dict]] = {}
+    for t in sorted(trials, key=lambda t: t.number):
+        row = t.user_attrs.get("row")
+        if row is None:
+            continue
+        key = row.get("key")
+        if key not in best:
+            best[key] = (t, row)
+            continue
+        old = best[key][1]
+        if row.get("status") != "ok":
+            continue
+        if old.get("status") != "ok" or _cv(row) < _cv(old):
+            best[key] = (t, row)
+    return best
+
+
+def _cv(row: dict) -> float:
+    v = row.get("latency_cv")
+    return math.inf if v is None else float(v)
+
+
+def _queue_remeasures(study, cv_above: float | None, retry_errors: bool, max_attempts: int) -> int:
+    """Enqueue another attempt for keys whose kept row is noisy (cv > cv_above) or an error."""
+    from optuna.trial import TrialState
+
+    trials = study._storage.get_all_trials(study._study_id, deepcopy=False)
+    pending, attempts = set(), {}
+    for t in trials:
+        key = t.user_attrs.get("key")
+        if key is None:
+            continue
+        attempts[key] = max(attempts.get(key, 0), _attempt(t))
+        if t.state in (TrialState.WAITING, TrialState.RUNNING):
+            pending.add(key)
+    done = [t for t in trials if t.state == TrialState.COMPLETE]
+    queued = 0
+    for key, (t, row) in _best_rows(done).items():
+        if key in pending or attempts.get(key, 0) + 1 >= max_attempts:
+            continue
+        noisy = cv_above is not None and row.get("status") == "ok" and _cv(row) > cv_above
+        broken = retry_errors and row.get("status") == "error"
+        if noisy or broken:
+            study.enqueue_trial(
+                _config_of(t).as_dict(),
+                user_attrs={"key": key, "attempt": attempts.get(key, 0) + 1},
+            )
+            queued += 1
+    return queued
 
 
 def _trial_value(row: dict) -> float:
@@ -365,6 +432,7 @@ class CampaignSummary:
     recovered: int
     requeued: int
     added: int
+    remeasures_queued: int
     wall_s: float
     mean_s_per_config: float | None
 
@@ -389,6 +457,9 @@ def run_campaign(
     seed: int = 0,
     max_host_mem_mb: float | None = None,
     max_configs: int | None = None,
+    remeasure_cv_above: float | None = None,
+    retry_errors: bool = False,
+    max_attempts: int = 3,
     progress: bool = True,
     profiler: Any = None,
 ) -> CampaignSummary:
@@ -397,7 +468,10 @@ def run_campaign(
     ``source`` names the config source in the manifest (defaults to the configs' fingerprint);
     resuming with another platform or source raises CampaignError. ``limit``/``seed`` sample
     configs (``select_configs``); ``max_configs`` stops this call after that many measurements
-    (the campaign stays resumable). ``profiler`` injects a ready ``Profiler`` (tests).
+    (the campaign stays resumable). ``remeasure_cv_above`` (e.g. 0.10) queues another
+    attempt for done configs whose kept row has a larger ``latency_cv``; ``retry_errors``
+    does the same for error rows; at most ``max_attempts`` measurements per config. Export
+    keeps one row per config (``_best_rows``). ``profiler`` injects a ready ``Profiler`` (tests).
     """
     from carb_nas.measure import Profiler, Protocol
     from carb_nas.measure._profiler import platform_string
@@ -476,21 +550,29 @@ def run_campaign(
             existing.add(cfg.key)
             added += 1
     total = len(existing - {None})
+    if max_attempts < 1:
+        raise ConfigError(f"invalid max_attempts: expected >= 1, got {max_attempts}.")
+    remeasures = 0
+    if remeasure_cv_above is not None or retry_errors:
+        remeasures = _queue_remeasures(study, remeasure_cv_above, retry_errors, max_attempts)
 
     from optuna.trial import TrialState
 
-    done_keys = {
-        t.user_attrs.get("key")
-        for t in study._storage.get_all_trials(
-            study._study_id, deepcopy=False, states=(TrialState.COMPLETE,)
-        )
-    }
+    done_attempt: dict[str, int] = {}
+    n_waiting = 0
+    for t in study._storage.get_all_trials(study._study_id, deepcopy=False):
+        if t.state == TrialState.COMPLETE:
+            key = t.user_attrs.get("key")
+            done_attempt[key] = max(done_attempt.get(key, -1), _attempt(t))
+        elif t.state == TrialState.WAITING:
+            n_waiting += 1
+    done_keys = set(done_attempt)
     bar = None
     if progress:
         from tqdm import tqdm
 
         bar = tqdm(
-            total=total,
+            total=len(done_keys) + n_waiting,
             initial=len(done_keys),
             unit="cfg",
             file=sys.stderr,
@@ -508,7 +590,7 @@ def run_campaign(
             if t is None:
                 break
             key = t.user_attrs.get("key")
-            if key in done_keys:  # a duplicate enqueued by a concurrent recovery
+            if done_attempt.get(key, -1) >= _attempt(t):  # a duplicate (concurrent recovery)
                 storage_obj.set_trial_user_attr(t._trial_id, "duplicate_of_completed", True)
                 storage_obj.set_trial_state_values(t._trial_id, TrialState.FAIL)
                 continue
@@ -528,6 +610,7 @@ def run_campaign(
                 t._trial_id, TrialState.COMPLETE, [_trial_value(row)]
             )
             done_keys.add(key)
+            done_attempt[key] = max(done_attempt.get(key, -1), _attempt(t))
             measured += 1
             ok += row["status"] == "ok"
             failed += row["status"] != "ok"
@@ -551,6 +634,7 @@ def run_campaign(
         recovered=recovered,
         requeued=requeued,
         added=added,
+        remeasures_queued=remeasures,
         wall_s=time.perf_counter() - t_start,
         mean_s_per_config=measure_s / measured if measured else None,
     )
@@ -570,7 +654,7 @@ def _rows_frame(rows: list[dict]) -> pd.DataFrame:
 def campaign_rows(
     out_dir: str | Path, storage: str | None = None, statuses: Sequence[str] | None = None
 ) -> pd.DataFrame:
-    """The measured rows of a campaign (first completed trial per key), columns per SCHEMA."""
+    """The measured rows of a campaign, one per key (see ``_best_rows``), columns per SCHEMA."""
     from optuna.trial import TrialState
 
     out_dir = Path(out_dir)
@@ -580,17 +664,10 @@ def campaign_rows(
             "--out DIR`), got no such file. Check the directory, or pass --storage URL."
         )
     study, _ = open_study(out_dir, storage)
-    rows, seen = [], set()
     trials = study._storage.get_all_trials(
         study._study_id, deepcopy=False, states=(TrialState.COMPLETE,)
     )
-    for t in sorted(trials, key=lambda t: t.number):
-        row = t.user_attrs.get("row")
-        if row is None or row.get("key") in seen:
-            continue
-        seen.add(row.get("key"))
-        rows.append(row)
-    frame = _rows_frame(rows)
+    frame = _rows_frame([row for _, row in _best_rows(trials).values()])
     if statuses is not None:
         frame = frame[frame["status"].isin(list(statuses))].reset_index(drop=True)
     return frame
@@ -599,13 +676,13 @@ def campaign_rows(
 def salvage_rows(out_dir: str | Path) -> pd.DataFrame:
     """Rows read line by line from a (possibly corrupted) journal, skipping broken lines.
 
-    Every ``row`` user attr that was written is recovered (first per key), whether or not the
-    trial's completion made it to the file.
+    Every ``row`` user attr that was written is recovered (one per key, the same rule as
+    ``campaign_rows``), whether or not the trial's completion made it to the file.
     """
     path = Path(out_dir) / JOURNAL
     if not path.exists():
         raise MissingFileError(f"no campaign journal: expected {str(path)!r}, got no such file.")
-    rows, seen = [], set()
+    rows: list[dict] = []
     with open(path, "rb") as f:
         for line in f:
             try:
@@ -613,10 +690,16 @@ def salvage_rows(out_dir: str | Path) -> pd.DataFrame:
             except (json.JSONDecodeError, UnicodeDecodeError):
                 continue
             row = op.get("user_attr", {}).get("row") if isinstance(op, dict) else None
-            if isinstance(row, dict) and row.get("key") not in seen:
-                seen.add(row.get("key"))
+            if isinstance(row, dict):
                 rows.append(row)
-    return _rows_frame(rows)
+    best: dict[str, dict] = {}
+    for row in rows:  # the same rule as _best_rows, in write order
+        old = best.get(row.get("key"))
+        if old is None or (
+            row.get("status") == "ok" and (old.get("status") != "ok" or _cv(row) < _cv(old))
+        ):
+            best[row.get("key")] = row
+    return _rows_frame(list(best.values()))
 
 
 def campaign_status(out_dir: str | Path, storage: str | None = None) -> dict:
@@ -630,6 +713,7 @@ def campaign_status(out_dir: str | Path, storage: str | None = None) -> dict:
             counts.setdefault(t.state.name.lower(), set()).add(key)
     done = counts.get("complete", set())
     rows = campaign_rows(out_dir, storage)
+    cv = rows.loc[rows["status"] == "ok", "latency_cv"].dropna()
     return {
         "manifest": study.user_attrs.get("manifest"),
         "total": len(set().union(*counts.values())) if counts else 0,
@@ -639,4 +723,7 @@ def campaign_status(out_dir: str | Path, storage: str | None = None) -> dict:
         "ok": int((rows["status"] == "ok").sum()),
         "oom": int((rows["status"] == "oom").sum()),
         "error": int((rows["status"] == "error").sum()),
+        "latency_cv_median": float(cv.median()) if len(cv) else None,
+        "latency_cv_p90": float(cv.quantile(0.9)) if len(cv) else None,
+        "cv_above_0.10": int((cv > 0.10).sum()),
     }

@@ -306,3 +306,28 @@ def test_kill_9_mid_campaign_then_resume_measures_each_config_once(tmp_path):
     # every trial that holds a row is a distinct config: nothing was measured twice
     text = (out / JOURNAL).read_text()
     assert text.count('"row":') <= 6 + 1  # at most the one config killed mid-write
+
+
+def test_remeasure_noisy_rows_keeps_one_row_per_config(tmp_path):
+    out = tmp_path / "camp"
+    _run(_configs(1), out)
+    first = campaign_rows(out).set_index("key")
+    # everything is "noisy" at a 0 threshold: one more attempt each, then max_attempts stops it
+    s = _run(_configs(1), out, remeasure_cv_above=0.0, max_attempts=2)
+    assert (s.remeasures_queued, s.measured_now) == (3, 3)
+    s = _run(_configs(1), out, remeasure_cv_above=0.0, max_attempts=2)
+    assert (s.remeasures_queued, s.measured_now) == (0, 0)
+    rows = campaign_rows(out).set_index("key")
+    assert len(rows) == 3 and rows.index.is_unique and set(rows.index) == set(first.index)
+    # the kept row is the attempt with the lower CV
+    from carb_nas.campaign import open_study
+
+    study, _ = open_study(out)
+    cvs: dict[str, list] = {}
+    for t in study.get_trials(deepcopy=False):
+        if "row" in t.user_attrs:
+            cvs.setdefault(t.user_attrs["key"], []).append(t.user_attrs["row"]["latency_cv"])
+    for key, values in cvs.items():
+        assert len(values) == 2
+        assert rows.loc[key, "latency_cv"] == pytest.approx(min(values))
+    assert len(salvage_rows(out)) == 3

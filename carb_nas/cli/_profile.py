@@ -82,6 +82,21 @@ __all__ = ["COMMANDS"]
     default=None,
     help="Stop after measuring this many configs in this call (resume later).",
 )
+@click.option(
+    "--remeasure-cv-above",
+    type=float,
+    default=None,
+    help="Re-measure done configs whose latency_cv exceeds this (e.g. 0.10); export "
+    "keeps the ok row with the lowest CV.",
+)
+@click.option("--retry-errors", is_flag=True, help="Re-measure done configs with status error.")
+@click.option(
+    "--max-attempts",
+    type=int,
+    default=3,
+    show_default=True,
+    help="Most measurements per config when re-measuring.",
+)
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def profile_cmd(
@@ -101,6 +116,9 @@ def profile_cmd(
     storage: str | None,
     max_host_mem_mb: float | None,
     max_configs: int | None,
+    remeasure_cv_above: float | None,
+    retry_errors: bool,
+    max_attempts: int,
     no_progress: bool,
     as_json: bool,
 ) -> None:
@@ -137,6 +155,9 @@ def profile_cmd(
         seed=seed,
         max_host_mem_mb=max_host_mem_mb,
         max_configs=max_configs,
+        remeasure_cv_above=remeasure_cv_above,
+        retry_errors=retry_errors,
+        max_attempts=max_attempts,
         progress=not no_progress,
     )
     if as_json:
@@ -146,8 +167,9 @@ def profile_cmd(
     click.echo(
         f"{summary.platform}: {summary.done}/{summary.total} configs done "
         f"({summary.measured_now} measured now: {summary.ok} ok, {summary.failed} failed; "
-        f"{summary.added} newly queued, {summary.recovered} recovered, {summary.requeued} "
-        f"re-queued) in {summary.wall_s:.1f} s"
+        f"{summary.added} newly queued, {summary.remeasures_queued} re-measures queued, "
+        f"{summary.recovered} recovered, {summary.requeued} re-queued) in "
+        f"{summary.wall_s:.1f} s"
         + (f", {mean:.2f} s/config" if mean is not None else "")
         + f". Export: carb-nas dataset export {out_dir} -o rows.csv"
     )

@@ -48,6 +48,7 @@ __all__ = [
     "write_transfer_report",
 ]
 
+_CONFIG = ("family", "depth", "width", "resolution", "batch_size", "precision", "runtime")
 JOIN_COLUMNS = ("family", "depth", "width", "resolution", "batch_size")
 """Config columns that identify "the same network and batch" across platforms."""
 KNOBS = ("depth", "width", "batch_size", "resolution", "precision", "runtime")
@@ -590,11 +591,43 @@ class CalibratedModel:
     ``predict(X)`` takes the same ``X`` as the source ``CostModel`` (``model_inputs(frame)``)
     and returns a DataFrame of the calibrated targets. Prediction intervals are not
     calibrated: ask the source model for them only as a rough guide.
+
+    The source model is asked what each config costs *on the source platform*: ``runtime``
+    and ``precision`` of ``X`` are replaced by ``source_runtime``/``source_precision`` (by
+    default read from ``source_model.platform_``, e.g. ``"cpu/torch/fp32"``) and the inputs
+    rebuilt, so a PyTorch FP32 model can be calibrated to ONNX Runtime INT8 rows.
     """
 
-    def __init__(self, source_model: Any, method: str = "auto") -> None:
+    def __init__(
+        self,
+        source_model: Any,
+        method: str = "auto",
+        source_runtime: str | None = None,
+        source_precision: str | None = None,
+    ) -> None:
         self.source_model = source_model
         self.method = method
+        self.source_runtime = source_runtime
+        self.source_precision = source_precision
+
+    def _source_platform(self) -> dict[str, str]:
+        platform = getattr(self.source_model, "platform_", None) or {}
+        out = {}
+        for col, given in (("runtime", self.source_runtime), ("precision", self.source_precision)):
+            value = given or (platform.get(col) if isinstance(platform, Mapping) else None)
+            if value:
+                out[col] = str(value)
+        return out
+
+    def _source_predict(self, X: pd.DataFrame) -> pd.DataFrame:
+        override = self._source_platform()
+        if override and all(c in X.columns for c in _CONFIG):
+            differs = any((X[c].astype(str) != v).any() for c, v in override.items())
+            if differs:
+                from carb_nas.costmodel import model_inputs
+
+                X = model_inputs(X.assign(**override))
+        return self.source_model.predict(X)
 
     def fit(self, X: pd.DataFrame, Y: pd.DataFrame) -> CalibratedModel:
         if self.method not in CALIBRATION_METHODS:
@@ -610,7 +643,7 @@ class CalibratedModel:
                 f"model's targets {source_targets}, got columns {list(Y.columns)} with values. "
                 "Measure a target the source model predicts."
             )
-        base = self.source_model.predict(X)
+        base = self._source_predict(X)
         feats = _calibration_features(X)
         self.maps_: dict[str, dict[str, Any]] = {}
         for t in targets:
@@ -692,7 +725,7 @@ class CalibratedModel:
                 "calibrated model not fitted: expected fit() or calibrate() before predict(), "
                 "got an unfitted CalibratedModel. Call calibrate(source_model, rows) first."
             )
-        base = self.source_model.predict(X)
+        base = self._source_predict(X)
         feats = _calibration_features(X)
         out = {}
         for t, spec in self.maps_.items():
@@ -713,6 +746,8 @@ class CalibratedModel:
         return _jsonable(
             {
                 "method": self.method,
+                "source_runtime": self.source_runtime,
+                "source_precision": self.source_precision,
                 "targets": list(self.targets_),
                 "n_calibration_rows": self.n_calibration_rows_,
                 "maps": self.maps_,
@@ -721,7 +756,12 @@ class CalibratedModel:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source_model: Any) -> CalibratedModel:
-        model = cls(source_model, method=data["method"])
+        model = cls(
+            source_model,
+            method=data["method"],
+            source_runtime=data.get("source_runtime"),
+            source_precision=data.get("source_precision"),
+        )
         model.maps_ = {t: dict(m) for t, m in data["maps"].items()}
         model.targets_ = list(data["targets"])
         model.n_calibration_rows_ = int(data["n_calibration_rows"])
@@ -729,20 +769,24 @@ class CalibratedModel:
 
 
 def calibrate(
-    source_model: Any, target_rows: pd.DataFrame, method: str = "auto"
+    source_model: Any,
+    target_rows: pd.DataFrame,
+    method: str = "auto",
+    source_runtime: str | None = None,
+    source_precision: str | None = None,
 ) -> CalibratedModel:
     """Adapt ``source_model`` (a fitted CostModel) to a new platform from a few measured rows.
 
     ``target_rows`` holds the config columns and the measured targets of the new platform
     (e.g. 10-100 rows of a dataset). Returns a ``CalibratedModel`` whose
     ``predict(model_inputs(frame))`` gives that platform's costs. See ``CalibratedModel``
-    for the methods.
+    for the methods and for ``source_runtime``/``source_precision``.
     """
     from carb_nas.costmodel import model_inputs
 
     rows = load_measurements(target_rows, name="target rows")
-    targets = [t for t in rows.attrs["targets"]]
-    return CalibratedModel(source_model, method=method).fit(model_inputs(rows), rows[targets])
+    model = CalibratedModel(source_model, method, source_runtime, source_precision)
+    return model.fit(model_inputs(rows), rows[rows.attrs["targets"]])
 
 
 # ----------------------------------------------------------------------------------------
@@ -758,6 +802,28 @@ def _single_variant(frame: pd.DataFrame) -> str:
     return variants[0]
 
 
+def _linear_baseline(X_train: pd.DataFrame, y: np.ndarray, X_test: pd.DataFrame) -> np.ndarray:
+    """Ridge regression of log(y) on log FLOPs and the log config knobs (LOO-picked penalty):
+    the simplest model one could fit to N target rows alone."""
+
+    def feats(X: pd.DataFrame) -> np.ndarray:
+        flops = np.log(np.maximum(pd.to_numeric(X["flops"]).to_numpy(float), 1.0))
+        return np.column_stack([flops, _calibration_features(X)])
+
+    F, Ft = feats(X_train), feats(X_test)
+    mean, std = F.mean(axis=0), F.std(axis=0)
+    std[std == 0] = 1.0
+    design = np.column_stack([np.ones(len(F)), (F - mean) / std])
+    logy = np.log(y)
+    best = None
+    for lam in (0.01, 0.1, 1.0, 10.0, 100.0):
+        coef, loo = _smoother(design, logy, lam)
+        err = float(np.mean(loo**2))
+        if best is None or err < best[1]:
+            best = (coef, err)
+    return np.exp(np.column_stack([np.ones(len(Ft)), (Ft - mean) / std]) @ best[0])
+
+
 def _few_shot(
     a: pd.DataFrame,
     b: pd.DataFrame,
@@ -768,47 +834,62 @@ def _few_shot(
     source_model: Any,
     preset: str,
     progress: Callable[[str], None] | None,
+    n_jobs: int | None,
 ) -> dict[str, Any]:
-    from carb_nas.costmodel import CostModel, model_inputs
+    from carb_nas.costmodel import _MIN_TRAIN, CostModel, model_inputs
 
     say = progress or (lambda _msg: None)
     notes = []
+    _, runtime_a, precision_a = _variant_parts(a["variant"].iloc[0])
     if source_model is None:
         a_targets = [t for t in targets if a[t].notna().any()]
         train = a.dropna(subset=a_targets)
         say(f"training the source model ({preset} preset) on {len(train)} rows of A")
-        source_model = CostModel(preset=preset).fit(model_inputs(train), train[a_targets])
+        source_model = CostModel(preset=preset, n_jobs=n_jobs).fit(
+            model_inputs(train), train[a_targets], platform=a["variant"].iloc[0]
+        )
         source_desc = f"CostModel(preset={preset!r}) trained on all {len(train)} ok rows of A"
     else:
         source_desc = "given source model"
     targets = [t for t in targets if t in list(source_model.targets_)]
     pool = b.dropna(subset=targets).reset_index(drop=True)
     X_pool = model_inputs(pool)
-    zero = source_model.predict(X_pool)
+    probe = CalibratedModel(source_model, method, runtime_a, precision_a)
+    zero = probe._source_predict(X_pool)
+    kinds = ("source_only", "calibrated", "target_only", "target_only_linear")
     runs: dict[str, Any] = {}
     for n in sizes:
         if n >= len(pool) - 10:
             notes.append(f"N={n} skipped: B has only {len(pool)} usable rows (need N + 10)")
             continue
         say(f"few-shot N={n}: {seeds} draws")
-        rec = {k: {t: [] for t in targets} for k in ("calibrated", "target_only", "source_only")}
+        rec = {k: {t: [] for t in targets} for k in kinds}
         methods: dict[str, int] = {}
         errors: list[str] = []
+        if n < _MIN_TRAIN:
+            errors.append(f"CostModel needs at least {_MIN_TRAIN} rows to train; N={n}")
         for seed in range(seeds):
             rng = np.random.default_rng(seed)
             idx = rng.choice(len(pool), size=n, replace=False)
             test = np.setdiff1d(np.arange(len(pool)), idx)
             train_rows, X_train, X_test = pool.iloc[idx], X_pool.iloc[idx], X_pool.iloc[test]
-            cal = CalibratedModel(source_model, method).fit(X_train, train_rows[targets])
-            pred_cal = cal.predict(X_test)
+            cal = CalibratedModel(source_model, method, runtime_a, precision_a)
+            pred_cal = cal.fit(X_train, train_rows[targets]).predict(X_test)
             for t in targets:
                 methods[cal.maps_[t]["method"]] = methods.get(cal.maps_[t]["method"], 0) + 1
-            try:
-                own = CostModel(preset=preset).fit(X_train, train_rows[targets])
-                pred_own = own.predict(X_test)
-            except (ModelError, ValueError) as e:
-                pred_own = None
-                errors.append(f"seed {seed}: {e}")
+            pred_own = None
+            if n >= _MIN_TRAIN:
+                try:
+                    own = CostModel(
+                        preset=preset,
+                        n_jobs=n_jobs,
+                        validation_fraction=0.0,
+                        calibration_fraction=0.0,
+                        random_state=seed,
+                    )
+                    pred_own = own.fit(X_train, train_rows[targets]).predict(X_test)
+                except ModelError as e:
+                    errors.append(f"seed {seed}: {e}")
             for t in targets:
                 y = pool[t].to_numpy(float)[test]
                 rec["calibrated"][t].append(_r2(y, pred_cal[t].to_numpy(float)))
@@ -816,6 +897,8 @@ def _few_shot(
                 rec["target_only"][t].append(
                     _r2(y, pred_own[t].to_numpy(float)) if pred_own is not None else math.nan
                 )
+                lin = _linear_baseline(X_train, train_rows[t].to_numpy(float), X_test)
+                rec["target_only_linear"][t].append(_r2(y, lin))
         runs[str(n)] = {
             kind: {
                 t: {
@@ -832,6 +915,7 @@ def _few_shot(
         "seeds": int(seeds),
         "method": method,
         "source_model": source_desc,
+        "source_platform": f"{runtime_a}/{precision_a}",
         "evaluation": "R2 on every usable row of B not drawn for calibration",
         "targets": list(targets),
         "runs": runs,
@@ -850,13 +934,17 @@ def transfer(
     preset: str = "fast",
     top_k: int = 100,
     progress: Callable[[str], None] | None = None,
+    n_jobs: int | None = None,
 ) -> dict[str, Any]:
     """Compare platform B with platform A on the configs both measured.
 
     Returns a JSON-ready dict with one entry per shared target, ``{"slope", "intercept",
     "r2", "spearman", "top100_overlap", ...}`` (fit ``B = slope * A + intercept``; top-k
     overlap as a fraction of k, k = min(top_k, shared configs)), plus ``"meta"`` and,
-    unless ``few_shot`` is empty/None, ``"few_shot"`` (see ``calibrate``).
+    unless ``few_shot`` is empty/None, ``"few_shot"`` (see ``calibrate``): the source model
+    (``source_model``, or a ``CostModel(preset)`` trained on all of A) adapted with N random
+    rows of B, ``seeds`` draws per N, against a ``CostModel(preset)`` trained on the N rows
+    alone; R2 on the rows of B not drawn. ``n_jobs``: threads per learner (None: 1).
     """
     if method not in CALIBRATION_METHODS:
         raise ModelError(
@@ -945,7 +1033,16 @@ def transfer(
                 f"invalid few-shot size: expected sizes >= 1, got {sizes}. Use e.g. 10,25,50,100."
             )
         result["few_shot"] = _few_shot(
-            a, b, result["meta"]["targets"], sizes, seeds, method, source_model, preset, progress
+            a,
+            b,
+            result["meta"]["targets"],
+            sizes,
+            seeds,
+            method,
+            source_model,
+            preset,
+            progress,
+            n_jobs,
         )
     return _jsonable(result)
 
@@ -1377,7 +1474,9 @@ def transfer_markdown(result: Mapping[str, Any]) -> str:
             "`carb_nas.report.calibrate`). For each N, N rows of B are drawn at random "
             f"({fs['seeds']} draws); R2 is measured on every other usable row of B. "
             "`source only`: the A model's predictions unchanged; `calibrated`: the A model "
-            "adapted with the N rows; `target only`: a model trained on the N rows alone.",
+            "adapted with the N rows; `target only`: a model trained on the N rows alone -- "
+            "a CostModel of the same preset (no validation/calibration split; it needs at least "
+            "20 rows) and a ridge regression of log cost on log FLOPs and the log knobs.",
             "",
         ]
         rows = []
@@ -1387,10 +1486,20 @@ def transfer_markdown(result: Mapping[str, Any]) -> str:
                     [n, t]
                     + [
                         f"{_fmt(run[k][t]['r2_mean'])} +- {_fmt(run[k][t]['r2_std'], 2)}"
-                        for k in ("source_only", "calibrated", "target_only")
+                        for k in ("source_only", "calibrated", "target_only", "target_only_linear")
                     ]
                 )
-        lines += _table(["N", "target", "source only", "calibrated", "target only"], rows)
+        lines += _table(
+            [
+                "N",
+                "target",
+                "source only",
+                "calibrated",
+                "target only (CostModel)",
+                "target only (log-linear)",
+            ],
+            rows,
+        )
         chosen = {n: run["methods_chosen"] for n, run in fs["runs"].items()}
         lines += [f"Calibration maps chosen (count over targets x draws): {chosen}", ""]
         for n, run in fs["runs"].items():
@@ -1448,7 +1557,12 @@ def _plot_transfer(
         fig, axes = _figure(1, len(ts), (4.2 * len(ts), 3.6))
         ns = [int(n) for n in fs["runs"]]
         for ax, t in zip(axes[0], ts):
-            for kind, style in (("calibrated", "o-"), ("target_only", "s--"), ("source_only", ":")):
+            for kind, style in (
+                ("calibrated", "o-"),
+                ("target_only", "s--"),
+                ("target_only_linear", "^--"),
+                ("source_only", ":"),
+            ):
                 m = [fs["runs"][str(n)][kind][t]["r2_mean"] for n in ns]
                 s = [fs["runs"][str(n)][kind][t]["r2_std"] for n in ns]
                 m = [np.nan if v is None else v for v in m]

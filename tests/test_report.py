@@ -412,6 +412,35 @@ def test_calibration_round_trips_through_json():
     pd.testing.assert_frame_equal(model.predict(_inputs(b)), again.predict(_inputs(b)))
 
 
+class RecordingSourceModel(ExactSourceModel):
+    """Test double (fake): records the runtime/precision it is asked about."""
+
+    platform_ = {"platform": "synthetic/torch/fp32", "runtime": "torch", "precision": "fp32"}
+
+    def __init__(self):
+        self.seen: list[tuple[set, set]] = []
+
+    def predict(self, X):
+        self.seen.append((set(X["runtime"]), set(X["precision"])))
+        return super().predict(X)
+
+
+def test_calibration_asks_the_source_model_about_its_own_platform():
+    from carb_nas.costmodel import model_inputs
+
+    b = synthetic_rows(runtime="onnxruntime", precision="int8")
+    b["latency_ms"] *= 0.3
+    source = RecordingSourceModel()
+    model = calibrate(source, b.sample(15, random_state=0), method="scale")
+    pred = model.predict(model_inputs(b))
+    assert source.seen and all(seen == ({"torch"}, {"fp32"}) for seen in source.seen)
+    np.testing.assert_allclose(pred["latency_ms"], b["latency_ms"], rtol=1e-9)
+    # an explicit source platform wins over platform_
+    other = CalibratedModel(RecordingSourceModel(), "scale", source_runtime="onnxruntime")
+    other.fit(model_inputs(b.head(12)), b.head(12)[["latency_ms"]])
+    assert other.source_model.seen[0] == ({"onnxruntime"}, {"fp32"})
+
+
 def test_calibration_errors():
     with pytest.raises(ModelError, match="unknown calibration method"):
         CalibratedModel(ExactSourceModel(), method="magic").fit(
@@ -432,7 +461,9 @@ def test_calibrate_function_and_few_shot_transfer(tmp_path):
     b["peak_mem_mb"] = 1.5 * a["peak_mem_mb"]
     from carb_nas.costmodel import CostModel, model_inputs
 
-    source = CostModel(preset="fast").fit(model_inputs(a), a[["peak_mem_mb", "latency_ms"]])
+    source = CostModel(preset="fast", n_jobs=1).fit(
+        model_inputs(a), a[["peak_mem_mb", "latency_ms"]], platform="synthetic/torch/fp32"
+    )
     cal = calibrate(source, b.sample(25, random_state=0))
     pred = cal.predict(model_inputs(b))
     r2 = (
@@ -443,13 +474,21 @@ def test_calibrate_function_and_few_shot_transfer(tmp_path):
     assert r2 > 0.9
 
     out = tmp_path / "transfer"
-    res = write_transfer_report(a, b, out, few_shot=(10, 25), seeds=2, source_model=source)
+    res = write_transfer_report(
+        a, b, out, few_shot=(10, 25), seeds=2, source_model=source, n_jobs=1
+    )
     fs = res["few_shot"]
     assert set(fs["runs"]) == {"10", "25"}
+    assert fs["source_platform"] == "torch/fp32"
+    # N=10 is below CostModel's minimum: the tree baseline is n/a, the linear one is not
+    assert fs["runs"]["10"]["target_only"]["latency_ms"]["r2_mean"] is None  # NaN in JSON
+    assert "at least 20 rows" in fs["runs"]["10"]["target_only_errors"][0]
     run = fs["runs"]["25"]
     for t in ("latency_ms", "peak_mem_mb"):
         assert len(run["calibrated"][t]["r2_runs"]) == 2
         assert run["calibrated"][t]["r2_mean"] > 0.9
+        assert math.isfinite(run["target_only"][t]["r2_mean"])
+        assert math.isfinite(run["target_only_linear"][t]["r2_mean"])
         # the source model alone is far off on B (other scale), calibration fixes it
         assert run["calibrated"][t]["r2_mean"] > run["source_only"][t]["r2_mean"]
         assert math.isfinite(run["calibrated"][t]["r2_std"])

@@ -383,7 +383,7 @@ def get_meter(name: str = "auto", device: str = "cpu") -> Meter:
             "Use --meter auto, nvml, rapl or none."
         )
     is_cuda = device.startswith("cuda")
-    index = int(device.split(":")[1]) if is_cuda and ":" in device else 0
+    index = _nvml_index(int(device.split(":")[1]) if ":" in device else 0) if is_cuda else 0
     if name == "none":
         return NoMeter()
     if name == "nvml":
@@ -400,6 +400,21 @@ def get_meter(name: str = "auto", device: str = "cpu") -> Meter:
         return NVMLMeter(index) if is_cuda else RAPLMeter()
     except MeterUnavailableError:
         return NoMeter()
+
+
+def _nvml_index(cuda_index: int) -> int:
+    """NVML's index of torch's ``cuda:N`` (they differ under CUDA_VISIBLE_DEVICES or when
+    CUDA orders GPUs by speed): matched by PCI bus id, else assumed equal."""
+    try:
+        import pynvml
+        import torch
+
+        props = torch.cuda.get_device_properties(cuda_index)
+        bus = f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"
+        pynvml.nvmlInit()
+        return int(pynvml.nvmlDeviceGetIndex(pynvml.nvmlDeviceGetHandleByPciBusId(bus)))
+    except Exception:  # noqa: BLE001 - no torch CUDA, old torch or NVML: keep the index
+        return cuda_index
 
 
 @dataclass

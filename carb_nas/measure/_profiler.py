@@ -22,6 +22,7 @@ from carb_nas.measure._meters import (
     get_meter,
     measure_idle_power_w,
     measure_window,
+    observe_update_period_s,
 )
 from carb_nas.measure._protocol import Protocol, time_runs
 from carb_nas.measure._runtimes import (
@@ -98,6 +99,12 @@ class Profiler:
         self.energy_min_window_s = energy_min_window_s
         self._prepared: Prepared | None = None
         self._prepare_error: tuple[tuple, str] | None = None
+        self.counter_update_period_s = None
+        if self.meter.name == "nvml-counter" and idle_s:
+            # Windows must span many counter updates: measure the period on this GPU.
+            self.counter_update_period_s = observe_update_period_s(self.meter, idle_s)
+            if self.counter_update_period_s:
+                self.meter.update_period_s = self.counter_update_period_s
         self.idle_power_w = measure_idle_power_w(self.meter, idle_s) if idle_s else None
         self.platform = platform_string(self.device, self.runtime.name, precision)
         self.device_name = self._device_name()
@@ -126,6 +133,10 @@ class Profiler:
             "protocol_params": self.protocol.params(),
             "meter": self.meter.name,
         }
+        if self.counter_update_period_s is not None:
+            fp["energy_counter_update_period_s"] = self.counter_update_period_s
+        if not isinstance(self.meter, NoMeter):
+            fp["energy_min_window_s"] = self.energy_min_window_s
         if self.kind == "cuda":
             fp["cuda"] = torch.version.cuda
             if isinstance(self.meter, NVMLMeter):

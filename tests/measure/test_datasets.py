@@ -1,0 +1,141 @@
+"""Shipped datasets: listing, validation of every shipped file, and the validator itself."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from carb_nas.cli import cli
+from carb_nas.datasets import list_datasets, load_dataset, validate_rows
+from carb_nas.errors import InputFileError, MissingFileError
+from carb_nas.measure import Profiler, Protocol, cpu_model_name
+from carb_nas.space import Config
+
+SHIPPED = list_datasets()
+
+
+@pytest.fixture(scope="module")
+def real_rows() -> pd.DataFrame:
+    """Two real rows measured now (tiny configs, short protocol)."""
+    prof = Profiler(
+        "cpu",
+        "torch",
+        "fp32",
+        threads=1,
+        meter="none",
+        protocol=Protocol(time_cap_s=0.1, warmup_min_s=0.0),
+    )
+    try:
+        rows = [prof.profile(Config("basic", 8, 0.1, 32, b)) for b in (1, 2)]
+    finally:
+        prof.close()
+    return pd.DataFrame(rows)
+
+
+def test_real_rows_validate_and_round_trip_csv(real_rows, tmp_path):
+    out = validate_rows(real_rows, "now")
+    assert out["batch_size"].dtype.name == "Int64"
+    path = tmp_path / "cpu_torch_fp32.csv"
+    real_rows.to_csv(path, index=False)
+    again = load_dataset(path)
+    assert len(again) == 2 and again["key"].is_unique
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "match"),
+    [
+        ("status", "great", "status"),
+        ("meter", "fake-counter", "meter"),
+        ("device", "fake", "device"),
+        ("device_name", "FakeCPU 9000", "device_name"),
+        ("latency_ms", -1.0, "latency_ms"),
+        ("batch_size", 1.5, "batch_size"),
+        ("energy_j", 3.0, "energy_j"),  # energy with meter none: never estimated
+        ("key", "0000000000000000", "key mismatch"),
+        ("fingerprint", "{not json", "JSON"),
+        ("platform", "cpu/torch/int8", "platform"),
+    ],
+)
+def test_validator_rejects(real_rows, column, value, match):
+    bad = real_rows.copy()
+    bad[column] = bad[column].astype(object)
+    bad.loc[1, column] = value
+    with pytest.raises(InputFileError, match=match) as info:
+        validate_rows(bad, "bad.csv")
+    assert "bad.csv" in str(info.value) and "data row" in str(info.value)
+
+
+def test_validator_rejects_duplicates_and_missing_columns(real_rows):
+    with pytest.raises(InputFileError, match="unique keys"):
+        validate_rows(pd.concat([real_rows, real_rows.iloc[:1]]), "dup.csv")
+    with pytest.raises(InputFileError, match="missing column"):
+        validate_rows(real_rows.drop(columns=["meter"]), "cols.csv")
+
+
+def test_unknown_platform_is_a_clear_error():
+    with pytest.raises(MissingFileError, match="dataset list"):
+        load_dataset("tpu/jax/fp8")
+
+
+def test_dataset_list_json_cli():
+    r = CliRunner().invoke(cli, ["dataset", "list", "--json"])
+    assert r.exit_code == 0, r.output
+    items = json.loads(r.output)
+    assert items == json.loads(json.dumps(SHIPPED))
+    for d in items:
+        assert {
+            "platform",
+            "device",
+            "device_name",
+            "runtime",
+            "precision",
+            "path",
+            "rows",
+            "energy_j",
+        } <= set(d)
+
+
+@pytest.mark.parametrize("info", SHIPPED, ids=[d["platform"] for d in SHIPPED])
+def test_every_shipped_dataset_is_valid(info):
+    frame = load_dataset(info["platform"])
+    assert len(frame) == info["rows"] > 0
+    assert (frame["platform"] == info["platform"]).all()
+    assert info["energy_j"] == bool(frame["energy_j"].notna().any())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "info",
+    [d for d in SHIPPED if d["device"] == "cpu"],
+    ids=[d["platform"] for d in SHIPPED if d["device"] == "cpu"],
+)
+def test_shipped_rows_remeasure_close_on_this_machine(info):
+    """Re-measure a few shipped configs; medians within 25% (different days, shared box)."""
+    if info["device_name"] != cpu_model_name():
+        pytest.skip(
+            f"dataset measured on {info['device_name']!r}, this CPU is {cpu_model_name()!r}"
+        )
+    frame = load_dataset(info["platform"], ok_only=True)
+    frame = frame[frame["latency_ms"] > 1.0].sample(4, random_state=0)
+    threads = int(frame["threads"].iloc[0])
+    prof = Profiler("cpu", info["runtime"], info["precision"], threads=threads, meter="none")
+    try:
+        for row in frame.itertuples():
+            cfg = Config(
+                row.family,
+                int(row.depth),
+                row.width,
+                int(row.resolution),
+                int(row.batch_size),
+                row.precision,
+                row.runtime,
+            )
+            new = prof.profile(cfg)
+            assert new["status"] == "ok", new["error"]
+            assert new["latency_ms"] == pytest.approx(row.latency_ms, rel=0.25)
+            assert new["peak_mem_mb"] == pytest.approx(row.peak_mem_mb, rel=0.05)
+    finally:
+        prof.close()

@@ -115,17 +115,17 @@ _NATIVE_CONV_MAX_NUMEL = 20480  # PyTorch's use_mkldnn threshold for batch-1 inp
 # -- the CPU kernel workspace model (shared by the closed form and the tracer) -----------------
 def _conv_workspace_elems(
     n: int,
-    c_in: int,
-    h: int,
-    w: int,
+    c_in: Any,
+    h: Any,
+    w: Any,
     k_h: int,
     k_w: int,
-    h_out: int,
-    w_out: int,
+    h_out: Any,
+    w_out: Any,
     stride: Sequence[int],
     padding: Sequence[int],
     groups: int = 1,
-) -> int:
+) -> Any:
     """Elements of the im2col buffer eager PyTorch allocates for a 2-D convolution on CPU.
 
     PyTorch's ``ConvParams::use_mkldnn`` sends a float convolution to oneDNN (no buffer through
@@ -133,63 +133,77 @@ def _conv_workspace_elems(
     dimensions, groups is 1 and the input holds at most 20,480 elements. Then the native
     ``_slow_conv2d_forward`` unfolds the input into ``n x (c_in k_h k_w) x (h_out w_out)``
     elements, except for an unpadded, unstrided 1x1 kernel, where the buffer is a view.
+    ``c_in``, ``h``, ``w``, ``h_out`` and ``w_out`` may be numpy arrays (one per architecture).
     """
-    oned = n > 1 or groups > 1 or (k_h > 3 and k_w > 3) or n * c_in * h * w > _NATIVE_CONV_MAX_NUMEL
-    if oned:
-        return 0
     if k_h == 1 and k_w == 1 and all(s == 1 for s in stride) and all(p == 0 for p in padding):
         return 0
-    return n * c_in * k_h * k_w * h_out * w_out
+    if n > 1 or groups > 1 or (k_h > 3 and k_w > 3):
+        return 0
+    native = n * c_in * h * w <= _NATIVE_CONV_MAX_NUMEL
+    return np.where(native, n * c_in * k_h * k_w * h_out * w_out, 0)
 
 
 # -- closed form ---------------------------------------------------------------------------
 class _ArchSim:
-    """Walks one ResNet's forward pass, recording sizes per sample (batch 1, 1 byte/elem).
+    """Walks the forward pass of many ResNets of one family and depth at once.
 
-    Each candidate peak point is ``(float_elems, index_elems, const_bytes, column_elems)``:
-    bytes at that point beyond the resident model and input are
+    Sizes are per sample at 1 byte per element; each quantity is a numpy array with one entry
+    per architecture (width, resolution). Each candidate peak point is
+    ``(float_elems, index_elems, const_bytes, column_elems)``: bytes at that point beyond the
+    resident model and input are
     ``b*(float_elems*e + 8*index_elems) + const_bytes + [b == 1]*column_elems*e``.
     Convolution workspaces exist only at batch 1 (see `_conv_workspace_elems`).
     """
 
-    def __init__(self) -> None:
-        self.points: list[tuple[int, int, int, int]] = []
-        self.acts: list[int] = []
-        self.flops = 0
-        self.params = 0
-        self.weight_max = 0
-        self.bn_channels = 0
+    def __init__(self, m: int) -> None:
+        self.m = m
+        self.points: list[tuple[Any, Any, Any, Any]] = []
+        self.acts: list[Any] = []
+        zero = np.zeros(m, dtype=np.int64)
+        self.flops, self.params, self.weight_max, self.bn_channels = zero, zero, zero, zero
         self.n_conv = 0
         self.n_bn = 0
 
-    def conv(self, live: int, c_in: int, c_out: int, k: int, s: int, p: int, h: int) -> tuple:
+    def conv(self, live: Any, c_in: Any, c_out: Any, k: int, s: int, p: int, h: Any) -> tuple:
         h_out = (h + 2 * p - k) // s + 1
         out = c_out * h_out * h_out
-        self.flops += 2 * c_out * h_out * h_out * c_in * k * k
-        self.params += c_out * c_in * k * k
-        self.weight_max = max(self.weight_max, c_out * c_in * k * k)
+        self.flops = self.flops + 2 * c_out * h_out * h_out * c_in * k * k
+        self.params = self.params + c_out * c_in * k * k
+        self.weight_max = np.maximum(self.weight_max, c_out * c_in * k * k)
         self.n_conv += 1
         cols = _conv_workspace_elems(1, c_in, h, h, k, k, h_out, h_out, (s, s), (p, p))
         self.points.append((live + out, 0, 0, cols))
         self.acts.append(out)
         return h_out, out
 
-    def bn(self, live: int, channels: int, size: int) -> None:
+    def bn(self, live: Any, channels: Any, size: Any) -> None:
         # live includes the BN input; the output is a new tensor of the same size
-        self.params += 2 * channels
-        self.bn_channels += channels
+        self.params = self.params + 2 * channels
+        self.bn_channels = self.bn_channels + channels
         self.n_bn += 1
         self.points.append((live + size, 0, _BN_TEMP_BYTES_PER_CHANNEL * channels, 0))
         self.acts.append(size)
 
+    def stacked(self) -> tuple[np.ndarray, ...]:
+        """The points as four (n_points, m) int64 arrays."""
+        return tuple(
+            np.stack([np.broadcast_to(np.asarray(v, dtype=np.int64), (self.m,)) for v in col])
+            for col in zip(*self.points)
+        )
 
-def _simulate(family: str, depth: int, width: float, resolution: int) -> dict[str, Any]:
+
+def _simulate(
+    family: str, depth: int, widths: Sequence[float], resolutions: Sequence[int]
+) -> list[dict[str, Any]]:
+    """Closed-form quantities of the ResNets (family, depth, widths[i], resolutions[i])."""
     layout = stage_layout(family, depth)
-    chans = stage_channels(width, len(layout))
+    m = len(widths)
+    chans = np.array([stage_channels(w, len(layout)) for w in widths], dtype=np.int64).T
+    res = np.asarray(resolutions, dtype=np.int64)
     expansion = EXPANSION[family]
-    sim = _ArchSim()
+    sim = _ArchSim(m)
     # stem: conv 7x7/2 -> BN -> ReLU_ -> max-pool 3x3/2 (indices allocated and dropped)
-    h, stem = sim.conv(0, 3, chans[0], 7, 2, 3, resolution)
+    h, stem = sim.conv(0, 3, chans[0], 7, 2, 3, res)
     sim.bn(stem, chans[0], stem)  # conv output + BN output
     h_pool = (h + 2 - 3) // 2 + 1
     pooled = chans[0] * h_pool * h_pool
@@ -201,7 +215,8 @@ def _simulate(family: str, depth: int, width: float, resolution: int) -> dict[st
     h = h_pool
     c_in = chans[0]
     stage_in = pooled
-    for s, (n_blocks, planes) in enumerate(zip(layout, chans)):
+    for s, n_blocks in enumerate(layout):
+        planes = chans[s]
         base_stage = pooled + (stage_in if s > 0 else 0)
         block_in = stage_in
         for j in range(n_blocks):
@@ -209,10 +224,12 @@ def _simulate(family: str, depth: int, width: float, resolution: int) -> dict[st
             base = base_stage + (block_in if j > 0 else 0)
             c_out = planes * expansion
             h_out = (h - 1) // stride + 1
-            if stride != 1 or c_in != c_out:  # downsample: conv 1x1/stride + BN = identity
-                _, o = sim.conv(base, c_in, c_out, 1, stride, 0, h)
+            # the downsample exists in the same blocks for every width (channels grow by
+            # stage, and a bottleneck's first block expands)
+            if stride != 1 or (s == 0 and j == 0 and expansion != 1):
+                _, o = sim.conv(base, c_in, c_out, 1, stride, 0, h)  # conv 1x1/stride + BN
                 sim.bn(base + o, c_out, o)
-                base += o
+                base = base + o  # the identity
             if family == "basic":
                 _, o = sim.conv(base, c_in, planes, 3, stride, 1, h)
                 sim.bn(base + o, planes, o)
@@ -237,59 +254,113 @@ def _simulate(family: str, depth: int, width: float, resolution: int) -> dict[st
     sim.points.append((final + c_in, 0, 0, 0))
     sim.acts.append(c_in)
     sim.points.append((final + c_in + NUM_CLASSES, 0, 0, 0))
-    sim.acts.append(NUM_CLASSES)
-    sim.flops += 2 * c_in * NUM_CLASSES
-    sim.params += c_in * NUM_CLASSES + NUM_CLASSES
-    sim.weight_max = max(sim.weight_max, c_in * NUM_CLASSES)
-    pts = np.array(sim.points, dtype=np.int64)
-    # per element size: exact batch-1 peak, and the Pareto set of (slope, intercept) lines
-    # whose upper envelope is the peak for every batch >= 2
+    sim.acts.append(np.full(m, NUM_CLASSES, dtype=np.int64))
+    flops = sim.flops + 2 * c_in * NUM_CLASSES
+    params = sim.params + c_in * NUM_CLASSES + NUM_CLASSES
+    weight_max = np.maximum(sim.weight_max, c_in * NUM_CLASSES)
+    acts = np.stack(np.broadcast_arrays(*sim.acts))
+    floats, index, const, cols = sim.stacked()
+    # per element size: the exact batch-1 peak, and the few (slope, intercept) lines whose
+    # maximum is the peak for every batch >= 2
     peak1, lines = [], []
     for e in _E_LEVELS:
-        slope = pts[:, 0] * e + _INDEX_BYTES * pts[:, 1]
-        peak1.append(int((slope + pts[:, 2] + pts[:, 3] * e).max()))
-        lines.append(_pareto_lines(slope, pts[:, 2]))
-    return {
-        "flops": sim.flops,
-        "params": sim.params,
-        "weight_max": sim.weight_max,
+        slope = floats * e + _INDEX_BYTES * index
+        peak1.append((slope + const + cols * e).max(axis=0))
+        # the steepest line (highest intercept among ties) is the whole envelope when it is
+        # already on top at batch 2; otherwise compute the envelope
+        top = slope.max(axis=0)
+        top_c = np.where(slope == top, const, -1).max(axis=0)
+        alone = top * 2 + top_c >= (slope * 2 + const).max(axis=0)
+        lines.append(
+            [
+                [(int(top[i]), int(top_c[i]))]
+                if alone[i]
+                else _envelope_lines(slope[:, i], const[:, i])
+                for i in range(m)
+            ]
+        )
+    columns = {
+        "flops": flops,
+        "params": params,
+        "weight_max": weight_max,
         "bn_channels": sim.bn_channels,
+        "input": 3 * res * res,
+        "act_total": acts.sum(axis=0),
+        "act_max": acts.max(axis=0),
+    }
+    lists = {k: v.tolist() for k, v in columns.items()}
+    peak1_rows = np.stack(peak1, axis=1).tolist()
+    fixed = {
         "n_conv": sim.n_conv,
         "n_bn": sim.n_bn,
         "n_linear": 1,
         "n_blocks": sum(layout),
         "n_stages": len(layout),
-        "input": 3 * resolution * resolution,
-        "act_total": int(sum(sim.acts)),
-        "act_max": int(max(sim.acts)),
-        "peak1": peak1,
-        "lines": lines,
     }
+    return [
+        {
+            **{k: v[i] for k, v in lists.items()},
+            **fixed,
+            "peak1": peak1_rows[i],
+            "lines": [lines[li][i] for li in range(len(_E_LEVELS))],
+        }
+        for i in range(m)
+    ]
 
 
-def _pareto_lines(slope: np.ndarray, intercept: np.ndarray) -> list[tuple[int, int]]:
-    """Lines not dominated by another with both a larger-or-equal slope and intercept.
+def _envelope_lines(
+    slope: np.ndarray, intercept: np.ndarray, x_min: int = 2
+) -> list[tuple[int, int]]:
+    """The lines ``slope * x + intercept`` whose maximum is the maximum of all, for x >= x_min.
 
-    The maximum over these equals the maximum over all lines for every x >= 0, exactly.
+    Exact integer arithmetic: first the Pareto set (no other line has both a larger-or-equal
+    slope and intercept), then its upper convex hull, then only the hull lines that are on
+    top somewhere at or beyond ``x_min``. Usually one or two lines remain.
     """
     order = np.lexsort((-intercept, -slope))  # slope descending, then intercept descending
     c = intercept[order]
     prior_best = np.maximum.accumulate(np.concatenate(([-1], c[:-1])))
     keep = order[c > prior_best]
-    return list(zip(slope[keep].tolist(), intercept[keep].tolist()))
+    # slopes now distinct; ascending slope means descending intercept
+    pareto = sorted(zip(slope[keep].tolist(), intercept[keep].tolist()))
+    hull: list[tuple[int, int]] = []
+    for s, b in pareto:
+        while len(hull) >= 2:
+            (s1, b1), (s2, b2) = hull[-2], hull[-1]
+            # the middle line is never strictly on top if the new one overtakes the first
+            # no later than the middle one does
+            if (b1 - b) * (s2 - s1) <= (b1 - b2) * (s - s1):
+                hull.pop()
+            else:
+                break
+        hull.append((s, b))
+    while len(hull) >= 2:
+        (s1, b1), (s2, b2) = hull[0], hull[1]
+        if b1 - b2 <= x_min * (s2 - s1):  # the second overtakes the first by x_min
+            hull.pop(0)
+        else:
+            break
+    return hull
 
 
 _ARCH_CACHE: dict[tuple[str, int, float, int], dict[str, Any]] = {}
+_ARCH_CACHE_MAX = 200_000
 
 
-def _arch(family: str, depth: int, width: float, resolution: int) -> dict[str, Any]:
-    key = (family, depth, width, resolution)
-    row = _ARCH_CACHE.get(key)
-    if row is None:
-        if len(_ARCH_CACHE) > 200_000:
-            _ARCH_CACHE.clear()
-        row = _ARCH_CACHE[key] = _simulate(*key)
-    return row
+def _archs(keys: Sequence[tuple[str, int, float, int]]) -> list[dict[str, Any]]:
+    """Closed-form rows of architectures (family, depth, width, resolution), cached."""
+    missing: dict[tuple[str, int], list[tuple[float, int]]] = {}
+    for key in keys:
+        if key not in _ARCH_CACHE:
+            missing.setdefault(key[:2], []).append(key[2:])
+    if missing and len(_ARCH_CACHE) + len(keys) > _ARCH_CACHE_MAX:
+        _ARCH_CACHE.clear()
+        return _archs(keys)
+    for (family, depth), rest in missing.items():
+        widths, resolutions = zip(*rest)
+        for (width, res), row in zip(rest, _simulate(family, depth, widths, resolutions)):
+            _ARCH_CACHE[(family, depth, width, res)] = row
+    return [_ARCH_CACHE[key] for key in keys]
 
 
 def _derive(
@@ -429,16 +500,16 @@ def compute_features(frame: pd.DataFrame) -> pd.DataFrame:
     dep_k = rest % len(dep_u)
     fam_k = rest // len(dep_u)
     width_canon = [float(_canonical_width(w)) for w in wid_u]
-    rows = []
+    keys = []
     for a in range(n_arch):
-        fam = fam_u[fam_k[a]]
-        depth, width, res = int(dep_u[dep_k[a]]), width_canon[wid_k[a]], int(res_u[res_k[a]])
+        res = int(res_u[res_k[a]])
         if res < 32:
             raise ConfigError(
                 f"invalid resolution: expected >= 32 pixels (the stem and four stride-2 stages "
                 f"need it), got {res}. Use a resolution of at least 32."
             )
-        rows.append(_arch(fam, depth, width, res))
+        keys.append((fam_u[fam_k[a]], int(dep_u[dep_k[a]]), width_canon[wid_k[a]], res))
+    rows = _archs(keys)
 
     def table(name: str) -> np.ndarray:
         return np.fromiter((r[name] for r in rows), dtype=np.int64, count=n_arch)
@@ -467,9 +538,10 @@ def compute_features(frame: pd.DataFrame) -> pd.DataFrame:
     # resident: parameters + BN running stats (+ an int64 counter per BN) + input
     resident = (params + 2 * bn_ch_a[arch_id]) * e + _INDEX_BYTES * n_bn + input_bytes
     flat = arch_id * len(_E_LEVELS) + e_level
-    s = slopes.reshape(-1, n_lines)[flat]
-    c = icpts.reshape(-1, n_lines)[flat]
-    extra = (s * batch[:, None] + c).max(axis=1) if n else np.zeros(0, dtype=np.int64)
+    slopes, icpts = slopes.reshape(-1, n_lines), icpts.reshape(-1, n_lines)
+    extra = slopes[flat, 0] * batch + icpts[flat, 0]
+    for li in range(1, n_lines):
+        np.maximum(extra, slopes[flat, li] * batch + icpts[flat, li], out=extra)
     extra = np.where(batch == 1, peak1.reshape(-1)[flat], extra)
     out = {"flops": flops, "params": params}
     weight_max = table("weight_max")[arch_id]
@@ -481,7 +553,8 @@ def compute_features(frame: pd.DataFrame) -> pd.DataFrame:
     out["n_linear"] = table("n_linear")[arch_id]
     out["n_blocks"] = table("n_blocks")[arch_id]
     out["n_stages"] = table("n_stages")[arch_id]
-    return pd.DataFrame({k: out[k] for k in FEATURE_COLUMNS}, index=frame.index)
+    # copy=False: the columns are fresh arrays; consolidating them would only copy
+    return pd.DataFrame({k: out[k] for k in FEATURE_COLUMNS}, index=frame.index, copy=False)
 
 
 # -- meta-device tracing -------------------------------------------------------------------
@@ -537,7 +610,7 @@ def _op_workspace_bytes(name: str, args: tuple, kwargs: dict, out: Any, elem: in
             _pair(padding),
             groups,
         )
-        return cols * elem
+        return int(cols) * elem
     if name in _BN_OPS:
         training = _arg(args, kwargs, 5, "training", False)
         if name in ("_native_batch_norm_legit_no_training", "_batch_norm_no_update"):

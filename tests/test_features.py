@@ -303,3 +303,20 @@ def test_compute_features_is_fast_on_a_large_grid() -> None:
     elapsed = time.perf_counter() - start
     assert len(feats) == len(grid)
     assert elapsed < 2.0, f"{len(grid) / elapsed:,.0f} configs/s is far below 1e6/s"
+
+
+def test_envelope_lines_give_the_maximum_of_all_lines() -> None:
+    from carb_nas.features import _envelope_lines
+
+    rng = np.random.default_rng(0)
+    xs = np.arange(2, 400, dtype=np.int64)
+    for _ in range(300):
+        k = int(rng.integers(1, 40))
+        slope = rng.integers(0, 10**6, k) * rng.integers(1, 3, k)
+        intercept = rng.integers(0, 10**8, k)
+        brute = (slope[:, None] * xs + intercept[:, None]).max(axis=0)
+        lines = _envelope_lines(slope, intercept)
+        kept = np.array(lines, dtype=np.int64)
+        fast = (kept[:, :1] * xs + kept[:, 1:]).max(axis=0)
+        np.testing.assert_array_equal(fast, brute)
+        assert len(lines) <= k

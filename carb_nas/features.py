@@ -349,13 +349,13 @@ _ARCH_CACHE_MAX = 200_000
 
 def _archs(keys: Sequence[tuple[str, int, float, int]]) -> list[dict[str, Any]]:
     """Closed-form rows of architectures (family, depth, width, resolution), cached."""
+    todo = [key for key in keys if key not in _ARCH_CACHE]
+    if todo and len(_ARCH_CACHE) + len(todo) > _ARCH_CACHE_MAX:
+        _ARCH_CACHE.clear()  # bounded memory; a frame's own architectures always fit
+        todo = list(keys)
     missing: dict[tuple[str, int], list[tuple[float, int]]] = {}
-    for key in keys:
-        if key not in _ARCH_CACHE:
-            missing.setdefault(key[:2], []).append(key[2:])
-    if missing and len(_ARCH_CACHE) + len(keys) > _ARCH_CACHE_MAX:
-        _ARCH_CACHE.clear()
-        return _archs(keys)
+    for key in dict.fromkeys(todo):
+        missing.setdefault(key[:2], []).append(key[2:])
     for (family, depth), rest in missing.items():
         widths, resolutions = zip(*rest)
         for (width, res), row in zip(rest, _simulate(family, depth, widths, resolutions)):

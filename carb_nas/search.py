@@ -61,6 +61,7 @@ __all__ = [
     "SpaceEncoding",
     "SurrogateEvaluator",
     "capacity_proxy",
+    "check_objectives",
     "load_quality",
     "QualityError",
     "StorageError",
@@ -276,6 +277,14 @@ class SpaceEncoding:
 
 
 # -- evaluation ------------------------------------------------------------------------------
+def check_objectives(objectives: Sequence[str] | None, model: Any) -> list[str]:
+    """The objectives (default: every target of ``model`` plus quality), checked against what
+    ``model`` predicts; BudgetError for unknown names, targets it lacks, or duplicates."""
+    targets = _model_targets(model)
+    objectives = list(objectives) if objectives else [*targets, QUALITY]
+    return _check_objectives(objectives, targets, model)
+
+
 def _check_objectives(objectives: Sequence[str], targets: Sequence[str], model: Any) -> list:
     out = []
     for name in objectives:

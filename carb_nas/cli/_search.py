@@ -322,8 +322,8 @@ def search_command(
     With no arguments: the shipped CPU models, the `cpu` space, the default budget, and the
     final Pareto set profiled on this machine.
     """
-    from carb_nas.screen import parse_budgets
-    from carb_nas.search import load_quality, open_storage, search
+    from carb_nas.screen import check_budgets, parse_budgets
+    from carb_nas.search import check_objectives, load_quality, open_storage, search
     from carb_nas.space import load_space, write_table
 
     embedded = model_spec is None
@@ -354,9 +354,12 @@ def search_command(
     else:
         rescore = None
     _check_space_model(space_obj, model, "search model")
+    check_budgets(parsed, model, role="search model")
+    objs = check_objectives(
+        [o.strip() for o in objectives.split(",") if o.strip()] if objectives else None, model
+    )
     if do_validate is None:
         do_validate = embedded
-    objs = [o.strip() for o in objectives.split(",") if o.strip()] if objectives else None
     n_trials = trials if trials is not None else (3000 if backend == "pymoo" else 1500)
     _info(
         f"searching {space_obj.name!r} ({len(space_obj):,} configs) with {backend}, "

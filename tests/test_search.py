@@ -1,0 +1,298 @@
+# ruff: noqa: F811  (fixtures shared from test_screen)
+"""Search: encoding, the pymoo Problem, both backends, quality callables, `carb-nas search`.
+
+Models are fast-preset fits on SYNTHETIC rows (see test_screen.py); nothing is measured here.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+from test_screen import model_dirs, ort_model, torch_model  # noqa: F401 - shared fixtures
+
+from carb_nas.cli import cli
+from carb_nas.errors import BudgetError, ModelError
+from carb_nas.screen import pareto_mask
+from carb_nas.search import (
+    QualityError,
+    SpaceEncoding,
+    SpaceProblem,
+    StorageError,
+    capacity_proxy,
+    load_quality,
+    search,
+)
+from carb_nas.space import CONFIG_COLUMNS, Space, load_space
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def small_space() -> Space:
+    return Space.from_dict({
+        "name": "small",
+        "knobs": {"family": ["basic", "bottleneck"], "width": [0.1, 0.25, 0.5],
+                  "resolution": [32, 48, 64], "batch_size": [1, 2, 4, 8]},
+        "family": {"basic": {"depth": [8, 10, 18]}, "bottleneck": {"depth": [50]}},
+    })
+
+
+# -- encoding --------------------------------------------------------------------------------
+def test_encoding_round_trips_the_whole_grid():
+    space = load_space("cpu")
+    enc = SpaceEncoding(space)
+    grid = space.grid()
+    back = enc.decode(enc.encode(grid))
+    pd.testing.assert_frame_equal(back.reset_index(drop=True), grid.reset_index(drop=True),
+                                  check_dtype=False)
+
+
+def test_any_integer_row_decodes_to_a_config_of_the_space():
+    space = small_space()
+    enc = SpaceEncoding(space)
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-1, enc.upper + 1, size=(500, enc.n_var))  # even out of bounds
+    decoded = enc.decode(X)
+    grid_keys = set(space.grid().itertuples(index=False))
+    assert set(decoded.itertuples(index=False)) <= grid_keys
+    # both families and their own depths are reachable
+    assert set(decoded["family"]) == {"basic", "bottleneck"}
+    assert set(decoded.loc[decoded["family"] == "bottleneck", "depth"]) == {50}
+
+
+# -- pymoo Problem ---------------------------------------------------------------------------
+def test_space_problem_works_with_plain_pymoo(torch_model):
+    from pymoo.algorithms.moo.nsga2 import NSGA2
+    from pymoo.operators.crossover.sbx import SBX
+    from pymoo.operators.mutation.pm import PM
+    from pymoo.operators.repair.rounding import RoundingRepair
+    from pymoo.operators.sampling.rnd import IntegerRandomSampling
+    from pymoo.optimize import minimize
+
+    problem = SpaceProblem(small_space(), torch_model, budgets={"latency_ms": 5})
+    assert problem.n_obj == 3 and problem.n_ieq_constr == 1
+    algo = NSGA2(pop_size=16, sampling=IntegerRandomSampling(),
+                 crossover=SBX(vtype=float, repair=RoundingRepair()),
+                 mutation=PM(vtype=float, repair=RoundingRepair()))
+    res = minimize(problem, algo, ("n_gen", 4), seed=1)
+    configs = problem.decode(res.X)
+    ev = problem.evaluator.evaluate(configs)
+    np.testing.assert_allclose(problem.evaluator.F(ev), res.F)
+    assert (ev["latency_ms"] <= 5).all()  # res holds feasible solutions only
+    assert problem.evaluator.n_evaluated <= len(small_space())
+
+
+def test_constraints_are_relative_excess(torch_model):
+    problem = SpaceProblem(small_space(), torch_model, budgets={"latency_ms": 2,
+                                                                 "peak_mem_mb": 30})
+    ev = problem.evaluator.evaluate(small_space().grid())
+    np.testing.assert_allclose(ev["g_latency_ms"], ev["latency_ms"] / 2 - 1)
+    np.testing.assert_allclose(ev["g_peak_mem_mb"], ev["peak_mem_mb"] / 30 - 1)
+    assert (ev["feasible"] == ((ev["latency_ms"] <= 2) & (ev["peak_mem_mb"] <= 30))).all()
+
+
+# -- search ----------------------------------------------------------------------------------
+def _check_front(res, budgets):
+    p = res.pareto
+    assert len(p) > 0 and p["feasible"].all()
+    for name, limit in budgets.items():
+        assert (p[name] <= limit).all()
+    F = np.column_stack([p["peak_mem_mb"], p["latency_ms"], -p["quality"]])
+    assert pareto_mask(F).all()
+    # nothing evaluated and feasible dominates a front member
+    ev = res.evaluated[res.evaluated["feasible"]]
+    E = np.column_stack([ev["peak_mem_mb"], ev["latency_ms"], -ev["quality"]])
+    assert pareto_mask(np.vstack([F, E]))[: len(F)].all()
+
+
+def test_pymoo_search_finds_a_feasible_front_with_quality(torch_model, ort_model):
+    budgets = {"latency_ms": 6.0, "peak_mem_mb": 60.0}
+    res = search("cpu", torch_model, budgets=budgets, trials=600, pop_size=40, seed=3,
+                 rescore=ort_model)
+    _check_front(res, budgets)
+    assert 0 < res.n_evaluated <= 600 and res.eval_fraction < 0.1
+    # quality keeps more than the cheapest network on the front
+    assert res.pareto["quality"].max() > res.pareto["quality"].min() + 0.5
+    assert {"target_latency_ms", "target_within_budget"} <= set(res.pareto.columns)
+    assert res.to_dict()["pareto"] and "Pareto set" in res.summary()
+
+
+def test_optuna_search_records_constraints_in_storage(torch_model, tmp_path):
+    import optuna
+
+    url = f"sqlite:///{tmp_path / 'search.db'}"  # every trial commits ~25 times: keep it short
+    budgets = {"latency_ms": 6.0}
+    res = search(small_space(), torch_model, budgets=budgets, backend="optuna", trials=12,
+                 pop_size=6, storage=url, study_name="s1", seed=0)
+    assert res.backend == "optuna-nsga2" and len(res.pareto) > 0
+    study = optuna.load_study(study_name="s1", storage=url)
+    assert len(study.trials) == 12
+    assert all("carb_nas.latency_ms" in t.constraints for t in study.trials)
+    for t in study.trials:  # constraint = relative excess of the predicted latency
+        pred = t.user_attrs["carb_nas.predicted.latency_ms"]
+        assert t.constraints["carb_nas.latency_ms"] == pytest.approx(pred / 6.0 - 1)
+    # the same study resumes; other objectives are refused clearly
+    search(small_space(), torch_model, budgets=budgets, backend="optuna", trials=6,
+           pop_size=6, storage=url, study_name="s1")
+    assert len(optuna.load_study(study_name="s1", storage=url).trials) == 18
+    with pytest.raises(StorageError, match="already exists with directions"):
+        search(small_space(), torch_model, objectives=["latency_ms"], backend="optuna",
+               trials=4, storage=url, study_name="s1")
+
+
+def test_tpe_sampler_runs_on_a_journal_file(torch_model, tmp_path):
+    res = search(small_space(), torch_model, budgets={"latency_ms": 6.0}, backend="optuna",
+                 sampler="tpe", trials=24, pop_size=8, storage=f"journal:{tmp_path}/j.log",
+                 study_name="tpe")
+    assert res.backend == "optuna-tpe" and res.n_evaluated <= 24
+    assert (tmp_path / "j.log").stat().st_size > 0
+
+
+def test_storage_that_does_not_open(torch_model, tmp_path):
+    for url in ("nosuchdb://x/y", f"sqlite:///{tmp_path}/no/dir/x.db",
+                f"journal:{tmp_path}/missing/dir/j.log"):
+        with pytest.raises(StorageError, match="cannot open the Optuna storage"):
+            search(small_space(), torch_model, backend="optuna", trials=2, storage=url,
+                   study_name="x")
+    with pytest.raises(StorageError, match="needs the optuna backend"):
+        search(small_space(), torch_model, trials=2, storage="sqlite:///x.db")
+
+
+def test_empty_feasible_set_gives_least_violating(torch_model):
+    res = search(small_space(), torch_model, budgets={"latency_ms": 1e-4}, trials=64,
+                 pop_size=16)
+    assert not res.feasible and len(res.least_violating) > 0
+    assert res.least_violating["violation"].is_monotonic_increasing
+    assert "no evaluated config meets every budget" in res.summary()
+
+
+def test_objectives_and_budgets_are_checked(torch_model):
+    with pytest.raises(BudgetError, match="does not predict"):
+        search(small_space(), torch_model, objectives=["energy_j"], trials=2)
+    with pytest.raises(BudgetError, match="unknown objective"):
+        search(small_space(), torch_model, objectives=["accuracy"], trials=2)
+    with pytest.raises(BudgetError, match="does not predict"):
+        search(small_space(), torch_model, budgets=["energy_j=5"], trials=2)
+    fp16 = Space.from_dict({"knobs": {"family": ["basic"], "depth": [8], "width": [0.1],
+                                      "resolution": [32], "batch_size": [1, 2],
+                                      "precision": ["fp32", "fp16"]}})
+    with pytest.raises(ModelError, match="another space"):
+        search(fp16, torch_model, trials=4)
+
+
+def test_per_image_objective(torch_model):
+    res = search(small_space(), torch_model, objectives=["latency_ms_per_image", "quality"],
+                 trials=64, pop_size=16)
+    per_image = res.pareto["latency_ms"] / res.pareto["batch_size"]
+    assert per_image.is_monotonic_increasing  # sorted by the first objective
+
+
+# -- quality ---------------------------------------------------------------------------------
+def test_capacity_proxy_grows_with_size_not_batch():
+    from carb_nas.features import compute_features
+
+    grid = small_space().grid()
+    q = capacity_proxy(pd.concat([grid, compute_features(grid)], axis=1))
+    by = pd.Series(q).groupby([grid["family"], grid["depth"], grid["width"],
+                               grid["resolution"]]).nunique()
+    assert (by == 1).all()  # independent of batch size
+    basic = grid["family"] == "basic"
+    wide = q[(basic & (grid["width"] == 0.5)).to_numpy()].mean()
+    narrow = q[(basic & (grid["width"] == 0.1)).to_numpy()].mean()
+    assert wide > narrow
+
+
+@pytest.fixture()
+def quality_module(tmp_path, monkeypatch):
+    (tmp_path / "myquality.py").write_text(textwrap.dedent("""
+        import math
+        def one_arg(config):
+            return config.width * config.resolution
+        def two_args(config, features):
+            return math.log10(features["params"]) + config.depth / 100
+        def broken(config):
+            raise RuntimeError("no scores for " + config.family)
+        def nan(config):
+            return float("nan")
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return "myquality"
+
+
+def test_user_quality_callables(torch_model, quality_module):
+    for fn in ("one_arg", "two_args"):
+        res = search(small_space(), torch_model, quality=f"{quality_module}:{fn}",
+                     objectives=["latency_ms", "quality"], trials=48, pop_size=16)
+        assert res.evaluated["quality"].notna().all()
+    one = search(small_space(), torch_model, quality=f"{quality_module}:one_arg",
+                 objectives=["latency_ms", "quality"], trials=48, pop_size=16)
+    ev = one.evaluated
+    np.testing.assert_allclose(ev["quality"], ev["width"] * ev["resolution"])
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("nosuchmodule_xyz:f", "cannot import the quality module"),
+    ("myquality:missing", "quality callable not found"),
+    ("myquality", "malformed quality callable"),
+    ("myquality:broken", "failed on .*RuntimeError: no scores for"),
+    ("myquality:nan", "expected a finite number"),
+])
+def test_bad_quality_callables(torch_model, quality_module, spec, words):
+    with pytest.raises(QualityError, match=words):
+        load_quality(spec)
+        search(small_space(), torch_model, quality=spec, trials=8, pop_size=8)
+
+
+# -- CLI -------------------------------------------------------------------------------------
+def test_cli_search_json(model_dirs, tmp_path):
+    src, tgt = model_dirs
+    out = tmp_path / "pareto.csv"
+    res = CliRunner().invoke(cli, [
+        "search", "cpu", "--model", str(src), "--rescore", str(tgt), "--budget", "latency_ms=6",
+        "--budget", "peak_mem_mb=60", "--trials", "300", "--pop-size", "32", "-o", str(out),
+        "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["pareto"] and doc["validated"] == []  # validation is off with --model
+    assert len(pd.read_csv(out)) == len(doc["pareto"])
+    assert set(CONFIG_COLUMNS) <= set(doc["pareto"][0])
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--budget", "watts=3"], "unknown budget target"),
+    (["--budget", "latency_ms=0"], "finite number > 0"),
+    (["--budget", "latency_ms=x"], "non-numeric"),
+    (["--budget", "energy_j=75"], "does not predict"),
+    (["--backend", "optuna", "--storage", "nosuchdb://a/b", "--study-name", "s"],
+     "cannot open the Optuna storage"),
+    (["--quality", "nosuchmodule_xyz:f"], "cannot import the quality module"),
+    (["--objectives", "latency_ms,speed"], "unknown objective"),
+])
+def test_cli_search_bad_input(model_dirs, args, words):
+    src, _ = model_dirs
+    res = CliRunner().invoke(cli, ["search", "cpu", "--model", str(src), "--trials", "8"] + args)
+    assert res.exit_code == 1, res.output
+    assert res.output.startswith("error: ") and words in res.output
+
+
+def test_cli_search_model_of_another_space(model_dirs, tmp_path):
+    (tmp_path / "fp16.toml").write_text(
+        'name = "fp16"\n[knobs]\nfamily = ["basic"]\ndepth = [8]\nwidth = [0.1]\n'
+        'resolution = [32]\nbatch_size = [1, 2]\nprecision = ["fp32", "fp16"]\n')
+    res = CliRunner().invoke(cli, ["search", str(tmp_path / "fp16.toml"), "--model",
+                                   str(model_dirs[0]), "--trials", "4"])
+    assert res.exit_code == 1 and "trained on another space" in res.output
+
+
+def test_pymoo_problem_example_runs():
+    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "pymoo_problem.py")],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Pareto" in proc.stdout

@@ -584,7 +584,8 @@ class CalibratedModel:
     - ``loglinear``: ``r = a + b*log(source)`` -- a power law ``y = e^a * source^(1+b)``;
     - ``features``: ``r = a + w . [log source, log batch, log resolution, log width,
       log depth, is_bottleneck]`` (standardized), ridge-penalized, penalty picked by
-      leave-one-out error;
+      leave-one-out error; its correction is clipped to the range of ``r`` seen on the
+      calibration rows (no extrapolation from a handful of points);
     - ``auto`` (default): the method with the lowest leave-one-out RMSE of ``log(y)`` on the
       calibration rows, per target.
 
@@ -713,7 +714,11 @@ class CalibratedModel:
         else:  # too few rows for the asked method: fall back to the one-parameter map
             name = "scale"
         spec, err = candidates[name]
+        # the many-feature map keeps its corrections inside the range seen on the calibration
+        # rows: fitted on a handful of points it must not extrapolate into factors it never
+        # observed (a 2-parameter power law may: that is what it is for)
         return spec | {
+            "clip": [float(r.min()), float(r.max())],
             "loo_rmse_log": err,
             "n": int(n),
             "candidates_loo_rmse_log": {k: v[1] for k, v in candidates.items()},
@@ -738,6 +743,8 @@ class CalibratedModel:
                 r = r + ((full - np.asarray(spec["mean"])) / np.asarray(spec["std"])) @ np.asarray(
                     spec["weights"]
                 )
+            if spec["method"] == "features":
+                r = np.clip(r, *spec["clip"])  # see _fit_target
             out[t] = np.exp(z + r)
         return pd.DataFrame(out, index=X.index)
 
@@ -800,6 +807,23 @@ def _single_variant(frame: pd.DataFrame) -> str:
             f"per transfer dataset, got {variants}. Split the dataset by its 'platform' column."
         )
     return variants[0]
+
+
+def _mdape(y: np.ndarray, pred: np.ndarray) -> float:
+    """Median absolute percentage error, %."""
+    return float(100 * np.median(np.abs(pred - y) / np.abs(y)))
+
+
+def _summary(runs: Sequence[tuple[float, float]]) -> dict[str, Any]:
+    r2 = np.array([r for r, _ in runs], float)
+    mdape = np.array([m for _, m in runs], float)
+    any_ = np.isfinite(r2).any()
+    return {
+        "r2_mean": float(np.nanmean(r2)) if any_ else math.nan,
+        "r2_std": float(np.nanstd(r2)) if any_ else math.nan,
+        "mdape_pct_mean": float(np.nanmean(mdape)) if any_ else math.nan,
+        "r2_runs": r2.tolist(),
+    }
 
 
 def _linear_baseline(X_train: pd.DataFrame, y: np.ndarray, X_test: pd.DataFrame) -> np.ndarray:
@@ -892,23 +916,20 @@ def _few_shot(
                     errors.append(f"seed {seed}: {e}")
             for t in targets:
                 y = pool[t].to_numpy(float)[test]
-                rec["calibrated"][t].append(_r2(y, pred_cal[t].to_numpy(float)))
-                rec["source_only"][t].append(_r2(y, zero[t].to_numpy(float)[test]))
-                rec["target_only"][t].append(
-                    _r2(y, pred_own[t].to_numpy(float)) if pred_own is not None else math.nan
-                )
-                lin = _linear_baseline(X_train, train_rows[t].to_numpy(float), X_test)
-                rec["target_only_linear"][t].append(_r2(y, lin))
-        runs[str(n)] = {
-            kind: {
-                t: {
-                    "r2_mean": float(np.nanmean(v)) if np.isfinite(v).any() else math.nan,
-                    "r2_std": float(np.nanstd(v)) if np.isfinite(v).any() else math.nan,
-                    "r2_runs": v,
+                preds = {
+                    "calibrated": pred_cal[t].to_numpy(float),
+                    "source_only": zero[t].to_numpy(float)[test],
+                    "target_only": None if pred_own is None else pred_own[t].to_numpy(float),
+                    "target_only_linear": _linear_baseline(
+                        X_train, train_rows[t].to_numpy(float), X_test
+                    ),
                 }
-                for t, v in per.items()
-            }
-            for kind, per in rec.items()
+                for kind, p in preds.items():
+                    rec[kind][t].append(
+                        (math.nan, math.nan) if p is None else (_r2(y, p), _mdape(y, p))
+                    )
+        runs[str(n)] = {
+            kind: {t: _summary(v) for t, v in per.items()} for kind, per in rec.items()
         } | {"methods_chosen": methods, "target_only_errors": errors[:3]}
     return {
         "sizes": [int(n) for n in sizes],
@@ -1476,7 +1497,8 @@ def transfer_markdown(result: Mapping[str, Any]) -> str:
             "`source only`: the A model's predictions unchanged; `calibrated`: the A model "
             "adapted with the N rows; `target only`: a model trained on the N rows alone -- "
             "a CostModel of the same preset (no validation/calibration split; it needs at least "
-            "20 rows) and a ridge regression of log cost on log FLOPs and the log knobs.",
+            "20 rows) and a ridge regression of log cost on log FLOPs and the log knobs. "
+            "Cells: R2 mean +- std over draws (mean median absolute percentage error).",
             "",
         ]
         rows = []
@@ -1485,7 +1507,8 @@ def transfer_markdown(result: Mapping[str, Any]) -> str:
                 rows.append(
                     [n, t]
                     + [
-                        f"{_fmt(run[k][t]['r2_mean'])} +- {_fmt(run[k][t]['r2_std'], 2)}"
+                        f"{_fmt(run[k][t]['r2_mean'])} +- {_fmt(run[k][t]['r2_std'], 2)} "
+                        f"({_fmt(run[k][t]['mdape_pct_mean'], 2)}%)"
                         for k in ("source_only", "calibrated", "target_only", "target_only_linear")
                     ]
                 )

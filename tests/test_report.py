@@ -410,6 +410,10 @@ def test_calibration_round_trips_through_json():
     data = json.loads(json.dumps(model.to_dict()))
     again = CalibratedModel.from_dict(data, ExactSourceModel())
     pd.testing.assert_frame_equal(model.predict(_inputs(b)), again.predict(_inputs(b)))
+    # the features map never corrects beyond the factors seen on its calibration rows
+    seen = np.log(rows["latency_ms"] / a.loc[rows.index, "latency_ms"])
+    applied = np.log(model.predict(_inputs(b))["latency_ms"] / a["latency_ms"])
+    assert applied.min() >= seen.min() - 1e-9 and applied.max() <= seen.max() + 1e-9
 
 
 class RecordingSourceModel(ExactSourceModel):

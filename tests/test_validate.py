@@ -1,0 +1,186 @@
+# ruff: noqa: F811  (fixtures shared from test_screen)
+"""Validation on real hardware: tiny REAL CPU measurements of two tiny configs.
+
+The cost model is a fast-preset fit on SYNTHETIC rows (see test_screen.py), so its errors are
+whatever they are; the tests check the bookkeeping (predicted vs measured, decisions, append,
+plots, fingerprint warnings), which must be right for any model.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+from test_screen import model_dirs, ort_model, torch_model  # noqa: F401 - shared fixtures
+
+from carb_nas.cli import cli
+from carb_nas.errors import BudgetError, CampaignError, ModelError
+from carb_nas.measure import Profiler, Protocol
+from carb_nas.space import CONFIG_COLUMNS
+from carb_nas.validate import DECISIONS, fingerprint_mismatch, validate
+
+TINY = pd.DataFrame([
+    {"family": "basic", "depth": 8, "width": 0.1, "resolution": 32, "batch_size": 1},
+    {"family": "basic", "depth": 8, "width": 0.1, "resolution": 32, "batch_size": 2},
+])
+QUICK = Protocol(name="adaptive", warmup_runs=1, warmup_min_s=0.0, min_runs=3, max_runs=20,
+                 time_cap_s=0.05)
+
+
+@pytest.fixture(scope="module")
+def profiler():
+    prof = Profiler("cpu", "torch", "fp32", threads=1, protocol=QUICK, meter="none", idle_s=0)
+    yield prof
+    prof.close()
+
+
+@pytest.fixture(scope="module")
+def measured(torch_model, profiler):
+    """One real validation run shared by the tests below (budgets chosen around the truth)."""
+    return validate(TINY, model=torch_model, budgets={"latency_ms": 1e3, "peak_mem_mb": 1e3},
+                    profiler=profiler)
+
+
+def test_validate_measures_and_scores(measured, torch_model):
+    r = measured
+    assert len(r.rows) == 2 and (r.rows["status"] == "ok").all()
+    assert r.platform == "cpu/torch/fp32"
+    for t in ("peak_mem_mb", "latency_ms"):
+        m = r.rows[f"measured_{t}"].to_numpy()
+        p = r.rows[f"predicted_{t}"].to_numpy()
+        assert (m > 0).all()
+        assert r.metrics[t]["n"] == 2
+        assert r.metrics[t]["mae"] == pytest.approx(np.abs(p - m).mean())
+        assert r.metrics[t]["mape_pct"] == pytest.approx(100 * np.mean(np.abs(p - m) / m))
+    # batch 2 holds more activations than batch 1, measured to the byte
+    assert r.rows["measured_peak_mem_mb"].iloc[1] > r.rows["measured_peak_mem_mb"].iloc[0]
+    # the raw rows follow the dataset schema and carry this machine's fingerprint
+    assert {"key", "platform", "fingerprint", "protocol"} <= set(r.measurements.columns)
+    assert sum(r.decisions.values()) == 2
+
+
+def test_budget_decisions_follow_the_measurements(torch_model, profiler, measured):
+    meas = measured.rows["measured_latency_ms"].to_numpy()
+    pred = measured.rows["predicted_latency_ms"].to_numpy()
+    # a limit between the two configs' measured latencies: one truly in, one truly out
+    limit = float(np.mean(meas))
+    r = validate(TINY, model=torch_model, budgets={"latency_ms": limit}, profiler=profiler)
+    m = r.rows["measured_latency_ms"].to_numpy()
+    want = []
+    for p_i, m_i in zip(r.rows["predicted_latency_ms"], m):
+        ok_p, ok_m = p_i <= limit, m_i <= limit
+        want.append({(True, True): "true_accept", (True, False): "false_accept",
+                     (False, True): "false_reject", (False, False): "true_reject"}[(ok_p, ok_m)])
+    assert list(r.rows["decision"]) == want
+    assert set(r.decisions) == set(DECISIONS) and sum(r.decisions.values()) == 2
+    items = r.validated_items()
+    assert items[0]["predicted"]["latency_ms"] == pytest.approx(
+        r.rows["predicted_latency_ms"].iloc[0])
+    assert all(i["decision_correct"] == i["decision"].startswith("true_") for i in items)
+    assert pred.shape == m.shape
+
+
+def test_unmeasurable_budget_is_undecided(torch_model, profiler):
+    class WithEnergy:
+        """Test double: the real model plus a made-up energy column (not a prediction)."""
+
+        def __init__(self, model):
+            self.m = model
+            self.targets_ = [*model.targets_, "energy_j"]
+            self.feature_names_in_ = model.feature_names_in_
+            self.platform_ = model.platform_
+            self.schema_ = model.schema_
+
+        def predict(self, X, alpha=None):
+            out = self.m.predict(X, alpha=alpha)
+            out["energy_j"] = 0.001
+            return out
+
+    r = validate(TINY.head(1), model=WithEnergy(torch_model), budgets={"energy_j": 1.0},
+                 profiler=profiler)
+    assert r.decisions["undecided"] == 1
+    assert r.validated_items()[0]["decision_correct"] is None
+    assert any("cannot be checked here" in w for w in r.warnings)
+
+
+def test_fingerprint_mismatch_warns(torch_model, profiler):
+    assert fingerprint_mismatch(torch_model, profiler.device_name, "torch", "cpu") == []
+    msgs = fingerprint_mismatch(torch_model, profiler.device_name, "onnxruntime", "cpu")
+    assert msgs and "runtime" in msgs[0]
+
+    class Other:
+        def __init__(self, m):
+            self.__dict__.update(m.__dict__)
+            self.platform_ = {**m.platform_, "device_name": "NVIDIA GeForce RTX 3080",
+                              "device": "cuda"}
+
+        def predict(self, X, alpha=None):
+            return torch_model.predict(X, alpha=alpha)
+
+    with pytest.warns(UserWarning, match="device_name"):
+        r = validate(TINY.head(1), model=Other(torch_model), profiler=profiler)
+    assert any("RTX 3080" in w for w in r.warnings)
+
+
+def test_append_and_report(torch_model, profiler, tmp_path):
+    data = tmp_path / "rows.csv"
+    r = validate(TINY, model=torch_model, budgets=["latency_ms=100"], profiler=profiler,
+                 append=data, report_dir=tmp_path / "report")
+    first = pd.read_csv(data)
+    assert len(first) == 2 and r.appended_to == str(data)
+    validate(TINY.head(1), model=torch_model, profiler=profiler, append=data)
+    assert len(pd.read_csv(data)) == 3
+    assert not list(tmp_path.glob(".*.tmp"))  # atomic write leaves no temporary behind
+    for name in ("predicted_vs_measured.png", "pareto_projections.png", "validation.csv",
+                 "validation.json"):
+        assert (tmp_path / "report" / name).stat().st_size > 0
+    doc = json.loads((tmp_path / "report" / "validation.json").read_text())
+    assert len(doc["validated"]) == 2
+    # a dataset of another platform is refused
+    other = first.assign(platform="cpu/onnxruntime/fp32")
+    other.to_csv(tmp_path / "other.csv", index=False)
+    with pytest.raises(CampaignError, match="another platform"):
+        validate(TINY.head(1), model=torch_model, profiler=profiler,
+                 append=tmp_path / "other.csv")
+
+
+def test_bad_input(torch_model, profiler):
+    with pytest.raises(ModelError, match="no cost model"):
+        validate(TINY, profiler=profiler)
+    with pytest.raises(BudgetError, match="does not predict"):
+        validate(TINY, model=torch_model, budgets=["energy_j=3"], profiler=profiler)
+    with pytest.raises(BudgetError, match="finite number > 0"):
+        validate(TINY, model=torch_model, budgets=["latency_ms=-1"], profiler=profiler)
+
+
+def test_cli_validate_json(model_dirs, tmp_path):
+    pareto = tmp_path / "pareto.csv"
+    TINY.head(1).to_csv(pareto, index=False)
+    res = CliRunner().invoke(cli, [
+        "validate", str(pareto), "--device", "cpu", "--runtime", "torch", "--precision", "fp32",
+        "--model", str(model_dirs[0]), "--budget", "latency_ms=100", "--threads", "1", "--json",
+        "--append", str(tmp_path / "new.csv")])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    item = doc["validated"][0]
+    assert set(CONFIG_COLUMNS) <= set(item)
+    assert item["measured"]["latency_ms"] > 0 and item["predicted"]["latency_ms"] > 0
+    assert item["decision"] in DECISIONS
+    assert len(pd.read_csv(tmp_path / "new.csv")) == 1
+
+
+def test_cli_validate_bad_input(model_dirs, tmp_path):
+    pareto = tmp_path / "pareto.csv"
+    TINY.to_csv(pareto, index=False)
+    base = ["validate", str(pareto), "--model", str(model_dirs[0])]
+    for extra, words in ((["--budget", "latency_ms=0"], "finite number > 0"),
+                         (["--budget", "energy_j=1"], "does not predict"),
+                         (["--append", str(tmp_path / "x.txt")], "unsupported dataset format")):
+        res = CliRunner().invoke(cli, base + extra)
+        assert res.exit_code == 1 and res.output.startswith("error: ") and words in res.output
+    res = CliRunner().invoke(cli, ["validate", str(tmp_path / "missing.csv"), "--model",
+                                   str(model_dirs[0])])
+    assert res.exit_code == 1 and "not found" in res.output

@@ -128,11 +128,19 @@ def load_measurements(source: str | Path | pd.DataFrame, name: str | None = None
     else:
         device = pd.Series("unknown", index=frame.index)
     frame["variant"] = device + "/" + frame["runtime"] + "/" + frame["precision"]
+    methods = []
+    if "peak_mem_method" in frame.columns:
+        methods = sorted(frame["peak_mem_method"].dropna().astype(str).unique())
+    cv = math.nan
+    if "latency_cv" in frame.columns:
+        cv = float(pd.to_numeric(frame["latency_cv"], errors="coerce").median())
     frame.attrs = {
         "source": label,
         "rows": int(len(raw)),
         "ok_rows": int(len(frame)),
         "targets": targets,
+        "peak_mem_methods": methods,
+        "latency_cv_median": cv,
         "notes": notes,
     }
     return frame
@@ -513,7 +521,17 @@ def _characterize(
     frames = [load_measurements(d) for d in datasets]
     notes = [n for f in frames for n in f.attrs["notes"]]
     info = [
-        {k: f.attrs[k] for k in ("source", "rows", "ok_rows", "targets")}
+        {
+            k: f.attrs[k]
+            for k in (
+                "source",
+                "rows",
+                "ok_rows",
+                "targets",
+                "peak_mem_methods",
+                "latency_cv_median",
+            )
+        }
         | {"variants": sorted(f["variant"].unique())}
         for f in frames
     ]
@@ -543,6 +561,13 @@ def _characterize(
         "flops_r2": {v: _flops_r2(f, targets) for v, f in by_variant.items()},
         "notes": notes,
     }
+    methods = {m for f in frames for m in f.attrs["peak_mem_methods"]}
+    if len(methods) > 1:
+        result["notes"].append(
+            f"peak_mem_mb was measured by {len(methods)} different methods across the datasets "
+            "(see peak_mem_methods): memory ratios between them include the difference in what "
+            "each method counts"
+        )
     if len(variants) > 1 and not result["ratios"]:
         result["notes"].append(
             "several variants but no two share a device and config: no precision/runtime ratios"
@@ -1035,18 +1060,28 @@ def transfer(
             "variant": va,
             "ok_rows": a.attrs["ok_rows"],
             "rows": a.attrs["rows"],
+            "peak_mem_methods": a.attrs["peak_mem_methods"],
+            "latency_cv_median": a.attrs["latency_cv_median"],
         },
         "b": {
             "source": b.attrs["source"],
             "variant": vb,
             "ok_rows": b.attrs["ok_rows"],
             "rows": b.attrs["rows"],
+            "peak_mem_methods": b.attrs["peak_mem_methods"],
+            "latency_cv_median": b.attrs["latency_cv_median"],
         },
         "shared_configs": int(len(shared)),
         "join_columns": list(JOIN_COLUMNS),
         "targets": [t for t in targets if t in result],
         "notes": a.attrs["notes"] + b.attrs["notes"],
     }
+    if "peak_mem_mb" in result and a.attrs["peak_mem_methods"] != b.attrs["peak_mem_methods"]:
+        result["meta"]["notes"].append(
+            f"peak_mem_mb is measured differently on A ({'; '.join(a.attrs['peak_mem_methods'])})"
+            f" and B ({'; '.join(b.attrs['peak_mem_methods'])}): the memory fit includes the "
+            "difference in what each method counts"
+        )
     if few_shot:
         sizes = sorted({int(n) for n in few_shot})
         if sizes[0] < 1:
@@ -1135,7 +1170,7 @@ def characterization_markdown(result: Mapping[str, Any]) -> str:
         "",
     ]
     lines += _table(
-        ["dataset", "rows", "ok rows", "variants", "targets"],
+        ["dataset", "rows", "ok rows", "variants", "targets", "median latency CV"],
         [
             [
                 d["source"],
@@ -1143,10 +1178,14 @@ def characterization_markdown(result: Mapping[str, Any]) -> str:
                 d["ok_rows"],
                 ", ".join(d["variants"]),
                 ", ".join(d["targets"]),
+                d["latency_cv_median"],
             ]
             for d in result["datasets"]
         ],
     )
+    for d in result["datasets"]:
+        if d["peak_mem_methods"]:
+            lines.append(f"- {d['source']}: peak memory by {'; '.join(d['peak_mem_methods'])}")
     for note in result["notes"]:
         lines.append(f"- note: {note}")
     lines += [

@@ -175,8 +175,7 @@ def validate_values(values: Mapping[str, Any]) -> None:
         v = values[knob]
         if not (isinstance(v, (int, float, np.number)) and math.isfinite(v) and v > 0):
             raise ConfigError(
-                f"invalid {knob}: expected a positive number, got {v!r}. "
-                f"Give {knob} a value > 0."
+                f"invalid {knob}: expected a positive number, got {v!r}. Give {knob} a value > 0."
             )
     if values["resolution"] < 32:
         raise ConfigError(
@@ -340,7 +339,9 @@ class Space:
                     "Use 'basic' or 'bottleneck'."
                 )
             if fam in per_family and not isinstance(per_family[fam], dict):
-                raise SpaceError(f"{where}: [family.{fam}] must be a table, got {per_family[fam]!r}.")
+                raise SpaceError(
+                    f"{where}: [family.{fam}] must be a table, got {per_family[fam]!r}."
+                )
         resolved: dict[str, dict[str, list]] = {}
         for fam in families:
             merged = {k: v for k, v in glob.items() if k != "family"}
@@ -457,8 +458,10 @@ class Space:
         parts = []
         for fam, knobs in self.knobs.items():
             names = [k for k in KNOBS if k != "family"]
-            arrays = [np.asarray(knobs[k], dtype=object if k in ("precision", "runtime") else None)
-                      for k in names]
+            arrays = [
+                np.asarray(knobs[k], dtype=object if k in ("precision", "runtime") else None)
+                for k in names
+            ]
             mesh = np.meshgrid(*[np.arange(len(a)) for a in arrays], indexing="ij")
             cols = {"family": np.full(mesh[0].size, fam, dtype=object)}
             for name, arr, idx in zip(names, arrays, mesh):
@@ -498,7 +501,9 @@ class Space:
         if stratify:
             w = np.ones(len(grid))
             for col in ("family", "depth", "width", "resolution", "batch_size"):
-                freq = grid.groupby(["family", col] if col == "depth" else col)[col].transform("size")
+                freq = grid.groupby(["family", col] if col == "depth" else col)[col].transform(
+                    "size"
+                )
                 w /= freq.to_numpy()
             p = w / w.sum()
         idx = rng.choice(len(grid), size=min(n, len(grid)), replace=False, p=p)
@@ -516,14 +521,22 @@ class Space:
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "carb_ranges": self.carb_ranges, "knobs": self.knobs,
-                "limits": self.limits}
+        return {
+            "name": self.name,
+            "carb_ranges": self.carb_ranges,
+            "knobs": self.knobs,
+            "limits": self.limits,
+        }
 
     @property
     def fingerprint(self) -> str:
         """Stable hash of the space's content (not its file name)."""
-        text = repr(sorted((f, sorted((k, list(map(str, v))) for k, v in kn.items()))
-                           for f, kn in self.knobs.items())) + repr(sorted(self.limits.items()))
+        text = repr(
+            sorted(
+                (f, sorted((k, list(map(str, v))) for k, v in kn.items()))
+                for f, kn in self.knobs.items()
+            )
+        ) + repr(sorted(self.limits.items()))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -612,11 +625,24 @@ def normalize_config_frame(frame: pd.DataFrame, source: str = "<table>") -> pd.D
     out["family"] = out["family"].astype(str)
     out["precision"] = out["precision"].astype(str)
     out["runtime"] = out["runtime"].astype(str)
-    for i, row in enumerate(out[list(CONFIG_COLUMNS)].drop_duplicates().itertuples(index=False)):
-        try:
-            validate_values(row._asdict())
-        except ConfigError as e:
-            raise InputFileError(f"{source}: {e}") from None
+    # Validate each distinct (family, depth) pair and each distinct value of the other knobs:
+    # the same rules as validate_values, without a Python loop over rows.
+    probe = out.iloc[0].to_dict() if len(out) else None
+    checks = [out[["family", "depth"]].drop_duplicates()]
+    checks += [
+        out[[c]].drop_duplicates()
+        for c in ("width", "resolution", "batch_size", "precision", "runtime")
+    ]
+    for part in checks:
+        for values in part.to_dict("records"):
+            if probe is None:
+                break
+            if "depth" not in values:
+                values = {**probe, "family": "basic", "depth": 18, **values}
+            try:
+                validate_values({**probe, **values})
+            except ConfigError as e:
+                raise InputFileError(f"{source}: {e}") from None
     return out
 
 
@@ -633,8 +659,13 @@ def read_table(path: str | Path) -> pd.DataFrame:
             return pd.read_parquet(p)
         if p.suffix == ".csv":
             return pd.read_csv(p)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError,
-            ValueError) as e:
+    except (
+        pd.errors.ParserError,
+        pd.errors.EmptyDataError,
+        UnicodeDecodeError,
+        OSError,
+        ValueError,
+    ) as e:
         raise InputFileError(
             f"{p}: unreadable table: expected a valid {p.suffix[1:].upper()} file, got an error "
             f"({e}). Check the file's content."

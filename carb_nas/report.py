@@ -609,10 +609,13 @@ class CalibratedModel:
     - ``loglinear``: ``r = a + b*log(source)`` -- a power law ``y = e^a * source^(1+b)``;
     - ``features``: ``r = a + w . [log source, log batch, log resolution, log width,
       log depth, is_bottleneck]`` (standardized), ridge-penalized, penalty picked by
-      leave-one-out error; its correction is clipped to the range of ``r`` seen on the
-      calibration rows (no extrapolation from a handful of points);
+      leave-one-out error;
     - ``auto`` (default): the method with the lowest leave-one-out RMSE of ``log(y)`` on the
       calibration rows, per target.
+
+    Every map's correction is clipped to the range of ``r`` seen on the calibration rows:
+    fitted on a handful of noisy points, a trend must not be extrapolated into factors it
+    never observed (beyond the data the nearest observed correction holds).
 
     ``predict(X)`` takes the same ``X`` as the source ``CostModel`` (``model_inputs(frame)``)
     and returns a DataFrame of the calibrated targets. Prediction intervals are not
@@ -739,9 +742,10 @@ class CalibratedModel:
         else:  # too few rows for the asked method: fall back to the one-parameter map
             name = "scale"
         spec, err = candidates[name]
-        # the many-feature map keeps its corrections inside the range seen on the calibration
-        # rows: fitted on a handful of points it must not extrapolate into factors it never
-        # observed (a 2-parameter power law may: that is what it is for)
+        # corrections stay inside the range seen on the calibration rows: a map fitted on a
+        # handful of (noisy) points must not extrapolate a trend into factors it never
+        # observed; beyond the data the nearest observed correction holds (like isotonic
+        # regression's flat ends)
         return spec | {
             "clip": [float(r.min()), float(r.max())],
             "loo_rmse_log": err,
@@ -768,8 +772,7 @@ class CalibratedModel:
                 r = r + ((full - np.asarray(spec["mean"])) / np.asarray(spec["std"])) @ np.asarray(
                     spec["weights"]
                 )
-            if spec["method"] == "features":
-                r = np.clip(r, *spec["clip"])  # see _fit_target
+            r = np.clip(r, *spec["clip"])  # see _fit_target
             out[t] = np.exp(z + r)
         return pd.DataFrame(out, index=X.index)
 

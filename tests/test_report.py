@@ -377,7 +377,9 @@ def test_calibration_recovers_scale_and_power_law():
     b = synthetic_rows(runtime="onnxruntime")
     b["latency_ms"] = 3.0 * a["latency_ms"] ** 0.8
     b["peak_mem_mb"] = 0.5 * a["peak_mem_mb"]
-    rows = b.sample(20, random_state=0)
+    # include the cheapest and dearest configs: corrections are clipped to the observed range
+    ends = [b["latency_ms"].idxmin(), b["latency_ms"].idxmax()]
+    rows = pd.concat([b.drop(ends).sample(18, random_state=0), b.loc[ends]])
     model = CalibratedModel(ExactSourceModel(), method="loglinear").fit(
         _inputs(rows), rows[["peak_mem_mb", "latency_ms"]]
     )
@@ -391,6 +393,13 @@ def test_calibration_recovers_scale_and_power_law():
         scale.predict(_inputs(b))["peak_mem_mb"], b["peak_mem_mb"], rtol=1e-9
     )
     assert scale.targets_ == ["peak_mem_mb"]
+    # without the ends, predictions beyond them keep the nearest observed correction
+    inner = CalibratedModel(ExactSourceModel(), method="loglinear").fit(
+        _inputs(rows.iloc[:18]), rows.iloc[:18][["latency_ms"]]
+    )
+    ratio = inner.predict(_inputs(b))["latency_ms"] / a["latency_ms"]
+    seen = rows.iloc[:18]["latency_ms"] / a.loc[rows.index[:18], "latency_ms"]
+    assert ratio.max() == pytest.approx(seen.max()) and ratio.min() == pytest.approx(seen.min())
     # auto picks a map that is exact on held-out rows too
     auto = CalibratedModel(ExactSourceModel()).fit(_inputs(rows), rows[["latency_ms"]])
     assert auto.maps_["latency_ms"]["method"] in ("loglinear", "features")

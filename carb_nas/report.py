@@ -271,18 +271,19 @@ def _adjusted_ranges(frame: pd.DataFrame, knobs: Sequence[str], target: str) -> 
     knobs = [k for k in knobs if sub[k].nunique() >= 2]
     if not knobs or len(sub) < 3:
         return {"ranges": {}, "log_r2": math.nan}
-    blocks, slices, levels = [np.ones((len(sub), 1))], {}, {}
+    blocks, slices = [np.ones((len(sub), 1))], {}
     col = 1
     for k in knobs:
         values = sorted(sub[k].unique())
-        levels[k] = values
         onehot = sub[k].to_numpy()[:, None] == np.asarray(values[1:], dtype=object)[None, :]
         blocks.append(onehot.astype(float))
         slices[k] = slice(col, col + len(values) - 1)
         col += len(values) - 1
     design = np.hstack(blocks)
     y = np.log(sub[target].to_numpy(float))
-    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+    coef, _, rank, _ = np.linalg.lstsq(design, y, rcond=None)
+    if rank < design.shape[1]:  # some knob values never vary apart: effects not identifiable
+        return {"ranges": {k: math.nan for k in knobs}, "log_r2": math.nan}
     out = {}
     for k in knobs:
         effects = np.concatenate([[0.0], coef[slices[k]]])
@@ -360,6 +361,8 @@ def _divergence(frame: pd.DataFrame) -> dict[str, Any]:
         return {"skipped": f"needs energy and SM-utilization telemetry; missing {missing}"}
     sub = frame.assign(sm_util=pd.to_numeric(frame["sm_util"], errors="coerce"))
     sub = sub.dropna(subset=["energy_j", "latency_ms", "sm_util"])
+    if len(sub) == 0:
+        return {"skipped": "no row holds energy_j, latency_ms and sm_util together"}
     sm = sub["sm_util"].to_numpy(float)
     sub = sub.assign(
         sm_tier=np.select(
@@ -377,11 +380,13 @@ def _divergence(frame: pd.DataFrame) -> dict[str, Any]:
         base = cells.index[0]
     base_e = cells.loc[base, ("energy_j", "mean")]
     base_l = cells.loc[base, ("latency_ms", "mean")]
-    table = {}
-    for (s, b), row in cells.iterrows():
+    table: dict[str, dict[str, Any]] = {s: {} for s in order_sm}
+    for (s, b), row in cells.loc[
+        [c for c in ((s, b) for s in order_sm for b in order_b) if c in cells.index]
+    ].iterrows():
         e_scale = row[("energy_j", "mean")] / base_e
         l_scale = row[("latency_ms", "mean")] / base_l
-        table.setdefault(s, {})[b] = {
+        table[s][b] = {
             "n": int(row[("energy_j", "size")]),
             "energy_j_mean": float(row[("energy_j", "mean")]),
             "latency_ms_mean": float(row[("latency_ms", "mean")]),

@@ -170,6 +170,14 @@ def test_adjusted_range_undoes_confounded_sampling():
     assert got["latency_ms"]["adjusted_range"] == pytest.approx(128.0)
 
 
+def test_adjusted_range_is_none_when_knobs_are_collinear():
+    frame = synthetic_rows(widths=(0.5, 1.0), resolutions=(32, 64))
+    frame = frame[(frame["width"] == 0.5) == (frame["resolution"] == 32)]  # never apart
+    got = characterize(frame)["knob_ranges"]["synthetic/torch/fp32"]["by_family"]["basic"]
+    assert got["width"]["latency_ms"]["adjusted_range"] is None
+    assert got["width"]["latency_ms"]["range"] == pytest.approx(16.0)  # 4x width^2 * 4x res^2
+
+
 def test_width_asymmetry_between_targets():
     res = characterize(synthetic_rows())
     w = res["width_asymmetry"]["synthetic/torch/fp32"]["basic"]

@@ -1627,24 +1627,24 @@ def _plot_transfer(
         fig, axes = _figure(1, len(ts), (4.2 * len(ts), 3.6))
         ns = [int(n) for n in fs["runs"]]
         for ax, t in zip(axes[0], ts):
-            for kind, style in (
-                ("calibrated", "o-"),
-                ("target_only", "s--"),
-                ("target_only_linear", "^--"),
-                ("source_only", ":"),
+            for kind, style, label in (
+                ("calibrated", "o-", "A model calibrated with N rows of B"),
+                ("target_only", "s--", "CostModel on N rows of B"),
+                ("target_only_linear", "^--", "log-linear model on N rows of B"),
+                ("source_only", ":", "A model as is"),
             ):
                 m = [fs["runs"][str(n)][kind][t]["r2_mean"] for n in ns]
                 s = [fs["runs"][str(n)][kind][t]["r2_std"] for n in ns]
                 m = [np.nan if v is None else v for v in m]
                 s = [np.nan if v is None else v for v in s]
-                ax.errorbar(ns, m, yerr=s, fmt=style, capsize=3, label=kind.replace("_", " "))
+                ax.errorbar(ns, m, yerr=s, fmt=style, capsize=3, label=label)
             ax.set_xscale("log")
             ax.set_xticks(ns, [str(n) for n in ns])
             ax.set_ylim(max(-1.0, ax.get_ylim()[0]), 1.02)
             ax.set_xlabel("target measurements N")
             ax.set_ylabel(f"R2 on held-out B ({t})")
             ax.legend(fontsize=7)
-        fig.suptitle("few-shot calibration (mean +- std over draws)")
+        fig.suptitle("few-shot calibration (mean +- std over draws; R2 below -1 not shown)")
         fig.savefig(d / "few_shot.png", dpi=110)
         files.append("few_shot.png")
     return files

@@ -13,13 +13,16 @@ is stale (``optuna.storages.fail_stale_trials``). A stale trial that already hol
 completed (nothing measured is lost); otherwise it is failed and its config re-enqueued.
 Export keeps the first completed row per key, so no row is ever duplicated.
 
-Many workers: pass the same ``--storage`` URL (``sqlite:///x.db``, ``postgresql://...``) to
-every worker; an RDB storage gets Optuna heartbeats (60 s) so a crashed host's trials are
-retried by the others.
+Many workers: pass the same ``--storage`` URL (``postgresql://...``, or ``sqlite:///x.db`` on
+one host) to every worker, or run several workers on one local journal (a file lock makes
+popping atomic). An RDB storage gets Optuna heartbeats (60 s) so a crashed host's trials are
+retried by the others. SQLite has no row locks, so two workers may now and then measure the
+same config; the campaign still holds one row per config.
 """
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import math
@@ -162,11 +165,24 @@ def open_storage(out_dir: Path, storage: str | None):
         return st, True
     try:
         if storage.startswith(("sqlite", "postgresql", "mysql")):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                st = optuna.storages.RDBStorage(
-                    storage, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S
-                )
+            for attempt in range(5):  # workers starting together race to create the schema
+                try:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                        kwargs = {}
+                        if storage.startswith("sqlite"):  # wait for locks, don't fail
+                            kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60}}
+                        st = optuna.storages.RDBStorage(
+                            storage,
+                            heartbeat_interval=HEARTBEAT_S,
+                            grace_period=GRACE_S,
+                            **kwargs,
+                        )
+                    break
+                except Exception:  # noqa: BLE001 - retried, then reported below
+                    if attempt == 4:
+                        raise
+                    time.sleep(0.5 * (attempt + 1))
         else:
             st = optuna.storages.get_storage(storage)
     except Exception as e:  # noqa: BLE001 - SQLAlchemy raises many kinds
@@ -380,17 +396,42 @@ def _trial_value(row: dict) -> float:
 
 
 def _pop_waiting(study) -> Any | None:
-    """Atomically move the oldest WAITING trial to RUNNING (same rule as Optuna's ask())."""
+    """Atomically move the oldest WAITING trial to RUNNING (same rule as Optuna's ask()).
+
+    A waiting trial whose config already has an earlier live trial of the same attempt, or a
+    completed one of the same or a later attempt (two workers enqueueing at once), is a
+    duplicate: it is popped and failed, never measured.
+    """
     from optuna.exceptions import UpdateFinishedTrialError
     from optuna.trial import TrialState
 
     storage = study._storage
-    for t in storage.get_all_trials(study._study_id, deepcopy=False, states=(TrialState.WAITING,)):
+    trials = sorted(storage.get_all_trials(study._study_id, deepcopy=False), key=lambda t: t.number)
+    first_live: dict[tuple, int] = {}
+    done: dict[str, int] = {}
+    for t in trials:
+        key = t.user_attrs.get("key")
+        if t.state in (TrialState.WAITING, TrialState.RUNNING, TrialState.COMPLETE):
+            first_live.setdefault((key, _attempt(t)), t.number)
+        if t.state == TrialState.COMPLETE:
+            done[key] = max(done.get(key, -1), _attempt(t))
+    for t in trials:
+        if t.state != TrialState.WAITING:
+            continue
+        key, attempt = t.user_attrs.get("key"), _attempt(t)
+        duplicate = (
+            first_live.get((key, attempt), t.number) < t.number or done.get(key, -1) >= attempt
+        )
         try:
-            if storage.set_trial_state_values(t._trial_id, TrialState.RUNNING):
-                return t
+            if not storage.set_trial_state_values(t._trial_id, TrialState.RUNNING):
+                continue
         except UpdateFinishedTrialError:
             continue
+        if duplicate:
+            storage.set_trial_user_attr(t._trial_id, "duplicate", True)
+            storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+            continue
+        return t
     return None
 
 
@@ -556,6 +597,7 @@ def run_campaign(
     if remeasure_cv_above is not None or retry_errors:
         remeasures = _queue_remeasures(study, remeasure_cv_above, retry_errors, max_attempts)
 
+    from optuna.exceptions import UpdateFinishedTrialError
     from optuna.trial import TrialState
 
     done_attempt: dict[str, int] = {}
@@ -584,16 +626,16 @@ def run_campaign(
     heartbeat = not journal and hasattr(storage_obj, "record_heartbeat")
     measured = ok = failed = 0
     t_measure = time.perf_counter()
+    # The store's trials and the imported libraries are long-lived: freeze them so the
+    # per-config gc.collect() (hygiene) scans only what each measurement creates.
+    gc.collect()
+    gc.freeze()
     try:
         while max_configs is None or measured < max_configs:
             t = _pop_waiting(study)
             if t is None:
                 break
             key = t.user_attrs.get("key")
-            if done_attempt.get(key, -1) >= _attempt(t):  # a duplicate (concurrent recovery)
-                storage_obj.set_trial_user_attr(t._trial_id, "duplicate_of_completed", True)
-                storage_obj.set_trial_state_values(t._trial_id, TrialState.FAIL)
-                continue
             storage_obj.set_trial_user_attr(t._trial_id, "_owner", _owner())
             beat = None
             if heartbeat:
@@ -605,10 +647,15 @@ def run_campaign(
             finally:
                 if beat is not None:
                     beat.stop_event.set()
-            storage_obj.set_trial_user_attr(t._trial_id, "row", row)
-            storage_obj.set_trial_state_values(
-                t._trial_id, TrialState.COMPLETE, [_trial_value(row)]
-            )
+            try:
+                storage_obj.set_trial_user_attr(t._trial_id, "row", row)
+                storage_obj.set_trial_state_values(
+                    t._trial_id, TrialState.COMPLETE, [_trial_value(row)]
+                )
+            except UpdateFinishedTrialError:
+                # SQLite has no row locks: two workers can pop the same trial. The other
+                # one finished it first; its row is kept (export keeps one row per config).
+                continue
             done_keys.add(key)
             done_attempt[key] = max(done_attempt.get(key, -1), _attempt(t))
             measured += 1
@@ -618,6 +665,7 @@ def run_campaign(
                 bar.update(1)
                 bar.set_postfix_str(f"{row['status']} {key}", refresh=False)
     finally:
+        gc.unfreeze()
         if bar is not None:
             bar.close()
         if profiler is None:

@@ -331,3 +331,35 @@ def test_remeasure_noisy_rows_keeps_one_row_per_config(tmp_path):
         assert len(values) == 2
         assert rows.loc[key, "latency_cv"] == pytest.approx(min(values))
     assert len(salvage_rows(out)) == 3
+
+
+@pytest.mark.parametrize("storage", ["journal", "sqlite"])
+def test_two_concurrent_workers_measure_each_config_once(tmp_path, storage):
+    import threading
+
+    url = None if storage == "journal" else f"sqlite:///{tmp_path / 'c.db'}"
+    frame = _configs(3, (1, 2, 4, 8))
+    errors = []
+
+    def worker(name):
+        try:
+            _run(frame, tmp_path / name if url else tmp_path / "camp", storage=url)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(f"w{i}",)) for i in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+    rows = campaign_rows(tmp_path / "w0" if url else tmp_path / "camp", storage=url)
+    assert len(rows) == 12 and rows["key"].is_unique
+    from carb_nas.campaign import open_study
+
+    study, _ = open_study(tmp_path / "w0" if url else tmp_path / "camp", url)
+    measured = [
+        t.user_attrs["key"] for t in study.get_trials(deepcopy=False) if "row" in t.user_attrs
+    ]
+    if storage == "journal":  # the file lock makes popping atomic; SQLite has no row locks
+        assert sorted(measured) == sorted(set(measured))  # nothing measured twice

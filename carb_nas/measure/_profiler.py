@@ -175,7 +175,6 @@ class Profiler:
         if self._prepared is not None:
             self.runtime.release(self._prepared)
             self._prepared = None
-            gc.collect()
 
     def platform_config(self, config: Config) -> Config:
         """The config with the platform's runtime and precision (what the row's key names)."""

@@ -89,11 +89,22 @@ class Protocol:
 
 @functools.lru_cache(maxsize=4096)
 def _order_stat_bounds(n: int, confidence: float) -> tuple[int, int]:
-    """0-based indices (lo, hi) of the order statistics bounding the median's CI."""
-    from scipy.stats import binom
+    """0-based indices (lo, hi) of the order statistics bounding the median's CI.
 
+    With k the smallest integer such that P(Bin(n, 1/2) <= k) >= alpha/2, the interval
+    [x_(k), x_(n-k+1)] (1-based) covers the median with probability >= confidence.
+    """
     alpha = 1.0 - confidence
-    k = int(binom.ppf(alpha / 2, n, 0.5))  # P(X <= k-1) < alpha/2
+    # exact binomial CDF in log space (no scipy import: it costs seconds on a busy box)
+    log_half_n = n * math.log(0.5)
+    cdf, k = 0.0, 0
+    while k <= n:
+        cdf += math.exp(
+            math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1) + log_half_n
+        )
+        if cdf >= alpha / 2:
+            break
+        k += 1
     lo = max(k - 1, 0)
     hi = min(n - k, n - 1)
     return lo, hi
@@ -122,10 +133,9 @@ class TimingResult:
 def time_runs(run_once_s: Callable[[], float], protocol: Protocol) -> TimingResult:
     """Warm up, then time ``run_once_s`` (returns one run's seconds) under ``protocol``.
 
-    Garbage collection is done before and disabled during timing so collector pauses do not
-    land inside timed runs.
+    The garbage collector is disabled during timing so collector pauses do not land inside
+    timed runs (the caller collects once per config before calling this).
     """
-    gc.collect()
     t0 = time.perf_counter()
     n_warm = 0
     while n_warm < protocol.warmup_runs or (

@@ -247,7 +247,7 @@ def _check_manifest(old: dict, new: dict, where: str) -> None:
 
 
 def _write_manifest(out_dir: Path, manifest: dict) -> None:
-    tmp = out_dir / f".{MANIFEST}.tmp"
+    tmp = out_dir / f".{MANIFEST}.{os.getpid()}.{threading.get_ident()}.tmp"
     tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True))
     tmp.replace(out_dir / MANIFEST)
 
@@ -569,15 +569,16 @@ def run_campaign(
         raise CampaignError(
             f"profiler platform mismatch: expected {manifest['platform']!r}, got {prof.platform!r}."
         )
+    if old is None:  # the manifest before the store: a store never exists without one
+        _write_manifest(
+            out_dir, {**manifest, "created": datetime.now(UTC).isoformat(timespec="seconds")}
+        )
     study, journal = open_study(out_dir, storage, create=True)
     study_manifest = study.user_attrs.get("manifest")
     if study_manifest is not None:
         _check_manifest(study_manifest, manifest, str(storage or out_dir))
     else:
         study.set_user_attr("manifest", manifest)
-    if old is None:
-        manifest["created"] = datetime.now(UTC).isoformat(timespec="seconds")
-        _write_manifest(out_dir, manifest)
 
     recovered, requeued = _recover_stale(study, journal)
     existing = {

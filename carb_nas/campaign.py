@@ -237,7 +237,15 @@ def _read_manifest(out_dir: Path) -> dict | None:
 
 
 def _check_manifest(old: dict, new: dict, where: str) -> None:
-    for field in ("platform", "threads", "protocol", "protocol_params", "meter", "source"):
+    for field in (
+        "platform",
+        "threads",
+        "protocol",
+        "protocol_params",
+        "meter",
+        "source",
+        "lock_sm_clock_mhz",
+    ):
         if old.get(field) != new.get(field):
             raise CampaignError(
                 f"campaign {where} was started with another {field}: expected "
@@ -501,6 +509,7 @@ def run_campaign(
     remeasure_cv_above: float | None = None,
     retry_errors: bool = False,
     max_attempts: int = 3,
+    lock_sm_clock_mhz: int | None = None,
     progress: bool = True,
     profiler: Any = None,
 ) -> CampaignSummary:
@@ -545,6 +554,8 @@ def run_campaign(
         "source_fingerprint": src_fp,
         "storage": storage or JOURNAL,
     }
+    if lock_sm_clock_mhz is not None:  # absent (= clocks as found) in older manifests
+        manifest["lock_sm_clock_mhz"] = lock_sm_clock_mhz
     _prepare_dir(out_dir)
     old = _read_manifest(out_dir)
     if old is not None:
@@ -563,6 +574,7 @@ def run_campaign(
         proto,
         meter,
         max_host_mem_mb=max_host_mem_mb,
+        lock_sm_clock_mhz=lock_sm_clock_mhz,
         idle_s=1.0,
     )
     if prof.platform != manifest["platform"]:

@@ -97,6 +97,13 @@ __all__ = ["COMMANDS"]
     show_default=True,
     help="Most measurements per config when re-measuring.",
 )
+@click.option(
+    "--lock-sm-clock-mhz",
+    type=int,
+    default=None,
+    help="Opt-in, your own GPU only: lock the SM clock (NVML, needs root); reset "
+    "at the end. Default: measure the GPU as found and record its clocks.",
+)
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def profile_cmd(
@@ -119,6 +126,7 @@ def profile_cmd(
     remeasure_cv_above: float | None,
     retry_errors: bool,
     max_attempts: int,
+    lock_sm_clock_mhz: int | None,
     no_progress: bool,
     as_json: bool,
 ) -> None:
@@ -158,6 +166,7 @@ def profile_cmd(
         remeasure_cv_above=remeasure_cv_above,
         retry_errors=retry_errors,
         max_attempts=max_attempts,
+        lock_sm_clock_mhz=lock_sm_clock_mhz,
         progress=not no_progress,
     )
     if as_json:

@@ -259,7 +259,25 @@ class NVMLMeter(Meter):
             return None
         return float(u.gpu), float(u.memory)
 
+    def lock_clocks(self, sm_mhz: int) -> None:
+        """Opt-in, for a user's own machine only: lock the SM clock to ``sm_mhz``.
+
+        Never a default (on a shared or borrowed GPU, measure the card as you find it).
+        ``close()`` resets the clocks. Needs root or the admin's permission.
+        """
+        n = self._nvml
+        try:
+            n.nvmlDeviceSetGpuLockedClocks(self._handle, int(sm_mhz), int(sm_mhz))
+        except n.NVMLError as e:
+            raise _nvml_error(n, e, f"nvmlDeviceSetGpuLockedClocks({sm_mhz} MHz)") from e
+        self._locked = True
+
     def close(self) -> None:
+        if getattr(self, "_locked", False):
+            try:
+                self._nvml.nvmlDeviceResetGpuLockedClocks(self._handle)
+            finally:
+                self._locked = False
         if self._poller is not None:
             self._poller.stop()
             self._poller = None

@@ -86,6 +86,7 @@ class Profiler:
         energy_min_window_s: float = 1.0,
         idle_s: float = 1.0,
         runtime_obj: Runtime | None = None,
+        lock_sm_clock_mhz: int | None = None,
     ) -> None:
         self.runtime = runtime_obj or get_runtime(device, runtime, precision, threads)
         self.device = self.runtime.device
@@ -96,6 +97,15 @@ class Profiler:
         if max_host_mem_mb is not None and not max_host_mem_mb > 0:
             raise ConfigError(f"invalid --max-host-mem-mb: expected > 0, got {max_host_mem_mb!r}.")
         self.max_host_mem_mb = max_host_mem_mb
+        self.lock_sm_clock_mhz = lock_sm_clock_mhz
+        if lock_sm_clock_mhz is not None:
+            if not isinstance(self.meter, NVMLMeter):
+                raise ConfigError(
+                    f"clock locking needs the NVML meter on a CUDA device: expected --meter "
+                    f"nvml with --device cuda:N, got meter={self.meter.name!r}. Drop "
+                    "--lock-sm-clock-mhz (it is opt-in, for your own machine only)."
+                )
+            self.meter.lock_clocks(lock_sm_clock_mhz)
         self.energy_min_window_s = energy_min_window_s
         self._prepared: Prepared | None = None
         self._prepare_error: tuple[tuple, str] | None = None
@@ -133,6 +143,7 @@ class Profiler:
             "protocol_params": self.protocol.params(),
             "meter": self.meter.name,
         }
+        fp["locked_sm_clock_mhz"] = self.lock_sm_clock_mhz  # None: clocks as found
         if self.counter_update_period_s is not None:
             fp["energy_counter_update_period_s"] = self.counter_update_period_s
         if not isinstance(self.meter, NoMeter):

@@ -77,6 +77,12 @@ class FakeNVML(types.ModuleType):
     def nvmlSystemGetDriverVersion(self):
         return "fake-driver"
 
+    def nvmlDeviceSetGpuLockedClocks(self, handle, lo, hi):
+        self.locked = (lo, hi)
+
+    def nvmlDeviceResetGpuLockedClocks(self, handle):
+        self.locked = None
+
 
 class FakeMeter(Meter):
     """A meter that adds ``watts x elapsed`` of a fake clock on every reading."""

@@ -185,3 +185,13 @@ def test_fake_meter_is_labelled_fake():
     m = FakeMeter()
     assert m.name.startswith("fake-")
     assert measure_window(m, lambda: None, min_window_s=0.0).energy_j > 0
+
+
+def test_clock_locking_is_opt_in_and_reset_on_close(fake_nvml):
+    fake = fake_nvml(energy_mj=[0, 10])
+    m = NVMLMeter(0)
+    assert not hasattr(fake, "locked")  # nothing touched by default
+    m.lock_clocks(1400)
+    assert fake.locked == (1400, 1400)
+    m.close()
+    assert fake.locked is None

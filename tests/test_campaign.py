@@ -292,11 +292,11 @@ def test_kill_9_mid_campaign_then_resume_measures_each_config_once(tmp_path):
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        _wait_for_rows(out / JOURNAL, 2, 60)
+        _wait_for_rows(out / JOURNAL, 3, 60)
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-    mid = len(campaign_rows(out))
+    mid = len(campaign_rows(out))  # the last row may be written but not yet completed
     assert 2 <= mid < 6
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

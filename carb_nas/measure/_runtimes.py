@@ -21,6 +21,7 @@ import os
 import sys
 import tempfile
 import time
+import warnings
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -397,16 +398,18 @@ class OnnxRuntime(Runtime):
         fp32_path = self.workdir / f"{name}.onnx"
         x1 = _seeded_randn((1, 3, config.resolution, config.resolution), INPUT_SEED)
         try:
-            torch.onnx.export(
-                model,
-                (x1,),
-                str(fp32_path),
-                dynamo=False,
-                opset_version=ONNX_OPSET,
-                input_names=["input"],
-                output_names=["logits"],
-                dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
-            )
+            with warnings.catch_warnings():  # TorchScript exporter: deprecated, still exact
+                warnings.simplefilter("ignore", DeprecationWarning)
+                torch.onnx.export(
+                    model,
+                    (x1,),
+                    str(fp32_path),
+                    dynamo=False,
+                    opset_version=ONNX_OPSET,
+                    input_names=["input"],
+                    output_names=["logits"],
+                    dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
+                )
         except Exception as e:  # noqa: BLE001 - exporter errors have many types
             raise MeasurementError(
                 f"ONNX export failed for {config.family}-{config.depth} w{config.width}: "

@@ -43,6 +43,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         for name, proto in (("adaptive", Protocol()), ("carb", Protocol.carb()))
     }
+    from carb_nas.space import Config
+
+    warm = Config("basic", 8, 0.1, 32, 1)  # one-time costs (imports, first profiler use)
+    for p in profs.values():
+        p.profile(warm)
     wall = {"adaptive": 0.0, "carb": 0.0}
     gaps = []
     print(

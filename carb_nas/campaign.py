@@ -279,10 +279,15 @@ def _config_of(trial) -> Config:
     return Config(**{k: params[k] for k in CONFIG_COLUMNS})
 
 
-def _recover_stale(study, journal: bool) -> tuple[int, int]:
+MAX_CRASHES = 2
+
+
+def _recover_stale(study, journal: bool, error_row=None) -> tuple[int, int]:
     """Complete stale RUNNING trials that hold a row; fail the rest and re-enqueue them.
 
-    Returns (completed, re-enqueued).
+    A config whose measurement killed its worker ``MAX_CRASHES`` times (a segfault in a
+    runtime, the kernel's OOM killer) is not retried again: ``error_row(config, message)``
+    makes it an error row, so a campaign always finishes. Returns (completed, re-enqueued).
     """
     import optuna
     from optuna.trial import TrialState
@@ -313,12 +318,14 @@ def _recover_stale(study, journal: bool) -> tuple[int, int]:
                 )
                 completed += 1
             else:
+                storage.set_trial_user_attr(t._trial_id, "crashed", True)
                 storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
         except Exception:  # noqa: BLE001 - another worker got there first
             continue
     # Re-enqueue every key that has neither a completed, a waiting nor a running trial.
     by_key: dict[str, set] = {}
     failed: dict[str, Any] = {}
+    crashes: dict[str, int] = {}
     for t in storage.get_all_trials(study._study_id, deepcopy=False):
         key = t.user_attrs.get("key")
         if key is None:
@@ -326,13 +333,34 @@ def _recover_stale(study, journal: bool) -> tuple[int, int]:
         by_key.setdefault(key, set()).add(t.state)
         if t.state == TrialState.FAIL:
             failed.setdefault(key, t)
+            crashes[key] = crashes.get(key, 0) + bool(t.user_attrs.get("crashed"))
     requeued = 0
     live = {TrialState.COMPLETE, TrialState.WAITING, TrialState.RUNNING}
     for key, t in failed.items():
-        if not (by_key[key] & live):
-            cfg = _config_of(t)
-            study.enqueue_trial(cfg.as_dict(), user_attrs={"key": key})
-            requeued += 1
+        if by_key[key] & live:
+            continue
+        cfg = _config_of(t)
+        if error_row is not None and crashes.get(key, 0) >= MAX_CRASHES:
+            row = _clean_row(
+                error_row(
+                    cfg,
+                    (
+                        f"WorkerCrash: the measurement killed its worker {crashes[key]} times "
+                        "(segfault or the kernel's OOM killer); not retried"
+                    ),
+                )
+            )
+            study.add_trial(
+                optuna.trial.create_trial(
+                    state=TrialState.COMPLETE,
+                    value=math.inf,
+                    user_attrs={"key": key, "row": row, "attempt": _attempt(t)},
+                    system_attrs={"fixed_params": cfg.as_dict()},
+                )
+            )
+            continue
+        study.enqueue_trial(cfg.as_dict(), user_attrs={"key": key})
+        requeued += 1
     return completed, requeued
 
 
@@ -592,7 +620,7 @@ def run_campaign(
     else:
         study.set_user_attr("manifest", manifest)
 
-    recovered, requeued = _recover_stale(study, journal)
+    recovered, requeued = _recover_stale(study, journal, prof.error_row)
     existing = {
         t.user_attrs.get("key")
         for t in study._storage.get_all_trials(study._study_id, deepcopy=False)

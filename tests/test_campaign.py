@@ -363,3 +363,35 @@ def test_two_concurrent_workers_measure_each_config_once(tmp_path, storage):
     ]
     if storage == "journal":  # the file lock makes popping atomic; SQLite has no row locks
         assert sorted(measured) == sorted(set(measured))  # nothing measured twice
+
+
+def test_a_config_that_keeps_killing_its_worker_becomes_an_error_row(tmp_path):
+    from carb_nas.campaign import MAX_CRASHES, _boot_id, _pop_waiting, open_study
+
+    out = tmp_path / "camp"
+    _run(_configs(1), out, max_configs=0)
+    study, _ = open_study(out)
+    dead = {"pid": 999999, "start": 1.0, "boot": _boot_id()}
+    victim = None
+    from optuna.trial import TrialState
+
+    st = study._storage
+    for _ in range(MAX_CRASHES):  # the same config "crashes" its worker every time
+        if victim is None:
+            t = _pop_waiting(study)
+            victim = t.user_attrs["key"]
+        else:  # its re-enqueued trial, wherever it sits in the queue
+            t = next(
+                w
+                for w in st.get_all_trials(study._study_id, states=(TrialState.WAITING,))
+                if w.user_attrs["key"] == victim
+            )
+            assert st.set_trial_state_values(t._trial_id, TrialState.RUNNING)
+        st.set_trial_user_attr(t._trial_id, "_owner", dead)
+        _run(_configs(1), out, max_configs=0)  # recovery only
+    s = _run(_configs(1), out)
+    assert s.done == 3 and s.measured_now == 2
+    rows = campaign_rows(out).set_index("key")
+    assert rows.loc[victim, "status"] == "error"
+    assert "WorkerCrash" in rows.loc[victim, "error"]
+    assert (rows.drop(index=victim)["status"] == "ok").all()

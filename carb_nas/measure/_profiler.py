@@ -209,6 +209,12 @@ class Profiler:
             time.sleep(self.protocol.cooldown_s)
         return row
 
+    def error_row(self, config: Config, message: str) -> dict[str, Any]:
+        """A row with status ``error`` for a config that could not be measured."""
+        row = self._base_row(self.platform_config(config))
+        row["status"], row["error"] = "error", message[:ERROR_MAX_CHARS]
+        return row
+
     def _base_row(self, config: Config) -> dict[str, Any]:
         row: dict[str, Any] = dict.fromkeys(SCHEMA)
         row.update(config.as_dict())

@@ -90,7 +90,10 @@ def check_platform(device: str, runtime: str, precision: str) -> str:
             "Use --device cpu or --device cuda:0."
         )
     if kind == "cuda" and ":" in device and not device.split(":")[1].isdigit():
-        raise ConfigError(f"bad CUDA device: expected 'cuda:N' with N a GPU index, got {device!r}.")
+        raise ConfigError(
+            f"bad CUDA device: expected 'cuda:N' with N a GPU index, got {device!r}. "
+            "Use e.g. --device cuda:0."
+        )
     runtimes = sorted({r for _, r in SUPPORTED})
     if runtime not in runtimes:
         raise ConfigError(

@@ -794,14 +794,18 @@ def salvage_rows(out_dir: str | Path) -> pd.DataFrame:
 def campaign_status(out_dir: str | Path, storage: str | None = None) -> dict:
     """Counts of a campaign: total configs, done, waiting, running, failed rows, ok rows."""
 
+    from optuna.trial import TrialState
+
     study, _ = open_study(out_dir, storage)
+    trials = study._storage.get_all_trials(study._study_id, deepcopy=False)  # one snapshot
     counts: dict[str, set] = {}
-    for t in study._storage.get_all_trials(study._study_id, deepcopy=False):
+    for t in trials:
         key = t.user_attrs.get("key")
         if key is not None:
             counts.setdefault(t.state.name.lower(), set()).add(key)
     done = counts.get("complete", set())
-    rows = campaign_rows(out_dir, storage)
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    rows = _rows_frame([row for _, row in _best_rows(complete).values()])
     cv = rows.loc[rows["status"] == "ok", "latency_cv"].dropna()
     return {
         "manifest": study.user_attrs.get("manifest"),

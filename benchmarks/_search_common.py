@@ -34,8 +34,7 @@ def be_nice(level: int = 10) -> None:
         pass
 
 
-def synthetic_rows(platform: str, n: int = 3000, seed: int = 0,
-                   space: str = "cpu") -> pd.DataFrame:
+def synthetic_rows(platform: str, n: int = 3000, seed: int = 0, space: str = "cpu") -> pd.DataFrame:
     """SYNTHETIC rows (not measurements) for ``platform``: latency and peak memory from a
     CPU-like formula (ONNX Runtime ~1.6x faster) with multiplicative noise."""
     from carb_nas.features import compute_features
@@ -54,7 +53,8 @@ def synthetic_rows(platform: str, n: int = 3000, seed: int = 0,
     out = cfg.copy()
     out["latency_ms"] = lat * np.exp(rng.normal(0, noise))
     out["peak_mem_mb"] = (2 + f["tensor_peak_mb"].to_numpy()) * np.exp(
-        rng.normal(0, 0.01, len(cfg)))
+        rng.normal(0, 0.01, len(cfg))
+    )
     out["status"] = "ok"
     out["meter"] = "synthetic"
     out["platform"] = platform
@@ -90,10 +90,16 @@ def trained_model(platform: str, preset: str = "carb", log=print):
     from carb_nas.costmodel import CostModel, frame_sha256, model_inputs
 
     rows, source = training_rows(platform)
-    targets = [t for t in TARGET_COLUMNS
-               if t in rows and pd.to_numeric(rows[t], errors="coerce").notna().all()]
-    key = frame_sha256(rows[["family", "depth", "width", "resolution", "batch_size",
-                             *targets]].reset_index(drop=True))[:12]
+    targets = [
+        t
+        for t in TARGET_COLUMNS
+        if t in rows and pd.to_numeric(rows[t], errors="coerce").notna().all()
+    ]
+    key = frame_sha256(
+        rows[["family", "depth", "width", "resolution", "batch_size", *targets]].reset_index(
+            drop=True
+        )
+    )[:12]
     path = CACHE / f"{platform.replace('/', '_')}_{preset}_{key}"
     if (path / "manifest.json").exists():
         log(f"  {platform}: cached {preset} model ({source})")
@@ -101,7 +107,8 @@ def trained_model(platform: str, preset: str = "carb", log=print):
     log(f"  {platform}: training the {preset} preset on {source} ...")
     t0 = time.perf_counter()
     model = CostModel(preset=preset, n_jobs=1).fit(  # 1 thread: OpenMP spins on busy cores
-        model_inputs(rows), rows[targets].astype(float), platform=platform)
+        model_inputs(rows), rows[targets].astype(float), platform=platform
+    )
     model.save(path)
     log(f"  {platform}: trained in {time.perf_counter() - t0:.0f} s")
     return model, source

@@ -47,21 +47,51 @@ def million_configs(n: int, seed: int = 0) -> pd.DataFrame:
     """``n`` distinct configs drawn from a fine CPU grid (CARB's knob ranges, fp32)."""
     from carb_nas.space import Space
 
-    space = Space.from_dict({
-        "name": "screening_benchmark",
-        "carb_ranges": True,
-        "knobs": {
-            "family": ["basic", "bottleneck"],
-            "width": {"start": 0.1, "stop": 2.0, "step": 0.025},
-            "resolution": {"start": 32, "stop": 128, "step": 2},
-            "batch_size": [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56,
-                           64, 80, 96, 112, 128, 160, 192, 224, 256],
-        },
-        "family": {
-            "basic": {"depth": [8, 10, 12, 14, 16, 18, 20, 26, 34, 50, 74, 98, 152]},
-            "bottleneck": {"depth": [50, 65, 80, 101, 152]},
-        },
-    })
+    space = Space.from_dict(
+        {
+            "name": "screening_benchmark",
+            "carb_ranges": True,
+            "knobs": {
+                "family": ["basic", "bottleneck"],
+                "width": {"start": 0.1, "stop": 2.0, "step": 0.025},
+                "resolution": {"start": 32, "stop": 128, "step": 2},
+                "batch_size": [
+                    1,
+                    2,
+                    3,
+                    4,
+                    5,
+                    6,
+                    7,
+                    8,
+                    10,
+                    12,
+                    14,
+                    16,
+                    20,
+                    24,
+                    28,
+                    32,
+                    40,
+                    48,
+                    56,
+                    64,
+                    80,
+                    96,
+                    112,
+                    128,
+                    160,
+                    192,
+                    224,
+                    256,
+                ],
+            },
+            "family": {
+                "basic": {"depth": [8, 10, 12, 14, 16, 18, 20, 26, 34, 50, 74, 98, 152]},
+                "bottleneck": {"depth": [50, 65, 80, 101, 152]},
+            },
+        }
+    )
     grid = space.grid()
     rng = np.random.default_rng(seed)
     idx = np.sort(rng.choice(len(grid), size=min(n, len(grid)), replace=False))
@@ -79,8 +109,9 @@ def naive_seconds_per_config(frame: pd.DataFrame, model, n: int) -> float:
     t0 = time.perf_counter()
     for config in frame_to_configs(sample):
         module = build_model(config, device="meta")
-        feats = trace_features(module, (config.batch_size, 3, config.resolution,
-                                        config.resolution), config.precision)
+        feats = trace_features(
+            module, (config.batch_size, 3, config.resolution, config.resolution), config.precision
+        )
         row = {**{c: getattr(config, c) for c in CONFIG_COLUMNS}, **feats}
         row["runtime"] = model.platform_["runtime"]
         X = pd.DataFrame([{k: row[k] for k in names}])
@@ -93,8 +124,12 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=1_000_000)
     ap.add_argument("--top-k", type=int, default=1000)
     ap.add_argument("--naive-sample", type=int, default=20)
-    ap.add_argument("--check", type=int, default=100_000,
-                    help="subset size for the exact-vs-distilled shortlist check (0: skip)")
+    ap.add_argument(
+        "--check",
+        type=int,
+        default=100_000,
+        help="subset size for the exact-vs-distilled shortlist check (0: skip)",
+    )
     args = ap.parse_args()
     be_nice()
     from carb_nas.screen import screen
@@ -113,9 +148,11 @@ def main() -> None:
     total = time.perf_counter() - t0
     rate = len(frame) / total
     c = r.counts
-    print(f"screen: {c['candidates']:,} -> top {c['shortlisted']:,} by source latency_ms -> "
-          f"{c['within_budget']:,} within {BUDGETS} -> Pareto {c['pareto']} "
-          f"(Spearman {c['spearman']:.3f}) in {total:.1f} s")
+    print(
+        f"screen: {c['candidates']:,} -> top {c['shortlisted']:,} by source latency_ms -> "
+        f"{c['within_budget']:,} within {BUDGETS} -> Pareto {c['pareto']} "
+        f"(Spearman {c['spearman']:.3f}) in {total:.1f} s"
+    )
     print("stages: " + ", ".join(f"{k} {v:.1f}" for k, v in r.stage_seconds.items()))
     print(f"stage 1: {r.ranking}")
 
@@ -124,19 +161,23 @@ def main() -> None:
         t1 = time.perf_counter()
         exact = screen(sub, source, target, "latency_ms", args.top_k, BUDGETS, stage1="exact")
         t_exact = time.perf_counter() - t1
-        dist = screen(sub, source, target, "latency_ms", args.top_k, BUDGETS,
-                      stage1="distilled")
+        dist = screen(sub, source, target, "latency_ms", args.top_k, BUDGETS, stage1="distilled")
         cols = ["family", "depth", "width", "resolution", "batch_size"]
         same = set(exact.shortlist[cols].itertuples(index=False)) == set(
-            dist.shortlist[cols].itertuples(index=False))
-        print(f"check on {len(sub):,} configs: distilled shortlist "
-              f"{'identical to' if same else 'DIFFERS from'} exhaustive scoring "
-              f"(exhaustive stage 1 ran at {len(sub) / t_exact:,.0f} configs/s; distilled "
-              f"scored {dist.ranking.get('source_scored', 0):,} with the source model)")
+            dist.shortlist[cols].itertuples(index=False)
+        )
+        print(
+            f"check on {len(sub):,} configs: distilled shortlist "
+            f"{'identical to' if same else 'DIFFERS from'} exhaustive scoring "
+            f"(exhaustive stage 1 ran at {len(sub) / t_exact:,.0f} configs/s; distilled "
+            f"scored {dist.ranking.get('source_scored', 0):,} with the source model)"
+        )
 
     per = naive_seconds_per_config(frame, source, args.naive_sample)
-    print(f"naive: {per * 1e3:.0f} ms per config (build + meta trace + single-row CARB "
-          f"predict, {args.naive_sample} configs) = {1 / per:.2f} configs/s")
+    print(
+        f"naive: {per * 1e3:.0f} ms per config (build + meta trace + single-row CARB "
+        f"predict, {args.naive_sample} configs) = {1 / per:.2f} configs/s"
+    )
     print(f"configs_per_s={rate:.0f} ratio_vs_naive={rate * per:.0f}")
 
 

@@ -35,11 +35,56 @@ SPACE = {
     "carb_ranges": True,
     "knobs": {
         "family": ["basic", "bottleneck"],
-        "width": [0.1, 0.125, 0.15, 0.2, 0.25, 0.3, 0.375, 0.45, 0.5, 0.55, 0.625, 0.7, 0.75,
-                  0.8, 0.875, 0.95, 1.0, 1.1, 1.25, 1.4, 1.5, 1.65, 1.8, 2.0],
+        "width": [
+            0.1,
+            0.125,
+            0.15,
+            0.2,
+            0.25,
+            0.3,
+            0.375,
+            0.45,
+            0.5,
+            0.55,
+            0.625,
+            0.7,
+            0.75,
+            0.8,
+            0.875,
+            0.95,
+            1.0,
+            1.1,
+            1.25,
+            1.4,
+            1.5,
+            1.65,
+            1.8,
+            2.0,
+        ],
         "resolution": {"start": 32, "stop": 128, "step": 8},
-        "batch_size": [1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 96, 128, 160,
-                       192, 256],
+        "batch_size": [
+            1,
+            2,
+            3,
+            4,
+            5,
+            6,
+            8,
+            10,
+            12,
+            16,
+            20,
+            24,
+            32,
+            40,
+            48,
+            64,
+            96,
+            128,
+            160,
+            192,
+            256,
+        ],
     },
     "family": {
         "basic": {"depth": [8, 10, 12, 14, 16, 18, 20, 26, 34, 50, 74, 98]},
@@ -74,13 +119,22 @@ def main() -> None:
     ref_front = exhaustive.pareto(ev)
     t_exh = time.perf_counter() - t0
     F_ref = exhaustive.F(ref_front)
-    print(f"exhaustive: {n:,} configs scored in {t_exh:.1f} s; {int(ev['feasible'].sum()):,} "
-          f"feasible; Pareto front {len(ref_front)} configs")
+    print(
+        f"exhaustive: {n:,} configs scored in {t_exh:.1f} s; {int(ev['feasible'].sum()):,} "
+        f"feasible; Pareto front {len(ref_front)} configs"
+    )
 
     budget = int(args.fraction * n)
     t1 = time.perf_counter()
-    res = search(space, model, budgets=BUDGETS, objectives=OBJECTIVES, trials=budget,
-                 seed=args.seed, backend=args.backend)
+    res = search(
+        space,
+        model,
+        budgets=BUDGETS,
+        objectives=OBJECTIVES,
+        trials=budget,
+        seed=args.seed,
+        backend=args.backend,
+    )
     t_search = time.perf_counter() - t1
     F_s = exhaustive.F(res.pareto) if len(res.pareto) else np.empty((0, len(OBJECTIVES)))
 
@@ -92,15 +146,19 @@ def main() -> None:
     ratio = hv_s / hv_ref
     frac = res.n_evaluated / n
     # how many exhaustive-front configs the search found exactly
-    ref_keys = set(ref_front[["family", "depth", "width", "resolution", "batch_size"]]
-                   .itertuples(index=False))
-    got_keys = set(res.pareto[["family", "depth", "width", "resolution", "batch_size"]]
-                   .itertuples(index=False))
+    ref_keys = set(
+        ref_front[["family", "depth", "width", "resolution", "batch_size"]].itertuples(index=False)
+    )
+    got_keys = set(
+        res.pareto[["family", "depth", "width", "resolution", "batch_size"]].itertuples(index=False)
+    )
     print(f"model: fast preset on {source}")
-    print(f"search ({res.backend}): {res.n_evaluated:,} distinct configs evaluated "
-          f"({100 * frac:.2f}% of the space, budget {budget:,} evaluations) in {t_search:.1f} s; "
-          f"front {len(res.pareto)} configs, {len(ref_keys & got_keys)} of the exhaustive "
-          f"front's {len(ref_keys)} found exactly")
+    print(
+        f"search ({res.backend}): {res.n_evaluated:,} distinct configs evaluated "
+        f"({100 * frac:.2f}% of the space, budget {budget:,} evaluations) in {t_search:.1f} s; "
+        f"front {len(res.pareto)} configs, {len(ref_keys & got_keys)} of the exhaustive "
+        f"front's {len(ref_keys)} found exactly"
+    )
     print(f"hypervolume (normalized, ref 1.1): search {hv_s:.4f} / exhaustive {hv_ref:.4f}")
     print(f"hv_ratio={ratio:.4f} eval_fraction={frac:.4f}")
 

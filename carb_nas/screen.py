@@ -487,6 +487,13 @@ class ScreenResult:
             f"({100 * (1 - len(self.pareto) / n):.1f}% fewer configs to profile)",
             f"time           {self.seconds:>9.2f} s",
         ]
+        if str(self.ranking.get("stage1", "")).startswith("distilled"):
+            lines.insert(
+                2,
+                f"               stage 1 distilled: the source model scored "
+                f"{self.ranking['source_scored']:,} candidates; the rest were ruled out by a "
+                f"surrogate with a margin of {self.ranking['safety']:g}x its worst hold-out error",
+            )
         if not self.feasible:
             lines.append(
                 "no shortlisted config meets every budget: the closest ones are in "

@@ -31,6 +31,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -596,7 +597,9 @@ def _run_optuna(
     if sampler_name == "nsga2":
         sampler = optuna.samplers.NSGAIISampler(population_size=pop_size, seed=seed)
     elif sampler_name == "tpe":
-        sampler = optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True)
+        with warnings.catch_warnings():  # multivariate/group are "experimental" in name only
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            sampler = optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True)
     else:
         raise ConfigError(
             f"unknown Optuna sampler: expected 'nsga2' or 'tpe', got {sampler_name!r}."
@@ -705,23 +708,44 @@ class SearchResult:
                 f"rescored with the {self.rescore_platform} model: {ok} of {len(self.pareto)} "
                 "still within budget"
             )
-        lines.append(_table(self.pareto.head(max_rows), self.objectives, False))
+        shown = _spread(self.pareto, self.objectives, max_rows)
         if len(self.pareto) > max_rows:
-            lines.append(f"... {len(self.pareto) - max_rows} more (write them with -o)")
+            lines.append(f"{max_rows} of them, spread along the front (all with -o / --json):")
+        extra = [c for c in self.pareto.columns if c.startswith("target_")]
+        lines.append(_table(shown, self.objectives, False, extra))
         return "\n".join(lines)
 
 
-def _table(frame: pd.DataFrame, objectives: Sequence[str], violation: bool) -> str:
+def _spread(frame: pd.DataFrame, objectives: Sequence[str], n: int) -> pd.DataFrame:
+    """``n`` rows evenly spaced along the first objective (quality when searched)."""
+    if len(frame) <= n:
+        return frame
+    key = QUALITY if QUALITY in objectives and QUALITY in frame else objectives[0]
+    values = frame[key] if key in frame else frame[_base_target(key)] / frame["batch_size"]
+    order = frame.assign(_key=values.to_numpy()).sort_values("_key").drop(columns="_key")
+    idx = np.unique(np.round(np.linspace(0, len(order) - 1, n)).astype(int))
+    return order.iloc[idx]
+
+
+def _table(
+    frame: pd.DataFrame,
+    objectives: Sequence[str],
+    violation: bool,
+    extra: Sequence[str] = (),
+) -> str:
     cols = ["family", "depth", "width", "resolution", "batch_size"]
-    shown = [o if o == QUALITY else o for o in objectives]
-    extra = ["violation"] if violation else []
-    rows = [cols + shown + extra]
+    tail = (["violation"] if violation else []) + [
+        c for c in extra if not c.endswith(("_lower", "_upper"))
+    ]
+    rows = [cols + list(objectives) + [c.replace("target_", "target ") for c in tail]]
     for _, r in frame.iterrows():
         vals = [str(r[c]) for c in cols]
-        for o in shown:
+        for o in objectives:
             v = r[o] if o in r else r[_base_target(o)] / r["batch_size"]
             vals.append(f"{v:.3g}")
-        vals += [f"{r['violation']:.3g}"] if violation else []
+        for c in tail:
+            v = r[c]
+            vals.append(("yes" if v else "NO") if isinstance(v, (bool, np.bool_)) else f"{v:.3g}")
         rows.append(vals)
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  " + "  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in rows)

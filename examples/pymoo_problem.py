@@ -68,12 +68,18 @@ def main() -> None:
     )
     front = front.sort_values("latency_ms")
     print(f"model: {source}")
-    print(f"space {space.name!r}: {len(space):,} configs, {problem.n_var} integer variables "
-          f"({', '.join(problem.encoding.var_knobs)})")
-    print(f"objectives: {problem.evaluator.objectives} (quality maximized); constraints: "
-          f"{problem.evaluator.constraint_names}")
-    print(f"evaluated {problem.evaluator.n_evaluated} distinct configs in "
-          f"{time.perf_counter() - t0:.1f} s")
+    print(
+        f"space {space.name!r}: {len(space):,} configs, {problem.n_var} integer variables "
+        f"({', '.join(problem.encoding.var_knobs)})"
+    )
+    print(
+        f"objectives: {problem.evaluator.objectives} (quality maximized); constraints: "
+        f"{problem.evaluator.constraint_names}"
+    )
+    print(
+        f"evaluated {problem.evaluator.n_evaluated} distinct configs in "
+        f"{time.perf_counter() - t0:.1f} s"
+    )
     cols = ["family", "depth", "width", "resolution", "batch_size", *problem.evaluator.objectives]
     print(f"Pareto set of the final population: {len(front)} configs")
     print(front[cols].head(15).to_string(index=False, float_format=lambda v: f"{v:.3g}"))

@@ -75,8 +75,13 @@ def synthetic_rows(platform: str):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--top-k", type=int, default=100)
-    ap.add_argument("--validate", type=int, default=0, metavar="N",
-                    help="profile up to N Pareto configs with ONNX Runtime on this machine")
+    ap.add_argument(
+        "--validate",
+        type=int,
+        default=0,
+        metavar="N",
+        help="profile up to N Pareto configs with ONNX Runtime on this machine",
+    )
     args = ap.parse_args()
 
     source, s_label = get_model(PLATFORMS["source"])
@@ -94,30 +99,51 @@ def main() -> None:
 
     print(f"\nworked example on {SPACE.name} ({time.perf_counter() - t0:.1f} s)")
     line("candidates (2 x 4 x 8 x 4 x 12)", n, "")
-    line(f"stage 1: top {args.top_k} by PyTorch-predicted latency", len(r.shortlist),
-         f"shortlist latency {lat.min():.2f}-{lat.max():.2f} ms on {PLATFORMS['source']}")
+    line(
+        f"stage 1: top {args.top_k} by PyTorch-predicted latency",
+        len(r.shortlist),
+        f"shortlist latency {lat.min():.2f}-{lat.max():.2f} ms on {PLATFORMS['source']}",
+    )
     budget = ", ".join(f"{k} <= {v:g}" for k, v in BUDGETS.items())
-    line("stage 2: ONNX Runtime re-score within budget", len(r.within_budget),
-         f"{budget}; {100 * len(r.within_budget) / max(len(r.shortlist), 1):.0f}% of the "
-         "shortlist passes")
+    line(
+        "stage 2: ONNX Runtime re-score within budget",
+        len(r.within_budget),
+        f"{budget}; {100 * len(r.within_budget) / max(len(r.shortlist), 1):.0f}% of the "
+        "shortlist passes",
+    )
     line("Pareto set (peak_mem_mb, latency_ms)", len(r.pareto), "the configs left to profile")
-    print(f"Spearman rank correlation, source vs target latency on the shortlist: "
-          f"{r.spearman:.3f}")
+    print(f"Spearman rank correlation, source vs target latency on the shortlist: {r.spearman:.3f}")
     if not r.feasible:
         print("no shortlisted config meets the budget; closest:")
         print(r.least_violating.head(5).to_string(index=False))
         return
-    cols = ["family", "depth", "width", "resolution", "batch_size", "source_latency_ms",
-            "latency_ms", "peak_mem_mb"]
+    cols = [
+        "family",
+        "depth",
+        "width",
+        "resolution",
+        "batch_size",
+        "source_latency_ms",
+        "latency_ms",
+        "peak_mem_mb",
+    ]
     print(r.pareto[cols].to_string(index=False, float_format=lambda v: f"{v:.3g}"))
 
     if args.validate:
         from carb_nas.validate import validate
 
-        print(f"\nprofiling {min(args.validate, len(r.pareto))} Pareto configs with ONNX Runtime "
-              "on this machine ...")
-        v = validate(r.pareto.head(args.validate), device="cpu", runtime="onnxruntime",
-                     precision="fp32", model=target, budgets=BUDGETS)
+        print(
+            f"\nprofiling {min(args.validate, len(r.pareto))} Pareto configs with ONNX Runtime "
+            "on this machine ..."
+        )
+        v = validate(
+            r.pareto.head(args.validate),
+            device="cpu",
+            runtime="onnxruntime",
+            precision="fp32",
+            model=target,
+            budgets=BUDGETS,
+        )
         print(v.summary())
 
 

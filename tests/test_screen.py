@@ -34,8 +34,9 @@ SYNTHETIC = "synthetic"
 
 
 # -- shared fixtures -------------------------------------------------------------------------
-def synthetic_rows(n: int, runtime: str = "torch", seed: int = 0, space: str = "cpu",
-                   energy: bool = False) -> pd.DataFrame:
+def synthetic_rows(
+    n: int, runtime: str = "torch", seed: int = 0, space: str = "cpu", energy: bool = False
+) -> pd.DataFrame:
     """SYNTHETIC dataset rows (not measurements): a CPU-like formula over real features."""
     from carb_nas.features import compute_features
 
@@ -51,7 +52,8 @@ def synthetic_rows(n: int, runtime: str = "torch", seed: int = 0, space: str = "
     out = cfg.copy()
     out["latency_ms"] = lat * np.exp(rng.normal(0, 0.03, len(cfg)))
     out["peak_mem_mb"] = (2 + f["tensor_peak_mb"].to_numpy()) * np.exp(
-        rng.normal(0, 0.01, len(cfg)))
+        rng.normal(0, 0.01, len(cfg))
+    )
     if energy:
         out["energy_j"] = 30 * out["latency_ms"] / 1e3
     out["status"] = "ok"
@@ -65,8 +67,8 @@ def fit_fast(runtime: str, seed: int, n: int = 500):
 
     rows = synthetic_rows(n, runtime=runtime, seed=seed)
     return CostModel(preset="fast", n_jobs=1, random_state=seed).fit(
-        model_inputs(rows), rows[["peak_mem_mb", "latency_ms"]],
-        platform=f"cpu/{runtime}/fp32")
+        model_inputs(rows), rows[["peak_mem_mb", "latency_ms"]], platform=f"cpu/{runtime}/fp32"
+    )
 
 
 @pytest.fixture(scope="session")
@@ -92,22 +94,27 @@ def test_parse_budget_accepts_target_equals_limit():
     assert parse_budget("latency_ms=50") == ("latency_ms", 50.0)
     assert parse_budget(" peak_mem_mb = 2e2 ") == ("peak_mem_mb", 200.0)
     assert parse_budgets(["energy_j=75", "latency_ms_per_image=1.5"]) == {
-        "energy_j": 75.0, "latency_ms_per_image": 1.5}
+        "energy_j": 75.0,
+        "latency_ms_per_image": 1.5,
+    }
     assert parse_budgets({"latency_ms": 10}) == {"latency_ms": 10.0}
     assert parse_budgets(None) == {}
 
 
-@pytest.mark.parametrize("text, words", [
-    ("latency_ms", "TARGET=LIMIT"),
-    ("latency=50", "unknown budget target"),
-    ("flops=5", "unknown budget target"),
-    ("latency_ms=fast", "non-numeric"),
-    ("latency_ms=", "non-numeric"),
-    ("latency_ms=0", "finite number > 0"),
-    ("latency_ms=-3", "finite number > 0"),
-    ("latency_ms=nan", "finite number > 0"),
-    ("latency_ms=inf", "finite number > 0"),
-])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("latency_ms", "TARGET=LIMIT"),
+        ("latency=50", "unknown budget target"),
+        ("flops=5", "unknown budget target"),
+        ("latency_ms=fast", "non-numeric"),
+        ("latency_ms=", "non-numeric"),
+        ("latency_ms=0", "finite number > 0"),
+        ("latency_ms=-3", "finite number > 0"),
+        ("latency_ms=nan", "finite number > 0"),
+        ("latency_ms=inf", "finite number > 0"),
+    ],
+)
 def test_bad_budgets_are_clear_errors(text, words):
     with pytest.raises(BudgetError, match=words):
         parse_budget(text)
@@ -156,8 +163,14 @@ def test_pareto_mask_continuous_3d_large():
 # -- screening -------------------------------------------------------------------------------
 def test_screen_worked_example_counts_and_invariants(torch_model, ort_model):
     budgets = {"latency_ms": 8.0, "peak_mem_mb": 80.0}
-    r = screen("search_spaces/carb_screening.toml", torch_model, ort_model, rank_by="latency_ms",
-               top_k=100, budgets=budgets)
+    r = screen(
+        "search_spaces/carb_screening.toml",
+        torch_model,
+        ort_model,
+        rank_by="latency_ms",
+        top_k=100,
+        budgets=budgets,
+    )
     c = r.counts
     assert c["candidates"] == 3072
     assert c["shortlisted"] == 100
@@ -183,8 +196,9 @@ def test_screen_worked_example_counts_and_invariants(torch_model, ort_model):
 def test_confidence_is_stricter_than_point_predictions(torch_model, ort_model):
     kw = dict(rank_by="latency_ms", top_k=300, budgets=["latency_ms=3"])
     point = screen("search_spaces/carb_screening.toml", torch_model, ort_model, **kw)
-    sure = screen("search_spaces/carb_screening.toml", torch_model, ort_model, confidence=0.95,
-                  **kw)
+    sure = screen(
+        "search_spaces/carb_screening.toml", torch_model, ort_model, confidence=0.95, **kw
+    )
     assert "latency_ms_upper" in sure.shortlist
     assert (sure.within_budget["latency_ms_upper"] <= 3).all()
     assert len(sure.within_budget) < len(point.within_budget)
@@ -193,8 +207,14 @@ def test_confidence_is_stricter_than_point_predictions(torch_model, ort_model):
 
 
 def test_empty_feasible_set_is_an_answer(torch_model, ort_model):
-    r = screen("search_spaces/carb_screening.toml", torch_model, ort_model,
-               rank_by="peak_mem_mb", top_k=20, budgets=["latency_ms=0.001"])
+    r = screen(
+        "search_spaces/carb_screening.toml",
+        torch_model,
+        ort_model,
+        rank_by="peak_mem_mb",
+        top_k=20,
+        budgets=["latency_ms=0.001"],
+    )
     assert not r.feasible and r.counts["within_budget"] == 0 and r.counts["pareto"] == 0
     assert len(r.least_violating) == 10
     assert r.least_violating["budget_excess"].is_monotonic_increasing
@@ -205,11 +225,23 @@ def test_screen_rejects_what_the_models_cannot_answer(torch_model, ort_model):
     with pytest.raises(BudgetError, match="ranking target not predicted"):
         screen("search_spaces/carb_screening.toml", torch_model, ort_model, "energy_j", 10)
     with pytest.raises(BudgetError, match="does not predict"):
-        screen("search_spaces/carb_screening.toml", torch_model, ort_model, "latency_ms", 10,
-               budgets=["energy_j=75"])
+        screen(
+            "search_spaces/carb_screening.toml",
+            torch_model,
+            ort_model,
+            "latency_ms",
+            10,
+            budgets=["energy_j=75"],
+        )
     with pytest.raises(BudgetError, match="confidence"):
-        screen("search_spaces/carb_screening.toml", torch_model, ort_model, "latency_ms", 10,
-               confidence=1.5)
+        screen(
+            "search_spaces/carb_screening.toml",
+            torch_model,
+            ort_model,
+            "latency_ms",
+            10,
+            confidence=1.5,
+        )
     frame = load_space("search_spaces/carb_screening.toml").grid().head(8).copy()
     frame.loc[:3, "precision"] = "fp16"  # the models only know fp32: another space
     with pytest.raises(ModelError, match="trained on another space.*fp16"):
@@ -229,10 +261,30 @@ def test_predict_frame_chunks_and_reuse_are_exact(torch_model):
 def test_cli_screen_json_and_outputs(model_dirs, tmp_path):
     src, tgt = model_dirs
     out, pareto = tmp_path / "shortlist.csv", tmp_path / "pareto.csv"
-    res = CliRunner().invoke(cli, [
-        "screen", "search_spaces/carb_screening.toml", "--source", str(src), "--target", str(tgt),
-        "--rank-by", "latency_ms", "--top-k", "50", "--budget", "latency_ms=8",
-        "--budget", "peak_mem_mb=80", "-o", str(out), "--pareto-out", str(pareto), "--json"])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "screen",
+            "search_spaces/carb_screening.toml",
+            "--source",
+            str(src),
+            "--target",
+            str(tgt),
+            "--rank-by",
+            "latency_ms",
+            "--top-k",
+            "50",
+            "--budget",
+            "latency_ms=8",
+            "--budget",
+            "peak_mem_mb=80",
+            "-o",
+            str(out),
+            "--pareto-out",
+            str(pareto),
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     for key in ("candidates", "shortlisted", "within_budget", "pareto", "spearman", "seconds"):
@@ -243,24 +295,66 @@ def test_cli_screen_json_and_outputs(model_dirs, tmp_path):
     assert len(pd.read_csv(pareto)) == doc["pareto"]
 
 
-@pytest.mark.parametrize("args, words", [
-    (["--budget", "latency=5"], "unknown budget target"),
-    (["--budget", "latency_ms=-1"], "finite number > 0"),
-    (["--budget", "latency_ms=abc"], "non-numeric"),
-    (["--budget", "energy_j=75"], "does not predict"),
-    (["--rank-by", "speed"], "unknown ranking target"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--budget", "latency=5"], "unknown budget target"),
+        (["--budget", "latency_ms=-1"], "finite number > 0"),
+        (["--budget", "latency_ms=abc"], "non-numeric"),
+        (["--budget", "energy_j=75"], "does not predict"),
+        (["--rank-by", "speed"], "unknown ranking target"),
+    ],
+)
 def test_cli_screen_bad_input(model_dirs, args, words):
     src, tgt = model_dirs
-    base = ["screen", "search_spaces/carb_screening.toml", "--source", str(src),
-            "--target", str(tgt), "--rank-by", "latency_ms", "--top-k", "10"]
+    base = [
+        "screen",
+        "search_spaces/carb_screening.toml",
+        "--source",
+        str(src),
+        "--target",
+        str(tgt),
+        "--rank-by",
+        "latency_ms",
+        "--top-k",
+        "10",
+    ]
     res = CliRunner().invoke(cli, base + args)
     assert res.exit_code == 1
     assert res.output.startswith("error: ") and words in res.output
 
 
 def test_cli_screen_missing_model_dir(tmp_path):
-    res = CliRunner().invoke(cli, [
-        "screen", "search_spaces/carb_screening.toml", "--source", str(tmp_path / "nope"),
-        "--target", str(tmp_path / "nope"), "--rank-by", "latency_ms"])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "screen",
+            "search_spaces/carb_screening.toml",
+            "--source",
+            str(tmp_path / "nope"),
+            "--target",
+            str(tmp_path / "nope"),
+            "--rank-by",
+            "latency_ms",
+        ],
+    )
     assert res.exit_code == 1 and "model not found" in res.output
+
+
+def test_distilled_stage1_gives_the_exact_shortlist(torch_model, ort_model):
+    grid = load_space("cpu").grid()
+    exact = screen(grid, torch_model, ort_model, "latency_ms", 150, stage1="exact")
+    dist = screen(grid, torch_model, ort_model, "latency_ms", 150, stage1="distilled", seed=3)
+    cols = list(CONFIG_COLUMNS)
+    assert set(dist.shortlist[cols].itertuples(index=False)) == set(
+        exact.shortlist[cols].itertuples(index=False)
+    )
+    np.testing.assert_allclose(
+        np.sort(dist.shortlist["source_latency_ms"]), np.sort(exact.shortlist["source_latency_ms"])
+    )
+    info = dist.ranking
+    assert info["stage1"] == "distilled" and info["margin_log"] > info["holdout_max_abs_log_error"]
+    assert info["source_scored"] < len(grid)  # the point: not every candidate was scored
+    assert dist.candidates["source_latency_ms"].isna().sum() == len(grid) - info["source_scored"]
+    with pytest.raises(Exception, match="unknown stage1 mode"):
+        screen(grid.head(10), torch_model, ort_model, "latency_ms", 5, stage1="fast")

@@ -36,12 +36,18 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def small_space() -> Space:
-    return Space.from_dict({
-        "name": "small",
-        "knobs": {"family": ["basic", "bottleneck"], "width": [0.1, 0.25, 0.5],
-                  "resolution": [32, 48, 64], "batch_size": [1, 2, 4, 8]},
-        "family": {"basic": {"depth": [8, 10, 18]}, "bottleneck": {"depth": [50]}},
-    })
+    return Space.from_dict(
+        {
+            "name": "small",
+            "knobs": {
+                "family": ["basic", "bottleneck"],
+                "width": [0.1, 0.25, 0.5],
+                "resolution": [32, 48, 64],
+                "batch_size": [1, 2, 4, 8],
+            },
+            "family": {"basic": {"depth": [8, 10, 18]}, "bottleneck": {"depth": [50]}},
+        }
+    )
 
 
 # -- encoding --------------------------------------------------------------------------------
@@ -50,8 +56,9 @@ def test_encoding_round_trips_the_whole_grid():
     enc = SpaceEncoding(space)
     grid = space.grid()
     back = enc.decode(enc.encode(grid))
-    pd.testing.assert_frame_equal(back.reset_index(drop=True), grid.reset_index(drop=True),
-                                  check_dtype=False)
+    pd.testing.assert_frame_equal(
+        back.reset_index(drop=True), grid.reset_index(drop=True), check_dtype=False
+    )
 
 
 def test_any_integer_row_decodes_to_a_config_of_the_space():
@@ -78,9 +85,12 @@ def test_space_problem_works_with_plain_pymoo(torch_model):
 
     problem = SpaceProblem(small_space(), torch_model, budgets={"latency_ms": 5})
     assert problem.n_obj == 3 and problem.n_ieq_constr == 1
-    algo = NSGA2(pop_size=16, sampling=IntegerRandomSampling(),
-                 crossover=SBX(vtype=float, repair=RoundingRepair()),
-                 mutation=PM(vtype=float, repair=RoundingRepair()))
+    algo = NSGA2(
+        pop_size=16,
+        sampling=IntegerRandomSampling(),
+        crossover=SBX(vtype=float, repair=RoundingRepair()),
+        mutation=PM(vtype=float, repair=RoundingRepair()),
+    )
     res = minimize(problem, algo, ("n_gen", 4), seed=1)
     configs = problem.decode(res.X)
     ev = problem.evaluator.evaluate(configs)
@@ -90,8 +100,7 @@ def test_space_problem_works_with_plain_pymoo(torch_model):
 
 
 def test_constraints_are_relative_excess(torch_model):
-    problem = SpaceProblem(small_space(), torch_model, budgets={"latency_ms": 2,
-                                                                 "peak_mem_mb": 30})
+    problem = SpaceProblem(small_space(), torch_model, budgets={"latency_ms": 2, "peak_mem_mb": 30})
     ev = problem.evaluator.evaluate(small_space().grid())
     np.testing.assert_allclose(ev["g_latency_ms"], ev["latency_ms"] / 2 - 1)
     np.testing.assert_allclose(ev["g_peak_mem_mb"], ev["peak_mem_mb"] / 30 - 1)
@@ -114,8 +123,9 @@ def _check_front(res, budgets):
 
 def test_pymoo_search_finds_a_feasible_front_with_quality(torch_model, ort_model):
     budgets = {"latency_ms": 6.0, "peak_mem_mb": 60.0}
-    res = search("cpu", torch_model, budgets=budgets, trials=600, pop_size=40, seed=3,
-                 rescore=ort_model)
+    res = search(
+        "cpu", torch_model, budgets=budgets, trials=600, pop_size=40, seed=3, rescore=ort_model
+    )
     _check_front(res, budgets)
     assert 0 < res.n_evaluated <= 600 and res.eval_fraction < 0.1
     # quality keeps more than the cheapest network on the front
@@ -129,8 +139,17 @@ def test_optuna_search_records_constraints_in_storage(torch_model, tmp_path):
 
     url = f"sqlite:///{tmp_path / 'search.db'}"  # every trial commits ~25 times: keep it short
     budgets = {"latency_ms": 6.0}
-    res = search(small_space(), torch_model, budgets=budgets, backend="optuna", trials=12,
-                 pop_size=6, storage=url, study_name="s1", seed=0)
+    res = search(
+        small_space(),
+        torch_model,
+        budgets=budgets,
+        backend="optuna",
+        trials=12,
+        pop_size=6,
+        storage=url,
+        study_name="s1",
+        seed=0,
+    )
     assert res.backend == "optuna-nsga2" and len(res.pareto) > 0
     study = optuna.load_study(study_name="s1", storage=url)
     assert len(study.trials) == 12
@@ -139,35 +158,61 @@ def test_optuna_search_records_constraints_in_storage(torch_model, tmp_path):
         pred = t.user_attrs["carb_nas.predicted.latency_ms"]
         assert t.constraints["carb_nas.latency_ms"] == pytest.approx(pred / 6.0 - 1)
     # the same study resumes; other objectives are refused clearly
-    search(small_space(), torch_model, budgets=budgets, backend="optuna", trials=6,
-           pop_size=6, storage=url, study_name="s1")
+    search(
+        small_space(),
+        torch_model,
+        budgets=budgets,
+        backend="optuna",
+        trials=6,
+        pop_size=6,
+        storage=url,
+        study_name="s1",
+    )
     assert len(optuna.load_study(study_name="s1", storage=url).trials) == 18
     with pytest.raises(StorageError, match="already exists with directions"):
-        search(small_space(), torch_model, objectives=["latency_ms"], backend="optuna",
-               trials=4, storage=url, study_name="s1")
+        search(
+            small_space(),
+            torch_model,
+            objectives=["latency_ms"],
+            backend="optuna",
+            trials=4,
+            storage=url,
+            study_name="s1",
+        )
 
 
 def test_tpe_sampler_runs_on_a_journal_file(torch_model, tmp_path):
-    res = search(small_space(), torch_model, budgets={"latency_ms": 6.0}, backend="optuna",
-                 sampler="tpe", trials=24, pop_size=8, storage=f"journal:{tmp_path}/j.log",
-                 study_name="tpe")
+    res = search(
+        small_space(),
+        torch_model,
+        budgets={"latency_ms": 6.0},
+        backend="optuna",
+        sampler="tpe",
+        trials=24,
+        pop_size=8,
+        storage=f"journal:{tmp_path}/j.log",
+        study_name="tpe",
+    )
     assert res.backend == "optuna-tpe" and res.n_evaluated <= 24
     assert (tmp_path / "j.log").stat().st_size > 0
 
 
 def test_storage_that_does_not_open(torch_model, tmp_path):
-    for url in ("nosuchdb://x/y", f"sqlite:///{tmp_path}/no/dir/x.db",
-                f"journal:{tmp_path}/missing/dir/j.log"):
+    for url in (
+        "nosuchdb://x/y",
+        f"sqlite:///{tmp_path}/no/dir/x.db",
+        f"journal:{tmp_path}/missing/dir/j.log",
+    ):
         with pytest.raises(StorageError, match="cannot open the Optuna storage"):
-            search(small_space(), torch_model, backend="optuna", trials=2, storage=url,
-                   study_name="x")
+            search(
+                small_space(), torch_model, backend="optuna", trials=2, storage=url, study_name="x"
+            )
     with pytest.raises(StorageError, match="needs the optuna backend"):
         search(small_space(), torch_model, trials=2, storage="sqlite:///x.db")
 
 
 def test_empty_feasible_set_gives_least_violating(torch_model):
-    res = search(small_space(), torch_model, budgets={"latency_ms": 1e-4}, trials=64,
-                 pop_size=16)
+    res = search(small_space(), torch_model, budgets={"latency_ms": 1e-4}, trials=64, pop_size=16)
     assert not res.feasible and len(res.least_violating) > 0
     assert res.least_violating["violation"].is_monotonic_increasing
     assert "no evaluated config meets every budget" in res.summary()
@@ -180,16 +225,30 @@ def test_objectives_and_budgets_are_checked(torch_model):
         search(small_space(), torch_model, objectives=["accuracy"], trials=2)
     with pytest.raises(BudgetError, match="does not predict"):
         search(small_space(), torch_model, budgets=["energy_j=5"], trials=2)
-    fp16 = Space.from_dict({"knobs": {"family": ["basic"], "depth": [8], "width": [0.1],
-                                      "resolution": [32], "batch_size": [1, 2],
-                                      "precision": ["fp32", "fp16"]}})
+    fp16 = Space.from_dict(
+        {
+            "knobs": {
+                "family": ["basic"],
+                "depth": [8],
+                "width": [0.1],
+                "resolution": [32],
+                "batch_size": [1, 2],
+                "precision": ["fp32", "fp16"],
+            }
+        }
+    )
     with pytest.raises(ModelError, match="another space"):
         search(fp16, torch_model, trials=4)
 
 
 def test_per_image_objective(torch_model):
-    res = search(small_space(), torch_model, objectives=["latency_ms_per_image", "quality"],
-                 trials=64, pop_size=16)
+    res = search(
+        small_space(),
+        torch_model,
+        objectives=["latency_ms_per_image", "quality"],
+        trials=64,
+        pop_size=16,
+    )
     per_image = res.pareto["latency_ms"] / res.pareto["batch_size"]
     assert per_image.is_monotonic_increasing  # sorted by the first objective
 
@@ -200,8 +259,11 @@ def test_capacity_proxy_grows_with_size_not_batch():
 
     grid = small_space().grid()
     q = capacity_proxy(pd.concat([grid, compute_features(grid)], axis=1))
-    by = pd.Series(q).groupby([grid["family"], grid["depth"], grid["width"],
-                               grid["resolution"]]).nunique()
+    by = (
+        pd.Series(q)
+        .groupby([grid["family"], grid["depth"], grid["width"], grid["resolution"]])
+        .nunique()
+    )
     assert (by == 1).all()  # independent of batch size
     basic = grid["family"] == "basic"
     wide = q[(basic & (grid["width"] == 0.5)).to_numpy()].mean()
@@ -211,7 +273,8 @@ def test_capacity_proxy_grows_with_size_not_batch():
 
 @pytest.fixture()
 def quality_module(tmp_path, monkeypatch):
-    (tmp_path / "myquality.py").write_text(textwrap.dedent("""
+    (tmp_path / "myquality.py").write_text(
+        textwrap.dedent("""
         import math
         def one_arg(config):
             return config.width * config.resolution
@@ -221,29 +284,45 @@ def quality_module(tmp_path, monkeypatch):
             raise RuntimeError("no scores for " + config.family)
         def nan(config):
             return float("nan")
-    """))
+    """)
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     return "myquality"
 
 
 def test_user_quality_callables(torch_model, quality_module):
     for fn in ("one_arg", "two_args"):
-        res = search(small_space(), torch_model, quality=f"{quality_module}:{fn}",
-                     objectives=["latency_ms", "quality"], trials=48, pop_size=16)
+        res = search(
+            small_space(),
+            torch_model,
+            quality=f"{quality_module}:{fn}",
+            objectives=["latency_ms", "quality"],
+            trials=48,
+            pop_size=16,
+        )
         assert res.evaluated["quality"].notna().all()
-    one = search(small_space(), torch_model, quality=f"{quality_module}:one_arg",
-                 objectives=["latency_ms", "quality"], trials=48, pop_size=16)
+    one = search(
+        small_space(),
+        torch_model,
+        quality=f"{quality_module}:one_arg",
+        objectives=["latency_ms", "quality"],
+        trials=48,
+        pop_size=16,
+    )
     ev = one.evaluated
     np.testing.assert_allclose(ev["quality"], ev["width"] * ev["resolution"])
 
 
-@pytest.mark.parametrize("spec, words", [
-    ("nosuchmodule_xyz:f", "cannot import the quality module"),
-    ("myquality:missing", "quality callable not found"),
-    ("myquality", "malformed quality callable"),
-    ("myquality:broken", "failed on .*RuntimeError: no scores for"),
-    ("myquality:nan", "expected a finite number"),
-])
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        ("nosuchmodule_xyz:f", "cannot import the quality module"),
+        ("myquality:missing", "quality callable not found"),
+        ("myquality", "malformed quality callable"),
+        ("myquality:broken", "failed on .*RuntimeError: no scores for"),
+        ("myquality:nan", "expected a finite number"),
+    ],
+)
 def test_bad_quality_callables(torch_model, quality_module, spec, words):
     with pytest.raises(QualityError, match=words):
         load_quality(spec)
@@ -254,10 +333,28 @@ def test_bad_quality_callables(torch_model, quality_module, spec, words):
 def test_cli_search_json(model_dirs, tmp_path):
     src, tgt = model_dirs
     out = tmp_path / "pareto.csv"
-    res = CliRunner().invoke(cli, [
-        "search", "cpu", "--model", str(src), "--rescore", str(tgt), "--budget", "latency_ms=6",
-        "--budget", "peak_mem_mb=60", "--trials", "300", "--pop-size", "32", "-o", str(out),
-        "--json"])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "search",
+            "cpu",
+            "--model",
+            str(src),
+            "--rescore",
+            str(tgt),
+            "--budget",
+            "latency_ms=6",
+            "--budget",
+            "peak_mem_mb=60",
+            "--trials",
+            "300",
+            "--pop-size",
+            "32",
+            "-o",
+            str(out),
+            "--json",
+        ],
+    )
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert doc["pareto"] and doc["validated"] == []  # validation is off with --model
@@ -265,16 +362,21 @@ def test_cli_search_json(model_dirs, tmp_path):
     assert set(CONFIG_COLUMNS) <= set(doc["pareto"][0])
 
 
-@pytest.mark.parametrize("args, words", [
-    (["--budget", "watts=3"], "unknown budget target"),
-    (["--budget", "latency_ms=0"], "finite number > 0"),
-    (["--budget", "latency_ms=x"], "non-numeric"),
-    (["--budget", "energy_j=75"], "does not predict"),
-    (["--backend", "optuna", "--storage", "nosuchdb://a/b", "--study-name", "s"],
-     "cannot open the Optuna storage"),
-    (["--quality", "nosuchmodule_xyz:f"], "cannot import the quality module"),
-    (["--objectives", "latency_ms,speed"], "unknown objective"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--budget", "watts=3"], "unknown budget target"),
+        (["--budget", "latency_ms=0"], "finite number > 0"),
+        (["--budget", "latency_ms=x"], "non-numeric"),
+        (["--budget", "energy_j=75"], "does not predict"),
+        (
+            ["--backend", "optuna", "--storage", "nosuchdb://a/b", "--study-name", "s"],
+            "cannot open the Optuna storage",
+        ),
+        (["--quality", "nosuchmodule_xyz:f"], "cannot import the quality module"),
+        (["--objectives", "latency_ms,speed"], "unknown objective"),
+    ],
+)
 def test_cli_search_bad_input(model_dirs, args, words):
     src, _ = model_dirs
     res = CliRunner().invoke(cli, ["search", "cpu", "--model", str(src), "--trials", "8"] + args)
@@ -285,14 +387,44 @@ def test_cli_search_bad_input(model_dirs, args, words):
 def test_cli_search_model_of_another_space(model_dirs, tmp_path):
     (tmp_path / "fp16.toml").write_text(
         'name = "fp16"\n[knobs]\nfamily = ["basic"]\ndepth = [8]\nwidth = [0.1]\n'
-        'resolution = [32]\nbatch_size = [1, 2]\nprecision = ["fp32", "fp16"]\n')
-    res = CliRunner().invoke(cli, ["search", str(tmp_path / "fp16.toml"), "--model",
-                                   str(model_dirs[0]), "--trials", "4"])
+        'resolution = [32]\nbatch_size = [1, 2]\nprecision = ["fp32", "fp16"]\n'
+    )
+    res = CliRunner().invoke(
+        cli, ["search", str(tmp_path / "fp16.toml"), "--model", str(model_dirs[0]), "--trials", "4"]
+    )
     assert res.exit_code == 1 and "trained on another space" in res.output
 
 
 def test_pymoo_problem_example_runs():
-    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "pymoo_problem.py")],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "pymoo_problem.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Pareto" in proc.stdout
+
+
+def test_cli_search_embedded_default_validates(model_dirs, monkeypatch, tmp_path):
+    """No --model: shipped models (here the fixtures, as if shipped), rescore, then a REAL
+    measurement of the picked Pareto config on this CPU with ONNX Runtime."""
+    import carb_nas.costmodel as cm
+
+    shipped = {"cpu/torch/fp32": model_dirs[0], "cpu/onnxruntime/fp32": model_dirs[1]}
+    monkeypatch.setattr(
+        cm,
+        "default_model_dir",
+        lambda platform="cpu/torch/fp32": shipped.get(platform, tmp_path / "x"),
+    )
+    res = CliRunner().invoke(cli, ["search", "--trials", "200", "--validate-max", "1", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["rescored"] and doc["budgets"] == {"latency_ms": 20.0, "peak_mem_mb": 100.0}
+    assert len(doc["validated"]) == 1
+    item = doc["validated"][0]
+    assert item["runtime"] == "onnxruntime"
+    for t in ("latency_ms", "peak_mem_mb"):
+        assert item["measured"][t] > 0 and item["predicted"][t] > 0
+    assert item["decision_correct"] in (True, False)

@@ -22,12 +22,15 @@ from carb_nas.measure import Profiler, Protocol
 from carb_nas.space import CONFIG_COLUMNS
 from carb_nas.validate import DECISIONS, fingerprint_mismatch, validate
 
-TINY = pd.DataFrame([
-    {"family": "basic", "depth": 8, "width": 0.1, "resolution": 32, "batch_size": 1},
-    {"family": "basic", "depth": 8, "width": 0.1, "resolution": 32, "batch_size": 2},
-])
-QUICK = Protocol(name="adaptive", warmup_runs=1, warmup_min_s=0.0, min_runs=3, max_runs=20,
-                 time_cap_s=0.05)
+TINY = pd.DataFrame(
+    [
+        {"family": "basic", "depth": 8, "width": 0.1, "resolution": 32, "batch_size": 1},
+        {"family": "basic", "depth": 8, "width": 0.1, "resolution": 32, "batch_size": 2},
+    ]
+)
+QUICK = Protocol(
+    name="adaptive", warmup_runs=1, warmup_min_s=0.0, min_runs=3, max_runs=20, time_cap_s=0.05
+)
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +43,9 @@ def profiler():
 @pytest.fixture(scope="module")
 def measured(torch_model, profiler):
     """One real validation run shared by the tests below (budgets chosen around the truth)."""
-    return validate(TINY, model=torch_model, budgets={"latency_ms": 1e3, "peak_mem_mb": 1e3},
-                    profiler=profiler)
+    return validate(
+        TINY, model=torch_model, budgets={"latency_ms": 1e3, "peak_mem_mb": 1e3}, profiler=profiler
+    )
 
 
 def test_validate_measures_and_scores(measured, torch_model):
@@ -72,13 +76,20 @@ def test_budget_decisions_follow_the_measurements(torch_model, profiler, measure
     want = []
     for p_i, m_i in zip(r.rows["predicted_latency_ms"], m):
         ok_p, ok_m = p_i <= limit, m_i <= limit
-        want.append({(True, True): "true_accept", (True, False): "false_accept",
-                     (False, True): "false_reject", (False, False): "true_reject"}[(ok_p, ok_m)])
+        want.append(
+            {
+                (True, True): "true_accept",
+                (True, False): "false_accept",
+                (False, True): "false_reject",
+                (False, False): "true_reject",
+            }[(ok_p, ok_m)]
+        )
     assert list(r.rows["decision"]) == want
     assert set(r.decisions) == set(DECISIONS) and sum(r.decisions.values()) == 2
     items = r.validated_items()
     assert items[0]["predicted"]["latency_ms"] == pytest.approx(
-        r.rows["predicted_latency_ms"].iloc[0])
+        r.rows["predicted_latency_ms"].iloc[0]
+    )
     assert all(i["decision_correct"] == i["decision"].startswith("true_") for i in items)
     assert pred.shape == m.shape
 
@@ -99,8 +110,9 @@ def test_unmeasurable_budget_is_undecided(torch_model, profiler):
             out["energy_j"] = 0.001
             return out
 
-    r = validate(TINY.head(1), model=WithEnergy(torch_model), budgets={"energy_j": 1.0},
-                 profiler=profiler)
+    r = validate(
+        TINY.head(1), model=WithEnergy(torch_model), budgets={"energy_j": 1.0}, profiler=profiler
+    )
     assert r.decisions["undecided"] == 1
     assert r.validated_items()[0]["decision_correct"] is None
     assert any("cannot be checked here" in w for w in r.warnings)
@@ -114,8 +126,11 @@ def test_fingerprint_mismatch_warns(torch_model, profiler):
     class Other:
         def __init__(self, m):
             self.__dict__.update(m.__dict__)
-            self.platform_ = {**m.platform_, "device_name": "NVIDIA GeForce RTX 3080",
-                              "device": "cuda"}
+            self.platform_ = {
+                **m.platform_,
+                "device_name": "NVIDIA GeForce RTX 3080",
+                "device": "cuda",
+            }
 
         def predict(self, X, alpha=None):
             return torch_model.predict(X, alpha=alpha)
@@ -127,15 +142,25 @@ def test_fingerprint_mismatch_warns(torch_model, profiler):
 
 def test_append_and_report(torch_model, profiler, tmp_path):
     data = tmp_path / "rows.csv"
-    r = validate(TINY, model=torch_model, budgets=["latency_ms=100"], profiler=profiler,
-                 append=data, report_dir=tmp_path / "report")
+    r = validate(
+        TINY,
+        model=torch_model,
+        budgets=["latency_ms=100"],
+        profiler=profiler,
+        append=data,
+        report_dir=tmp_path / "report",
+    )
     first = pd.read_csv(data)
     assert len(first) == 2 and r.appended_to == str(data)
     validate(TINY.head(1), model=torch_model, profiler=profiler, append=data)
     assert len(pd.read_csv(data)) == 3
     assert not list(tmp_path.glob(".*.tmp"))  # atomic write leaves no temporary behind
-    for name in ("predicted_vs_measured.png", "pareto_projections.png", "validation.csv",
-                 "validation.json"):
+    for name in (
+        "predicted_vs_measured.png",
+        "pareto_projections.png",
+        "validation.csv",
+        "validation.json",
+    ):
         assert (tmp_path / "report" / name).stat().st_size > 0
     doc = json.loads((tmp_path / "report" / "validation.json").read_text())
     assert len(doc["validated"]) == 2
@@ -143,8 +168,7 @@ def test_append_and_report(torch_model, profiler, tmp_path):
     other = first.assign(platform="cpu/onnxruntime/fp32")
     other.to_csv(tmp_path / "other.csv", index=False)
     with pytest.raises(CampaignError, match="another platform"):
-        validate(TINY.head(1), model=torch_model, profiler=profiler,
-                 append=tmp_path / "other.csv")
+        validate(TINY.head(1), model=torch_model, profiler=profiler, append=tmp_path / "other.csv")
 
 
 def test_bad_input(torch_model, profiler):
@@ -159,10 +183,28 @@ def test_bad_input(torch_model, profiler):
 def test_cli_validate_json(model_dirs, tmp_path):
     pareto = tmp_path / "pareto.csv"
     TINY.head(1).to_csv(pareto, index=False)
-    res = CliRunner().invoke(cli, [
-        "validate", str(pareto), "--device", "cpu", "--runtime", "torch", "--precision", "fp32",
-        "--model", str(model_dirs[0]), "--budget", "latency_ms=100", "--threads", "1", "--json",
-        "--append", str(tmp_path / "new.csv")])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "validate",
+            str(pareto),
+            "--device",
+            "cpu",
+            "--runtime",
+            "torch",
+            "--precision",
+            "fp32",
+            "--model",
+            str(model_dirs[0]),
+            "--budget",
+            "latency_ms=100",
+            "--threads",
+            "1",
+            "--json",
+            "--append",
+            str(tmp_path / "new.csv"),
+        ],
+    )
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     item = doc["validated"][0]
@@ -176,11 +218,14 @@ def test_cli_validate_bad_input(model_dirs, tmp_path):
     pareto = tmp_path / "pareto.csv"
     TINY.to_csv(pareto, index=False)
     base = ["validate", str(pareto), "--model", str(model_dirs[0])]
-    for extra, words in ((["--budget", "latency_ms=0"], "finite number > 0"),
-                         (["--budget", "energy_j=1"], "does not predict"),
-                         (["--append", str(tmp_path / "x.txt")], "unsupported dataset format")):
+    for extra, words in (
+        (["--budget", "latency_ms=0"], "finite number > 0"),
+        (["--budget", "energy_j=1"], "does not predict"),
+        (["--append", str(tmp_path / "x.txt")], "unsupported dataset format"),
+    ):
         res = CliRunner().invoke(cli, base + extra)
         assert res.exit_code == 1 and res.output.startswith("error: ") and words in res.output
-    res = CliRunner().invoke(cli, ["validate", str(tmp_path / "missing.csv"), "--model",
-                                   str(model_dirs[0])])
+    res = CliRunner().invoke(
+        cli, ["validate", str(tmp_path / "missing.csv"), "--model", str(model_dirs[0])]
+    )
     assert res.exit_code == 1 and "not found" in res.output

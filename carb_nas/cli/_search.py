@@ -13,11 +13,12 @@ from carb_nas.errors import ConfigError, MissingFileError, ModelError
 
 # The embedded default of `carb-nas search` with no arguments: the shipped CPU models, the
 # CPU space (whose [limits] cap keeps every config cheap to profile) and a budget that leaves
-# a real trade-off inside that space: at most 25 ms and 150 MB per batch.
+# a real trade-off inside that space: at most 20 ms and 100 MB per batch (the shipped CPU data
+# has a median of ~13 ms and ~17 MB, a 90th percentile of ~31 ms and ~95 MB).
 DEFAULT_SPACE = "cpu"
 DEFAULT_MODEL = "cpu/torch/fp32"
 DEFAULT_RESCORE = "cpu/onnxruntime/fp32"
-DEFAULT_BUDGETS = ("latency_ms=25", "peak_mem_mb=150")
+DEFAULT_BUDGETS = ("latency_ms=20", "peak_mem_mb=100")
 DEFAULT_VALIDATE_MAX = 6
 
 
@@ -38,6 +39,18 @@ def load_model(spec: str, role: str = "--model") -> Any:
         f"{role}: model not found: expected a directory written by `carb-nas model train` (or "
         f"CostModel.save) or a shipped platform such as cpu/torch/fp32, got {spec!r}. Check "
         "the path."
+    )
+
+
+def platform_parts(model: Any) -> tuple[str, str, str]:
+    """(device, runtime, precision) a model was trained for; cpu/torch/fp32 when unknown."""
+    plat = getattr(model, "platform_", None) or {}
+    parts = str(plat.get("platform", "")).split("/")
+    parts = parts if len(parts) == 3 else ["cpu", "torch", "fp32"]
+    return (
+        str(plat.get("device") or parts[0]),
+        str(plat.get("runtime") or parts[1]),
+        str(plat.get("precision") or parts[2]),
     )
 
 
@@ -130,6 +143,15 @@ def _pick_spread(frame: Any, column: str, n: int) -> Any:
     default=None,
     help="Also write only the Pareto configs here (input for `carb-nas validate`).",
 )
+@click.option(
+    "--stage1",
+    type=click.Choice(["auto", "exact", "distilled"]),
+    default="auto",
+    show_default=True,
+    help="Stage 1 ranking: exact scores every candidate with the source model; distilled "
+    "scores a sample, fits a surrogate and re-scores all it cannot rule out; auto is exact "
+    "below 200,000 candidates.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print counts and the Pareto set as JSON.")
 def screen_command(
     space: str,
@@ -143,6 +165,7 @@ def screen_command(
     output: str | None,
     pareto_out: str | None,
     as_json: bool,
+    stage1: str,
 ) -> None:
     """Two-stage screening of SPACE (a space TOML or a configs table).
 
@@ -150,10 +173,20 @@ def screen_command(
     re-scores the shortlist with the target model, keeps the configs within every budget and
     extracts their Pareto set.
     """
-    from carb_nas.screen import parse_budgets, screen
+    from carb_nas.screen import KNOWN_METRICS, _check_confidence, parse_budgets, screen
     from carb_nas.space import write_table
 
     parsed = parse_budgets(budgets)  # validate before loading anything heavy
+    _check_confidence(confidence)
+    if rank_by not in KNOWN_METRICS:
+        from carb_nas.errors import BudgetError
+
+        raise BudgetError(
+            f"unknown ranking target: expected one of {', '.join(KNOWN_METRICS)}, got "
+            f"{rank_by!r}. Rank by a target name such as latency_ms."
+        )
+    if top_k < 1:
+        raise ConfigError(f"invalid --top-k: expected a whole number >= 1, got {top_k}.")
     for path in (output, pareto_out):
         if path is not None and Path(path).suffix not in (".csv", ".parquet"):
             raise ConfigError(
@@ -172,6 +205,7 @@ def screen_command(
         budgets=parsed,
         confidence=confidence,
         objectives=objs,
+        stage1=stage1,
     )
     shortlist = result.shortlist.copy()
     keys = set(
@@ -361,6 +395,12 @@ def search_command(
     if do_validate is None:
         do_validate = embedded
     n_trials = trials if trials is not None else (3000 if backend == "pymoo" else 1500)
+    if embedded:
+        _info(
+            f"embedded default: shipped {DEFAULT_MODEL} model"
+            + (f", re-scored with the shipped {DEFAULT_RESCORE} model" if rescore else "")
+            + f"; budgets {' '.join(f'{k}={v:g}' for k, v in parsed.items())}"
+        )
     _info(
         f"searching {space_obj.name!r} ({len(space_obj):,} configs) with {backend}, "
         f"{n_trials} evaluations ..."
@@ -387,10 +427,7 @@ def search_command(
     validation = None
     if do_validate and result.feasible:
         vmodel = rescore if result.rescored else model
-        plat = getattr(vmodel, "platform_", None) or {}
-        device = str(plat.get("device", "cpu"))
-        runtime = str(plat.get("runtime", "torch"))
-        precision = str(plat.get("precision", "fp32"))
+        device, runtime, precision = platform_parts(vmodel)
         shortlist = result.pareto
         if result.rescored:
             ok = shortlist[shortlist["target_within_budget"]]

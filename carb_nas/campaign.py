@@ -538,6 +538,7 @@ def run_campaign(
     retry_errors: bool = False,
     max_attempts: int = 3,
     lock_sm_clock_mhz: int | None = None,
+    wait_quiet_s: float = 0.0,
     progress: bool = True,
     profiler: Any = None,
 ) -> CampaignSummary:
@@ -584,6 +585,8 @@ def run_campaign(
     }
     if lock_sm_clock_mhz is not None:  # absent (= clocks as found) in older manifests
         manifest["lock_sm_clock_mhz"] = lock_sm_clock_mhz
+    if wait_quiet_s:  # hygiene only: may change between sittings, not checked on resume
+        manifest["wait_quiet_s"] = wait_quiet_s
     _prepare_dir(out_dir)
     old = _read_manifest(out_dir)
     if old is not None:
@@ -603,6 +606,7 @@ def run_campaign(
         meter,
         max_host_mem_mb=max_host_mem_mb,
         lock_sm_clock_mhz=lock_sm_clock_mhz,
+        wait_quiet_s=wait_quiet_s,
         idle_s=1.0,
     )
     if prof.platform != manifest["platform"]:

@@ -104,6 +104,14 @@ __all__ = ["COMMANDS"]
     help="Opt-in, your own GPU only: lock the SM clock (NVML, needs root); reset "
     "at the end. Default: measure the GPU as found and record its clocks.",
 )
+@click.option(
+    "--wait-quiet-s",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Before timing each config, wait up to this long until other processes "
+    "use < 0.5 CPU core (shared machines: contention inflates medians).",
+)
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def profile_cmd(
@@ -127,6 +135,7 @@ def profile_cmd(
     retry_errors: bool,
     max_attempts: int,
     lock_sm_clock_mhz: int | None,
+    wait_quiet_s: float,
     no_progress: bool,
     as_json: bool,
 ) -> None:
@@ -167,6 +176,7 @@ def profile_cmd(
         retry_errors=retry_errors,
         max_attempts=max_attempts,
         lock_sm_clock_mhz=lock_sm_clock_mhz,
+        wait_quiet_s=wait_quiet_s,
         progress=not no_progress,
     )
     if as_json:

@@ -20,6 +20,7 @@ from carb_nas.measure._meters import (
 )
 from carb_nas.measure._profiler import Profiler, cpu_model_name, platform_string, profile_config
 from carb_nas.measure._protocol import PROTOCOLS, Protocol, TimingResult, median_ci, time_runs
+from carb_nas.measure._quiet import others_cpu_cores, wait_for_quiet
 from carb_nas.measure._runtimes import (
     CALIBRATION,
     ORT_PEAK_METHOD,
@@ -62,8 +63,10 @@ __all__ = [
     "measure_window",
     "median_ci",
     "observe_update_period_s",
+    "others_cpu_cores",
     "platform_string",
     "profile_config",
     "time_runs",
     "torch_cpu_peak_bytes",
+    "wait_for_quiet",
 ]

@@ -25,6 +25,7 @@ from carb_nas.measure._meters import (
     observe_update_period_s,
 )
 from carb_nas.measure._protocol import Protocol, time_runs
+from carb_nas.measure._quiet import wait_for_quiet
 from carb_nas.measure._runtimes import (
     CALIBRATION,
     OnnxRuntime,
@@ -72,6 +73,8 @@ class Profiler:
 
     ``max_host_mem_mb`` is a host memory cap for CPU runs: a config whose measured tensor peak
     exceeds it (or whose allocation fails) is recorded with status ``oom`` and not timed.
+    ``wait_quiet_s`` > 0: before timing each config, wait up to that long until the other
+    processes use fewer than ``quiet_threshold_cores`` CPU cores (shared machines).
     """
 
     def __init__(
@@ -87,6 +90,8 @@ class Profiler:
         idle_s: float = 1.0,
         runtime_obj: Runtime | None = None,
         lock_sm_clock_mhz: int | None = None,
+        wait_quiet_s: float = 0.0,
+        quiet_threshold_cores: float = 0.5,
     ) -> None:
         self.runtime = runtime_obj or get_runtime(device, runtime, precision, threads)
         self.device = self.runtime.device
@@ -98,6 +103,8 @@ class Profiler:
             raise ConfigError(f"invalid --max-host-mem-mb: expected > 0, got {max_host_mem_mb!r}.")
         self.max_host_mem_mb = max_host_mem_mb
         self.lock_sm_clock_mhz = lock_sm_clock_mhz
+        self.wait_quiet_s = wait_quiet_s
+        self.quiet_threshold_cores = quiet_threshold_cores
         if lock_sm_clock_mhz is not None:
             if not isinstance(self.meter, NVMLMeter):
                 raise ConfigError(
@@ -252,6 +259,8 @@ class Profiler:
                 f"out of memory: tensor peak {peak_mb:.1f} MB exceeds the configured host "
                 f"memory cap --max-host-mem-mb {self.max_host_mem_mb:g}"
             )
+        if self.wait_quiet_s > 0:
+            wait_for_quiet(self.wait_quiet_s, self.quiet_threshold_cores)
         timing = time_runs(lambda: self.runtime.run_timed(prepared, x), self.protocol)
         row.update(timing.as_row())
         if isinstance(self.meter, NVMLMeter):

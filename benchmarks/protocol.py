@@ -29,6 +29,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runtime", default="torch")
     ap.add_argument("--precision", default="fp32")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--wait-quiet-s",
+        type=float,
+        default=0.0,
+        help="per config, wait up to this long for other processes to go quiet",
+    )
     args = ap.parse_args(argv)
     if args.n < 20:
         print("note: the issue asks for at least 20 configs", file=sys.stderr)

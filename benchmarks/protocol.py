@@ -35,6 +35,12 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         help="per config, wait up to this long for other processes to go quiet",
     )
+    ap.add_argument(
+        "--wait-quiet-s",
+        type=float,
+        default=0.0,
+        help="per config, wait up to this long for other processes to go quiet",
+    )
     args = ap.parse_args(argv)
     if args.n < 20:
         print("note: the issue asks for at least 20 configs", file=sys.stderr)
@@ -45,7 +51,13 @@ def main(argv: list[str] | None = None) -> int:
     configs = load_space(args.space).sample(args.n, seed=args.seed)
     profs = {
         name: Profiler(
-            "cpu", args.runtime, args.precision, threads=args.threads, protocol=proto, meter="none"
+            "cpu",
+            args.runtime,
+            args.precision,
+            threads=args.threads,
+            protocol=proto,
+            meter="none",
+            wait_quiet_s=args.wait_quiet_s,
         )
         for name, proto in (("adaptive", Protocol()), ("carb", Protocol.carb()))
     }

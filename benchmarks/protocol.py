@@ -35,12 +35,6 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         help="per config, wait up to this long for other processes to go quiet",
     )
-    ap.add_argument(
-        "--wait-quiet-s",
-        type=float,
-        default=0.0,
-        help="per config, wait up to this long for other processes to go quiet",
-    )
     args = ap.parse_args(argv)
     if args.n < 20:
         print("note: the issue asks for at least 20 configs", file=sys.stderr)

@@ -583,12 +583,32 @@ def _characterize(
 # ----------------------------------------------------------------------------------------
 # calibration (few-shot transfer of a cost model)
 # ----------------------------------------------------------------------------------------
-def _calibration_features(X: pd.DataFrame) -> np.ndarray:
+_CALIBRATION_FEATURES = (
+    "log_flops",
+    "log_batch_size",
+    "log_resolution",
+    "log_width",
+    "log_depth",
+    "is_bottleneck",
+)
+
+
+def _calibration_features(X: pd.DataFrame, names: Sequence[str] | None = None) -> np.ndarray:
+    """Columns ``names`` (default: all of ``_CALIBRATION_FEATURES`` that X can give)."""
+    if names is None:
+        names = _calibration_feature_names(X)
     cols = []
-    for c in ("batch_size", "resolution", "width", "depth"):
-        cols.append(np.log(pd.to_numeric(X[c]).to_numpy(float)))
-    cols.append((X["family"].astype(str).to_numpy() == "bottleneck").astype(float))
+    for name in names:
+        if name == "is_bottleneck":
+            cols.append((X["family"].astype(str).to_numpy() == "bottleneck").astype(float))
+        else:
+            v = pd.to_numeric(X[name[4:]]).to_numpy(float)
+            cols.append(np.log(np.maximum(v, 1e-12)))
     return np.column_stack(cols)
+
+
+def _calibration_feature_names(X: pd.DataFrame) -> list[str]:
+    return [n for n in _CALIBRATION_FEATURES if n != "log_flops" or "flops" in X.columns]
 
 
 def _smoother(design: np.ndarray, r: np.ndarray, lam: float) -> tuple[np.ndarray, np.ndarray]:
@@ -612,9 +632,9 @@ class CalibratedModel:
 
     - ``scale``: ``r = a`` -- one multiplicative factor (1 parameter);
     - ``loglinear``: ``r = a + b*log(source)`` -- a power law ``y = e^a * source^(1+b)``;
-    - ``features``: ``r = a + w . [log source, log batch, log resolution, log width,
-      log depth, is_bottleneck]`` (standardized), ridge-penalized, penalty picked by
-      leave-one-out error;
+    - ``features``: ``r = a + w . [log source, log FLOPs, log batch, log resolution,
+      log width, log depth, is_bottleneck]`` (standardized; log FLOPs when X has ``flops``),
+      ridge-penalized, penalty picked by leave-one-out error;
     - ``auto`` (default): the method with the lowest leave-one-out RMSE of ``log(y)`` on the
       calibration rows, per target.
 
@@ -678,7 +698,8 @@ class CalibratedModel:
                 "Measure a target the source model predicts."
             )
         base = self._source_predict(X)
-        feats = _calibration_features(X)
+        self.feature_names_ = _calibration_feature_names(X)
+        feats = _calibration_features(X, self.feature_names_)
         self.maps_: dict[str, dict[str, Any]] = {}
         for t in targets:
             y = Y[t].to_numpy(float)
@@ -765,7 +786,7 @@ class CalibratedModel:
                 "got an unfitted CalibratedModel. Call calibrate(source_model, rows) first."
             )
         base = self._source_predict(X)
-        feats = _calibration_features(X)
+        feats = _calibration_features(X, self.feature_names_)
         out = {}
         for t, spec in self.maps_.items():
             z = np.log(np.maximum(base[t].to_numpy(float), 1e-12))
@@ -789,6 +810,7 @@ class CalibratedModel:
                 "source_runtime": self.source_runtime,
                 "source_precision": self.source_precision,
                 "targets": list(self.targets_),
+                "feature_names": list(self.feature_names_),
                 "n_calibration_rows": self.n_calibration_rows_,
                 "maps": self.maps_,
             }
@@ -804,6 +826,7 @@ class CalibratedModel:
         )
         model.maps_ = {t: dict(m) for t, m in data["maps"].items()}
         model.targets_ = list(data["targets"])
+        model.feature_names_ = list(data["feature_names"])
         model.n_calibration_rows_ = int(data["n_calibration_rows"])
         return model
 

@@ -733,23 +733,23 @@ def _distilled_stage1(
             preds.append(p)
 
     rng = np.random.default_rng(seed)
-    n_fit = int(min(20_000, max(2_000, n // 25)))
-    n_hold = int(min(10_000, max(1_000, n // 50)))
+    n_fit = int(min(10_000, max(2_000, n // 25)))
+    n_hold = int(min(5_000, max(1_000, n // 50)))
     sample = rng.choice(n, size=min(n, n_fit + n_hold), replace=False)
     score(sample)
     stats: dict[str, Any] = {"stage1": "distilled", "sample": len(sample)}
     y = values[sample]
     if (y <= 0).any() or len(sample) >= n:
-        rest = np.flatnonzero(np.isnan(values))
-        score(rest)
-        stats.update(stage1="exact (fallback: non-positive values)", source_scored=n)
+        score(np.flatnonzero(np.isnan(values)))
+        why = "non-positive values" if (y <= 0).any() else "the sample covers every candidate"
+        stats.update(stage1=f"exact (fallback: {why})", source_scored=n)
         return pd.concat(preds).sort_index(), values, stats
     Z = _design_matrix(X)
     fit, hold = sample[:n_fit], sample[n_fit:]
     g_model = xgb.XGBRegressor(
-        n_estimators=400,
-        max_depth=8,
-        learning_rate=0.1,
+        n_estimators=150,
+        max_depth=6,
+        learning_rate=0.2,
         tree_method="hist",
         random_state=seed,
         n_jobs=1,  # a small fit: one thread, and no OpenMP spinning on a busy machine

@@ -445,6 +445,14 @@ def write_report(
                     marker="x",
                     label="measured",
                 )
+                for _, r in result.rows.iterrows():  # each config: predicted -> measured
+                    ax.plot(
+                        [r[f"predicted_{a}"], r[f"measured_{a}"]],
+                        [r[f"predicted_{b}"], r[f"measured_{b}"]],
+                        color="0.7",
+                        lw=0.6,
+                        zorder=0,
+                    )
                 ax.set_ylabel(b)
             ax.set_xlabel(a)
             ax.legend(fontsize=8)

@@ -27,6 +27,8 @@ def main() -> None:
     ap.add_argument("--preset", default="carb")
     ap.add_argument("--data", default=None, help="a real rows table (dataset.SCHEMA)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--jobs", type=int, default=-1, help="CostModel n_jobs (-1: all cores)")
+    ap.add_argument("--save", default=None, help="also save the model here and report its size")
     args = ap.parse_args()
 
     from carb_nas.costmodel import CostModel, model_inputs
@@ -47,10 +49,12 @@ def main() -> None:
     t0 = time.perf_counter()
     X = model_inputs(frame)
     t_features = time.perf_counter() - t0
-    model = CostModel(preset=args.preset, random_state=args.seed)
-    t0 = time.perf_counter()
+    model = CostModel(preset=args.preset, random_state=args.seed, n_jobs=args.jobs)
+    load0 = os.getloadavg()[0]
+    c0, t0 = time.process_time(), time.perf_counter()
     model.fit(X, frame[targets])
     train_s = time.perf_counter() - t0
+    cpu_s = time.process_time() - c0
     info = model.fit_info_
     print(f"data: {len(frame)} {source}")
     print(
@@ -67,6 +71,20 @@ def main() -> None:
     t0 = time.perf_counter()
     model.predict(X)
     print(f"predict {len(X)} rows: {time.perf_counter() - t0:.2f} s")
+    print(
+        f"fit cpu seconds (all threads) {cpu_s:.1f}; n_jobs={args.jobs}; 1-min load average "
+        f"{load0:.1f} before, {os.getloadavg()[0]:.1f} after (other processes share the cores)"
+    )
+    if args.save:
+        t0 = time.perf_counter()
+        d = model.save(args.save)
+        sizes = {p.name: p.stat().st_size for p in sorted(d.iterdir())}
+        print(f"saved in {time.perf_counter() - t0:.1f} s: {sum(sizes.values()) / 1e6:.1f} MB")
+        for name, size in sizes.items():
+            print(f"  {name}: {size / 1e6:.2f} MB")
+        t0 = time.perf_counter()
+        type(model).load(d)
+        print(f"loaded in {time.perf_counter() - t0:.1f} s")
     print(f"train_seconds={train_s:.1f}")
 
 

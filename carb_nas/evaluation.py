@@ -45,7 +45,8 @@ __all__ = [
 
 
 def regression_metrics(y_true: Any, y_pred: Any) -> dict[str, float]:
-    """R2, MAE (target units) and MAPE (a fraction) of predictions; ``n`` rows."""
+    """R2, MAE (target units) and MAPE (a fraction) of predictions on the ``n`` rows that
+    have a measurement (NaN in ``y_true`` is skipped)."""
     y = np.asarray(y_true, dtype=float)
     p = np.asarray(y_pred, dtype=float)
     if y.shape != p.shape:
@@ -53,6 +54,8 @@ def regression_metrics(y_true: Any, y_pred: Any) -> dict[str, float]:
             f"metrics: expected equally long arrays, got {y.shape} and {p.shape}. "
             "Pass one prediction per measurement."
         )
+    keep = ~np.isnan(y)  # rows without a measurement of this target are not scored
+    y, p = y[keep], p[keep]
     n = len(y)
     if n == 0:
         return {"r2": float("nan"), "mae": float("nan"), "mape": float("nan"), "n": 0}
@@ -92,7 +95,9 @@ def flops_linear_baseline(
     for t in Y_test.columns:
         if t not in Y_train:
             continue
-        lr = LinearRegression().fit(ftr, Y_train[t].to_numpy(dtype=float))
+        y = Y_train[t].to_numpy(dtype=float)
+        ok = ~np.isnan(y)
+        lr = LinearRegression().fit(ftr[ok], y[ok])
         out[t] = regression_metrics(Y_test[t], lr.predict(fte))
     return out
 
@@ -117,7 +122,8 @@ def flops_linear_baseline_cv(
         pred = np.empty(n)
         for k in range(folds):
             m = idx == k
-            pred[m] = LinearRegression().fit(f[~m], y[~m]).predict(f[m])
+            fit = ~m & ~np.isnan(y)
+            pred[m] = LinearRegression().fit(f[fit], y[fit]).predict(f[m])
         out[t] = regression_metrics(y, pred)
     return out
 

@@ -429,3 +429,34 @@ def test_model_inputs_from_configs():
     assert "sm_util" in Xt.columns and "mem_util" not in Xt.columns  # empty telemetry dropped
     with pytest.raises(ModelError, match="config columns"):
         model_inputs(pd.DataFrame({"a": [1]}))
+
+
+# -- target offsets (an extension, off by default) -----------------------------------------
+def test_target_offsets_extrapolate_beyond_the_training_range():
+    df = synthetic_dataset(900, seed=8, space="cpu")
+    X, Y = model_inputs(df), df[["peak_mem_mb"]]
+    big = (X["tensor_peak_mb"] > X["tensor_peak_mb"].quantile(0.9)).to_numpy()
+    plain = tiny().fit(X[~big], Y[~big])
+    off = tiny(target_offsets={"peak_mem_mb": "tensor_peak_mb"}).fit(X[~big], Y[~big])
+    assert off.offsets_ == {"peak_mem_mb": "tensor_peak_mb"} and plain.offsets_ == {}
+    y = Y[big]["peak_mem_mb"].to_numpy()
+    err_plain = np.abs(np.log(plain.predict(X[big])["peak_mem_mb"].to_numpy() / y)).mean()
+    err_off = np.abs(np.log(off.predict(X[big])["peak_mem_mb"].to_numpy() / y)).mean()
+    # trees alone cannot predict above the largest training value; the ratio model can
+    assert err_off < 0.5 * err_plain
+    p = off.predict(X[big], alpha=0.1)
+    assert (p["peak_mem_mb_lower"] <= p["peak_mem_mb"]).all()
+
+
+def test_target_offsets_survive_save_load_and_validate(tmp_path):
+    df = synthetic_dataset(300, seed=4, space="cpu")
+    X, Y = model_inputs(df), df[["latency_ms"]]
+    m = tiny(target_offsets={"latency_ms": "flops"}).fit(X, Y)
+    m2 = CostModel.load(m.save(tmp_path / "m"))
+    pd.testing.assert_frame_equal(m.predict(X), m2.predict(X), rtol=1e-6)
+    with pytest.raises(ModelError, match="not a numeric feature"):
+        tiny(target_offsets={"latency_ms": "family"}).fit(X, Y)
+    with pytest.raises(ModelError, match="not fitted"):
+        tiny(target_offsets={"energy_j": "flops"}).fit(X, Y)
+    with pytest.raises(ModelError, match="non-positive"):
+        tiny(target_offsets={"latency_ms": "depth"}).fit(X.assign(depth=0), Y)

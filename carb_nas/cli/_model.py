@@ -150,6 +150,22 @@ def _parse_budgets(items: tuple[str, ...]) -> dict[str, float]:
     return out
 
 
+PHYSICAL_OFFSETS = {"peak_mem_mb": "tensor_peak_mb", "latency_ms": "flops", "energy_j": "flops"}
+
+
+def _parse_offsets(items: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        name, sep, col = item.partition("=")
+        if not sep or not name.strip() or not col.strip():
+            raise ModelError(
+                f"invalid --offset: expected TARGET=COLUMN (e.g. latency_ms=flops), "
+                f"got {item!r}. Fix the option."
+            )
+        out[name.strip()] = col.strip()
+    return out
+
+
 def _write_json(path: Path, doc: Any) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(_jsonable(doc), indent=1, allow_nan=False))
@@ -199,6 +215,19 @@ def _summary(report: dict[str, Any]) -> list[str]:
 )
 @click.option("--architecture-only", is_flag=True, help="Ignore telemetry columns.")
 @click.option(
+    "--offset",
+    "offsets",
+    multiple=True,
+    help="TARGET=COLUMN: fit the target's log-ratio to a positive feature column "
+    "(repeatable; see CostModel target_offsets).",
+)
+@click.option(
+    "--physical-offsets",
+    is_flag=True,
+    help="Offsets peak_mem_mb=tensor_peak_mb, latency_ms=flops, energy_j=flops for "
+    "the targets present (not part of CARB; extrapolates better).",
+)
+@click.option(
     "--space",
     "space_file",
     default=None,
@@ -216,6 +245,13 @@ def _summary(report: dict[str, Any]) -> list[str]:
     show_default=True,
     help="Miscoverage of the evaluated intervals.",
 )
+@click.option(
+    "--jobs",
+    type=int,
+    default=-1,
+    show_default=True,
+    help="Threads per learner (-1: all cores; 1 is faster on a busy machine).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print evaluation.json to stdout.")
 def train_cmd(
     dataset: str,
@@ -228,6 +264,9 @@ def train_cmd(
     space_file: str | None,
     studies: bool,
     alpha: float,
+    jobs: int,
+    offsets: tuple[str, ...],
+    physical_offsets: bool,
     as_json: bool,
 ) -> None:
     """Train a cost model on DATASET (holding out a seeded test split) and evaluate it."""
@@ -240,7 +279,18 @@ def train_cmd(
     tr, te = _split(len(X), test_fraction, seed)
     Xtr, Ytr, Xte, Yte = X.iloc[tr], Y.iloc[tr], X.iloc[te], Y.iloc[te]
     space_fp = load_space(space_file).fingerprint if space_file else None
-    model = CostModel(preset=preset, architecture_only=architecture_only, random_state=seed)
+    target_offsets = _parse_offsets(offsets)
+    if physical_offsets:
+        for t, col in PHYSICAL_OFFSETS.items():
+            if t in data["targets"] and col in X.columns:
+                target_offsets.setdefault(t, col)
+    model = CostModel(
+        preset=preset,
+        architecture_only=architecture_only,
+        random_state=seed,
+        n_jobs=jobs,
+        target_offsets=target_offsets or None,
+    )
     t0 = time.perf_counter()
     model.fit(Xtr, Ytr, platform=data["platform"], space_fingerprint=space_fp)
     train_s = time.perf_counter() - t0
@@ -321,7 +371,7 @@ def evaluate_cmd(
 
     model = CostModel.load(model_dir)
     frame = read_table(dataset)
-    wanted = [t for t in model.targets_ if t in frame]
+    wanted = [t for t in model.targets_ if t in frame and frame[t].notna().any()]
     data = prepare_table(frame, dataset, wanted if wanted else ())
     report = ev.evaluate(
         model,

@@ -1,0 +1,199 @@
+"""``carb-nas train / evaluate / predict`` through click's CliRunner, on SYNTHETIC tables."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from carb_nas.cli import cli
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_costmodel_synthetic import synthetic_dataset  # noqa: E402
+
+
+def run(*args: str):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli")
+    df = synthetic_dataset(330, seed=21, space="cpu")
+    df.loc[df.index[:5], "status"] = "error"  # only ok rows are used
+    df.loc[df.index[:5], ["latency_ms", "peak_mem_mb", "energy_j"]] = np.nan
+    df = df.drop(columns=["energy_j"]).assign(energy_j=np.nan)  # a CPU: no energy meter
+    data = d / "rows.csv"
+    df.to_csv(data, index=False)
+    res = run(
+        "train", str(data), "-o", str(d / "model"), "--preset", "fast", "--seed", "3", "--jobs", "1"
+    )
+    assert res.exit_code == 0, res.output
+    return d, data, res
+
+
+def test_train_writes_model_and_evaluation(trained):
+    d, _, res = trained
+    ev = json.loads((d / "model" / "evaluation.json").read_text())
+    assert set(ev["test"]) == {"peak_mem_mb", "latency_ms"}  # energy empty -> not modelled
+    for t in ("peak_mem_mb", "latency_ms"):
+        assert set(ev["test"][t]) >= {"r2", "mae", "mape"}
+        assert set(ev["baselines"]["flops_linear"][t]) >= {"r2", "mae"}
+    assert ev["train_seconds"] > 0
+    assert ev["split"]["train"] + ev["split"]["test"] == 325
+    assert ev["split"]["test"] == 65
+    assert ev["platform"]["platform"] == "synthetic/torch/fp32"
+    assert any("status != ok" in n for n in ev["notes"])
+    assert "R2" in res.output
+    assert (d / "model" / "manifest.json").is_file()
+
+
+def test_train_is_seeded(trained, tmp_path):
+    _, data, _ = trained
+    a = run(
+        "train",
+        str(data),
+        "-o",
+        str(tmp_path / "a"),
+        "--preset",
+        "fast",
+        "--seed",
+        "3",
+        "--jobs",
+        "1",
+        "--json",
+    )
+    assert a.exit_code == 0, a.output
+    ja = json.loads(a.output)
+    first = json.loads((trained[0] / "model" / "evaluation.json").read_text())
+    for t, m in first["test"].items():
+        assert ja["test"][t] == pytest.approx(m, rel=1e-9)
+
+
+def test_train_with_physical_offsets(trained, tmp_path):
+    _, data, _ = trained
+    res = run(
+        "train",
+        str(data),
+        "-o",
+        str(tmp_path / "m"),
+        "--preset",
+        "fast",
+        "--jobs",
+        "1",
+        "--physical-offsets",
+        "--offset",
+        "latency_ms=act_mb_total",
+    )
+    assert res.exit_code == 0, res.output
+    man = json.loads((tmp_path / "m" / "manifest.json").read_text())
+    assert man["offsets"] == {"peak_mem_mb": "tensor_peak_mb", "latency_ms": "act_mb_total"}
+    bad = CliRunner().invoke(
+        cli, ["train", str(data), "-o", str(tmp_path / "n"), "--offset", "latency_ms"]
+    )
+    assert bad.exit_code == 1 and "TARGET=COLUMN" in bad.output
+
+
+def test_evaluate_json_and_report(trained, tmp_path):
+    d, data, _ = trained
+    res = run(
+        "evaluate",
+        str(d / "model"),
+        str(data),
+        "--json",
+        "--report",
+        str(tmp_path / "r"),
+        "--budget",
+        "latency_ms=20",
+    )
+    assert res.exit_code == 0, res.output
+    rep = json.loads(res.output)
+    assert rep["budget"]["point"]["budgets"] == {"latency_ms": 20.0}
+    assert rep["n_rows"] == 325
+    assert (tmp_path / "r" / "parity_latency_ms.png").is_file()
+    assert (tmp_path / "r" / "evaluation.json").is_file()
+    human = run("evaluate", str(d / "model"), str(data))
+    assert human.exit_code == 0 and "latency_ms" in human.output
+
+
+def test_predict_configs_csv_and_space(trained, tmp_path):
+    d, data, _ = trained
+    cfg = pd.read_csv(data)[
+        ["family", "depth", "width", "resolution", "batch_size", "precision", "runtime"]
+    ].head(7)
+    cfg.to_csv(tmp_path / "c.csv", index=False)
+    res = run(
+        "predict",
+        str(d / "model"),
+        str(tmp_path / "c.csv"),
+        "-o",
+        str(tmp_path / "p.csv"),
+        "--alpha",
+        "0.1",
+    )
+    assert res.exit_code == 0, res.output
+    out = pd.read_csv(tmp_path / "p.csv")
+    assert len(out) == 7 and {"key", "latency_ms", "latency_ms_upper"} <= set(out.columns)
+    assert (out["latency_ms_lower"] <= out["latency_ms"]).all()
+    space = tmp_path / "s.toml"
+    space.write_text(
+        'name = "s"\n[knobs]\nfamily = ["basic"]\ndepth = [10, 18]\nwidth = [0.5]\n'
+        "resolution = [32]\nbatch_size = [1, 4]\n"
+    )
+    res = run("predict", str(d / "model"), str(space), "-o", str(tmp_path / "q.csv"))
+    assert res.exit_code == 0, res.output
+    assert len(pd.read_csv(tmp_path / "q.csv")) == 4
+
+
+def test_generic_table_with_named_target(tmp_path):
+    rng = np.random.default_rng(2)
+    n = 150
+    tab = pd.DataFrame(
+        {
+            "flops": 10 ** rng.uniform(6, 9, n),
+            "params": 10 ** rng.uniform(4, 7, n),
+            "batch_size": rng.choice([1, 4, 32], n),
+        }
+    )
+    tab["throughput_ips"] = 1e9 / tab["flops"] * tab["batch_size"] ** 0.3
+    tab.to_csv(tmp_path / "bench.csv", index=False)
+    res = run(
+        "train",
+        str(tmp_path / "bench.csv"),
+        "-o",
+        str(tmp_path / "m"),
+        "--preset",
+        "fast",
+        "--target",
+        "throughput_ips",
+        "--jobs",
+        "1",
+    )
+    assert res.exit_code == 0, res.output
+    ev = json.loads((tmp_path / "m" / "evaluation.json").read_text())
+    assert list(ev["test"]) == ["throughput_ips"] and ev["test"]["throughput_ips"]["r2"] > 0.8
+    res = run(
+        "predict", str(tmp_path / "m"), str(tmp_path / "bench.csv"), "-o", str(tmp_path / "p.csv")
+    )
+    assert res.exit_code == 0, res.output
+
+
+def test_refuses_fake_rows_and_tables_without_targets(tmp_path):
+    df = synthetic_dataset(60, seed=1, space="cpu")
+    df.loc[df.index[3], "meter"] = "fake"
+    df.to_csv(tmp_path / "fake.csv", index=False)
+    res = CliRunner().invoke(cli, ["train", str(tmp_path / "fake.csv"), "-o", str(tmp_path / "m")])
+    assert res.exit_code == 1
+    assert "error:" in res.output and "fake" in res.output and "row 4" in res.output
+    df.drop(columns=["latency_ms", "peak_mem_mb", "energy_j"]).assign(meter="none").to_csv(
+        tmp_path / "nt.csv", index=False
+    )
+    res = CliRunner().invoke(cli, ["train", str(tmp_path / "nt.csv"), "-o", str(tmp_path / "m")])
+    assert res.exit_code == 1 and "no target column" in res.output
+    res = CliRunner().invoke(cli, ["evaluate", str(tmp_path / "nowhere"), str(tmp_path / "nt.csv")])
+    assert res.exit_code == 1 and "manifest.json" in res.output

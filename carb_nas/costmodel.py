@@ -55,7 +55,10 @@ import json
 import math
 import os
 import platform as _platform
+import shutil
+import sys
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -64,7 +67,7 @@ import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator, RegressorMixin
 
-from carb_nas.dataset import TARGETS
+from carb_nas.dataset import SCHEMA, TARGETS
 from carb_nas.errors import ModelError
 
 __all__ = [
@@ -1425,28 +1428,173 @@ def model_inputs(frame: pd.DataFrame) -> pd.DataFrame:
     return X
 
 
+PHYSICAL_OFFSETS = {"peak_mem_mb": "tensor_peak_mb", "latency_ms": "flops", "energy_j": "flops"}
+
+
+# Measurement-side columns that are never features (they describe or derive from the result).
+_NOT_FEATURES = {
+    c
+    for c in SCHEMA
+    if c not in ("family", "depth", "width", "resolution", "batch_size", "precision", "runtime")
+} - {"sm_util", "mem_util", "sm_clock_mhz", "mem_clock_mhz", "temperature_c", "power_limit_w"}
+
+
+def _fake_rows(frame: pd.DataFrame) -> tuple[str, int] | None:
+    for col in ("meter", "device", "device_name", "peak_mem_method"):
+        if col in frame:
+            bad = frame[col].astype(str).str.lower().str.contains("fake", regex=False)
+            if bad.any():
+                return col, int(np.flatnonzero(bad.to_numpy())[0])
+    return None
+
+
+def _rows_platform(frame: pd.DataFrame) -> dict[str, Any] | None:
+    """The most common fingerprint of the rows, with the platform string added."""
+    plat: dict[str, Any] | None = None
+    if "fingerprint" in frame and frame["fingerprint"].notna().any():
+        text, _ = Counter(frame["fingerprint"].dropna().astype(str)).most_common(1)[0]
+        try:
+            doc = json.loads(text)
+            plat = doc if isinstance(doc, dict) else {"fingerprint": doc}
+        except json.JSONDecodeError:
+            plat = {"fingerprint": text}
+    for col in ("platform", "device", "device_name", "runtime", "precision", "threads"):
+        if col in frame and frame[col].notna().any() and frame[col].nunique() == 1:
+            plat = plat or {}
+            value = frame[col].dropna().iloc[0]
+            plat.setdefault(col, value.item() if isinstance(value, np.generic) else value)
+    return plat
+
+
+def prepare_table(
+    frame: pd.DataFrame, source: str, targets: tuple[str, ...] | list[str] = ()
+) -> dict[str, Any]:
+    """Rows -> ``{"X", "Y", "targets", "platform", "notes"}`` for training or evaluation."""
+    from carb_nas.space import CONFIG_COLUMNS
+
+    notes: list[str] = []
+    fake = _fake_rows(frame)
+    if fake:
+        col, i = fake
+        raise ModelError(
+            f"{source}: rows from a test double at data row {i + 1} (column {col!r} = "
+            f"{frame[col].iloc[i]!r}): expected real measurements only, got fake ones. Remove "
+            "those rows; fake meters and devices exist only for tests."
+        )
+    if "status" in frame:
+        ok = frame["status"].astype(str) == "ok"
+        if (~ok).any():
+            notes.append(f"dropped {int((~ok).sum())} rows with status != ok")
+        frame = frame[ok].reset_index(drop=True)
+    if targets:
+        missing = [t for t in targets if t not in frame]
+        if missing:
+            raise ModelError(
+                f"{source}: target column(s) {missing} missing: expected them among "
+                f"the columns {list(frame.columns)[:20]}. Check --target."
+            )
+        found = list(targets)
+    else:
+        found = [t for t in TARGETS if t in frame and frame[t].notna().any()]
+        empty = [t for t in TARGETS if t in frame and t not in found]
+        if empty:
+            notes.append(f"no values for {empty} (e.g. no energy meter): not modelled")
+    if not found:
+        raise ModelError(
+            f"{source}: no target column: expected at least one of {list(TARGETS)} with values "
+            f"(or --target NAME for a generic table), got columns {list(frame.columns)[:20]}. "
+            "Pass a table of measurements."
+        )
+    if not len(frame):
+        raise ModelError(
+            f"{source}: no usable rows: expected rows with status == ok, got none. "
+            "Measure some configs first."
+        )
+    if all(c in frame for c in CONFIG_COLUMNS):
+        X = model_inputs(frame)
+    else:
+        drop = [c for c in frame.columns if c in found or c in _NOT_FEATURES or c == "key"]
+        X = frame.drop(columns=drop)
+        notes.append(f"generic table: features {list(X.columns)[:12]}")
+    return {
+        "X": X,
+        "Y": frame[found],
+        "targets": found,
+        "platform": _rows_platform(frame),
+        "notes": notes,
+        "frame": frame,
+    }
+
+
 def default_model_dir(platform: str = "cpu/torch/fp32") -> Path:
     """Where the model shipped for ``platform`` lives (carb_nas/data/models/<platform>)."""
     return Path(__file__).resolve().parent / "data" / "models" / platform.replace("/", "_")
 
 
-def load_default_model(platform: str = "cpu/torch/fp32") -> CostModel:
-    """The cost model shipped with carb_nas for ``platform`` (e.g. ``"cpu/torch/fp32"``)."""
+DEFAULT_MODEL_PRESET = "carb"
+
+
+def default_model_cache_dir() -> Path:
+    """Where default models trained on first use are cached: ``$CARB_NAS_CACHE/models`` or
+    ``~/.cache/carb_nas/models``."""
+    root = os.environ.get("CARB_NAS_CACHE") or Path.home() / ".cache" / "carb_nas"
+    return Path(root) / "models"
+
+
+def load_default_model(platform: str = "cpu/torch/fp32", verbose: bool = True) -> CostModel:
+    """The default cost model for ``platform`` (e.g. ``"cpu/torch/fp32"``).
+
+    A model shipped in ``carb_nas/data/models/<platform>`` wins. Otherwise the model is
+    trained on first use from the dataset shipped for that platform (the CARB preset with
+    physical offsets, every ok row, seed 0, one thread per learner) and cached under
+    :func:`default_model_cache_dir`, keyed by the dataset's hash: a changed dataset retrains,
+    later calls only load. (A CARB-preset model is 30-80 MB, mostly ExtraTrees: too large for
+    git.)
+    """
     d = default_model_dir(platform)
-    if not (d / "manifest.json").is_file():
-        root = d.parent
-        shipped = (
-            sorted(
-                p.name.replace("_", "/") for p in root.iterdir() if (p / "manifest.json").is_file()
-            )
-            if root.is_dir()
-            else []
-        )
+    if (d / "manifest.json").is_file():
+        return CostModel.load(d)
+    from carb_nas.datasets import list_datasets, load_dataset
+
+    shipped = [info["platform"] for info in list_datasets()]
+    if platform not in shipped:
         raise _err(
-            f"no shipped cost model for platform {platform!r}",
+            f"no shipped dataset or model for platform {platform!r}",
             f"one of {shipped or '(none shipped)'}",
             repr(platform),
             "Train one: `carb-nas train DATASET -o MODEL_DIR`, then load it with "
             "CostModel.load(MODEL_DIR).",
         )
-    return CostModel.load(d)
+    data = prepare_table(load_dataset(platform, ok_only=True), f"shipped dataset {platform}")
+    digest = frame_sha256(data["frame"])[:16]
+    name = f"{platform.replace('/', '_')}-{DEFAULT_MODEL_PRESET}-{digest}"
+    cached = default_model_cache_dir() / name
+    if (cached / "manifest.json").is_file():
+        try:
+            return CostModel.load(cached)
+        except ModelError:
+            shutil.rmtree(cached, ignore_errors=True)  # damaged cache entry: retrain it
+    X = data["X"]
+    offsets = {t: c for t, c in PHYSICAL_OFFSETS.items() if t in data["targets"] and c in X}
+    if verbose:
+        print(
+            f"carb_nas: training the default {platform} model on {len(X)} shipped rows "
+            f"(first use only; cached in {cached.parent})",
+            file=sys.stderr,
+            flush=True,
+        )
+    t0 = time.perf_counter()
+    model = CostModel(
+        preset=DEFAULT_MODEL_PRESET, target_offsets=offsets or None, random_state=0, n_jobs=1
+    )
+    model.fit(X, data["Y"], platform=data["platform"])
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cached.with_name(f".{name}.{os.getpid()}.tmp")
+    model.save(tmp)
+    try:
+        tmp.replace(cached)  # atomic; a concurrent first run that won leaves ours unused
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if verbose:
+        print(f"carb_nas: trained in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    return model

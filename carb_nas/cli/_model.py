@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -20,103 +19,8 @@ import numpy as np
 import pandas as pd
 
 from carb_nas.cli._common import _jsonable, echo_json
-from carb_nas.dataset import SCHEMA, TARGETS
+from carb_nas.costmodel import PHYSICAL_OFFSETS, prepare_table
 from carb_nas.errors import ModelError
-
-# Measurement-side columns that are never features (they describe or derive from the result).
-_NOT_FEATURES = {
-    c
-    for c in SCHEMA
-    if c not in ("family", "depth", "width", "resolution", "batch_size", "precision", "runtime")
-} - {"sm_util", "mem_util", "sm_clock_mhz", "mem_clock_mhz", "temperature_c", "power_limit_w"}
-
-
-def _fake_rows(frame: pd.DataFrame) -> tuple[str, int] | None:
-    for col in ("meter", "device", "device_name", "peak_mem_method"):
-        if col in frame:
-            bad = frame[col].astype(str).str.lower().str.contains("fake", regex=False)
-            if bad.any():
-                return col, int(np.flatnonzero(bad.to_numpy())[0])
-    return None
-
-
-def _platform(frame: pd.DataFrame) -> dict[str, Any] | None:
-    """The most common fingerprint of the rows, with the platform string added."""
-    plat: dict[str, Any] | None = None
-    if "fingerprint" in frame and frame["fingerprint"].notna().any():
-        text, _ = Counter(frame["fingerprint"].dropna().astype(str)).most_common(1)[0]
-        try:
-            doc = json.loads(text)
-            plat = doc if isinstance(doc, dict) else {"fingerprint": doc}
-        except json.JSONDecodeError:
-            plat = {"fingerprint": text}
-    for col in ("platform", "device", "device_name", "runtime", "precision", "threads"):
-        if col in frame and frame[col].notna().any() and frame[col].nunique() == 1:
-            plat = plat or {}
-            value = frame[col].dropna().iloc[0]
-            plat.setdefault(col, value.item() if isinstance(value, np.generic) else value)
-    return plat
-
-
-def prepare_table(
-    frame: pd.DataFrame, source: str, targets: tuple[str, ...] | list[str] = ()
-) -> dict[str, Any]:
-    """Rows -> ``{"X", "Y", "targets", "platform", "notes"}`` for training or evaluation."""
-    from carb_nas.costmodel import model_inputs
-    from carb_nas.space import CONFIG_COLUMNS
-
-    notes: list[str] = []
-    fake = _fake_rows(frame)
-    if fake:
-        col, i = fake
-        raise ModelError(
-            f"{source}: rows from a test double at data row {i + 1} (column {col!r} = "
-            f"{frame[col].iloc[i]!r}): expected real measurements only, got fake ones. Remove "
-            "those rows; fake meters and devices exist only for tests."
-        )
-    if "status" in frame:
-        ok = frame["status"].astype(str) == "ok"
-        if (~ok).any():
-            notes.append(f"dropped {int((~ok).sum())} rows with status != ok")
-        frame = frame[ok].reset_index(drop=True)
-    if targets:
-        missing = [t for t in targets if t not in frame]
-        if missing:
-            raise ModelError(
-                f"{source}: target column(s) {missing} missing: expected them among "
-                f"the columns {list(frame.columns)[:20]}. Check --target."
-            )
-        found = list(targets)
-    else:
-        found = [t for t in TARGETS if t in frame and frame[t].notna().any()]
-        empty = [t for t in TARGETS if t in frame and t not in found]
-        if empty:
-            notes.append(f"no values for {empty} (e.g. no energy meter): not modelled")
-    if not found:
-        raise ModelError(
-            f"{source}: no target column: expected at least one of {list(TARGETS)} with values "
-            f"(or --target NAME for a generic table), got columns {list(frame.columns)[:20]}. "
-            "Pass a table of measurements."
-        )
-    if not len(frame):
-        raise ModelError(
-            f"{source}: no usable rows: expected rows with status == ok, got none. "
-            "Measure some configs first."
-        )
-    if all(c in frame for c in CONFIG_COLUMNS):
-        X = model_inputs(frame)
-    else:
-        drop = [c for c in frame.columns if c in found or c in _NOT_FEATURES or c == "key"]
-        X = frame.drop(columns=drop)
-        notes.append(f"generic table: features {list(X.columns)[:12]}")
-    return {
-        "X": X,
-        "Y": frame[found],
-        "targets": found,
-        "platform": _platform(frame),
-        "notes": notes,
-        "frame": frame,
-    }
 
 
 def _split(n: int, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -148,9 +52,6 @@ def _parse_budgets(items: tuple[str, ...]) -> dict[str, float]:
                 f"{item!r}. Fix the option."
             )
     return out
-
-
-PHYSICAL_OFFSETS = {"peak_mem_mb": "tensor_peak_mb", "latency_ms": "flops", "energy_j": "flops"}
 
 
 def _parse_offsets(items: tuple[str, ...]) -> dict[str, str]:

@@ -271,10 +271,11 @@ def _adjusted_ranges(frame: pd.DataFrame, knobs: Sequence[str], target: str) -> 
     knobs = [k for k in knobs if sub[k].nunique() >= 2]
     if not knobs or len(sub) < 3:
         return {"ranges": {}, "log_r2": math.nan}
-    blocks, slices = [np.ones((len(sub), 1))], {}
+    blocks, slices, levels = [np.ones((len(sub), 1))], {}, {}
     col = 1
     for k in knobs:
         values = sorted(sub[k].unique())
+        levels[k] = values
         onehot = sub[k].to_numpy()[:, None] == np.asarray(values[1:], dtype=object)[None, :]
         blocks.append(onehot.astype(float))
         slices[k] = slice(col, col + len(values) - 1)
@@ -283,12 +284,14 @@ def _adjusted_ranges(frame: pd.DataFrame, knobs: Sequence[str], target: str) -> 
     y = np.log(sub[target].to_numpy(float))
     coef, _, rank, _ = np.linalg.lstsq(design, y, rcond=None)
     if rank < design.shape[1]:  # some knob values never vary apart: effects not identifiable
-        return {"ranges": {k: math.nan for k in knobs}, "log_r2": math.nan}
-    out = {}
+        return {"ranges": {k: math.nan for k in knobs}, "effects": {}, "log_r2": math.nan}
+    out, factors = {}, {}
     for k in knobs:
         effects = np.concatenate([[0.0], coef[slices[k]]])
         out[k] = float(np.exp(effects.max() - effects.min()))
-    return {"ranges": out, "log_r2": _r2(y, design @ coef)}
+        # cost factor of each value relative to the knob's smallest value, others fixed
+        factors[k] = {_key(v): float(np.exp(e)) for v, e in zip(levels[k], effects)}
+    return {"ranges": out, "effects": factors, "log_r2": _r2(y, design @ coef)}
 
 
 def _knob_section(frame: pd.DataFrame, targets: Sequence[str]) -> dict[str, Any]:
@@ -302,6 +305,7 @@ def _knob_section(frame: pd.DataFrame, targets: Sequence[str]) -> dict[str, Any]
                 r = _knob_range(part, knob, t)
                 if r is not None:
                     r["adjusted_range"] = adjusted[t]["ranges"].get(knob, math.nan)
+                    r["adjusted_factors"] = adjusted[t]["effects"].get(knob, {})
                     per_target[t] = r
             if per_target:
                 fam_out[knob] = per_target
@@ -1413,6 +1417,33 @@ def _plot_characterization(result: Mapping[str, Any], frame: pd.DataFrame, d: Pa
     fig.suptitle("group means per knob value (marginal)")
     fig.savefig(d / "knob_effects.png", dpi=110)
     files.append("knob_effects.png")
+    # 2b. the same knobs, other knobs held fixed (log-additive model factors)
+    scopes = [v for v in result["knob_ranges"] if v != "all"]
+    fig, axes = _figure(len(targets), len(knobs), (3.4 * len(knobs), 2.8 * len(targets)))
+    for r, t in enumerate(targets):
+        for c, k in enumerate(knobs):
+            ax = axes[r, c]
+            for v in scopes:
+                for fam, fam_out in result["knob_ranges"][v]["by_family"].items():
+                    factors = fam_out.get(k, {}).get(t, {}).get("adjusted_factors") or {}
+                    if factors:
+                        xs = [float(x) for x in factors]
+                        ax.plot(
+                            xs,
+                            list(factors.values()),
+                            "o-",
+                            ms=3,
+                            color=colors.get((v, fam), "grey"),
+                        )
+            ax.set_yscale("log")
+            if k in ("batch_size", "width"):
+                ax.set_xscale("log", base=2)
+            ax.set_xlabel(k)
+            ax.set_ylabel(f"{t}: x smallest {k}", fontsize=8)
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(4, len(handles)), fontsize=7)
+    fig.suptitle("cost factor per knob value with the other knobs held fixed (log-additive fit)")
+    fig.savefig(d / "knob_effects_adjusted.png", dpi=110)
+    files.append("knob_effects_adjusted.png")
     # 3. efficiency by batch tier
     metrics = sorted({m for e in result["efficiency"].values() for m in e})
     if metrics:

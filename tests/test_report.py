@@ -151,6 +151,8 @@ def test_knob_range_is_ratio_of_group_means():
     # a full factorial grid of a multiplicative cost: adjusted == marginal == 128x
     assert got["latency_ms"]["range"] == pytest.approx(128.0)
     assert got["latency_ms"]["adjusted_range"] == pytest.approx(128.0)
+    factors = got["latency_ms"]["adjusted_factors"]
+    assert factors["1"] == 1.0 and factors["32"] == pytest.approx(32.0)
     # the family knob: ratio of the two family means
     fam_means = frame.groupby("family")["latency_ms"].mean()
     assert res["knob_ranges"]["synthetic/torch/fp32"]["family"]["latency_ms"]["range"] == (
@@ -275,7 +277,13 @@ def test_characterize_report_files_and_cli_json(tmp_path):
     for name in res["files"]:
         assert (out / name).stat().st_size > 0
     pngs = [f for f in res["files"] if f.endswith(".png")]
-    assert {"knob_ranges.png", "efficiency.png", "ratios.png", "flops_vs_cost.png"} <= set(pngs)
+    assert {
+        "knob_ranges.png",
+        "knob_effects_adjusted.png",
+        "efficiency.png",
+        "ratios.png",
+        "flops_vs_cost.png",
+    } <= set(pngs)
     for name in pngs:
         assert (out / name).read_bytes()[:8] == PNG_MAGIC
     md = (out / "README.md").read_text()

@@ -525,3 +525,25 @@ def test_calibrate_function_and_few_shot_transfer(tmp_path):
     assert (out / "transfer_scatter.png").read_bytes()[:8] == PNG_MAGIC
     assert "## Few-shot calibration" in (out / "README.md").read_text()
     assert json.loads((out / "transfer.json").read_text())["latency_ms"]["r2"] > 0.9
+
+    # the CLI with a saved source model
+    source.save(tmp_path / "source_model")
+    paths = [_write(a, tmp_path / "a.csv"), _write(b, tmp_path / "b.csv")]
+    run = CliRunner().invoke(
+        cli,
+        [
+            "transfer",
+            *paths,
+            "--json",
+            "--few-shot",
+            "25",
+            "--seeds",
+            "1",
+            "--source-model",
+            str(tmp_path / "source_model"),
+        ],
+    )
+    assert run.exit_code == 0, run.output
+    fs = json.loads(run.output)["few_shot"]
+    assert fs["source_model"] == "given source model"
+    assert fs["runs"]["25"]["calibrated"]["latency_ms"]["r2_mean"] > 0.9

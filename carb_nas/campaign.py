@@ -263,7 +263,8 @@ def _write_manifest(out_dir: Path, manifest: dict) -> None:
 def _prepare_dir(out_dir: Path) -> None:
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        probe = out_dir / ".write-probe"
+        # unique per worker: concurrent workers on one directory must not race on the probe
+        probe = out_dir / f".write-probe.{os.getpid()}.{threading.get_ident()}"
         probe.write_text("ok")
         probe.unlink()
     except OSError as e:

@@ -35,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         help="per config, wait up to this long for other processes to go quiet",
     )
+    ap.add_argument("--target-ci", type=float, default=None, help="adaptive target_ci_rel")
+    ap.add_argument("--min-runs", type=int, default=None, help="adaptive min_runs")
     args = ap.parse_args(argv)
     if args.n < 20:
         print("note: the issue asks for at least 20 configs", file=sys.stderr)
@@ -43,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     from carb_nas.space import load_space
 
     configs = load_space(args.space).sample(args.n, seed=args.seed)
+    tweaks = {"target_ci_rel": args.target_ci, "min_runs": args.min_runs}
+    adaptive = Protocol(**{k: v for k, v in tweaks.items() if v is not None})
     profs = {
         name: Profiler(
             "cpu",
@@ -53,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
             meter="none",
             wait_quiet_s=args.wait_quiet_s,
         )
-        for name, proto in (("adaptive", Protocol()), ("carb", Protocol.carb()))
+        for name, proto in (("adaptive", adaptive), ("carb", Protocol.carb()))
     }
     from carb_nas.space import Config
 

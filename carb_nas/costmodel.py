@@ -67,6 +67,7 @@ import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator, RegressorMixin
 
+from carb_nas._json import jsonable as _jsonable
 from carb_nas.dataset import SCHEMA, TARGETS
 from carb_nas.errors import ModelError
 
@@ -1353,18 +1354,6 @@ def _library_versions() -> dict[str, str]:
         "skops": skops.__version__,
         "numpy": np.__version__,
     }
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 def _platform_dict(platform: Mapping[str, Any] | str | None) -> dict[str, Any] | None:

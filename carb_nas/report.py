@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from carb_nas._json import jsonable as _jsonable
 from carb_nas.dataset import TARGETS
 from carb_nas.errors import InputFileError, MissingFileError, ModelError
 from carb_nas.space import normalize_config_frame, read_table
@@ -218,18 +219,6 @@ def _mean_stats(v: np.ndarray) -> dict[str, float]:
     if len(v) == 0:
         return {"n": 0}
     return {"n": int(len(v)), "mean": float(v.mean()), "median": float(np.median(v))}
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 def _key(value: Any) -> str:

@@ -3,23 +3,11 @@
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
 import click
-import numpy as np
 
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+from carb_nas._json import jsonable as _jsonable
 
 
 def echo_json(value: Any) -> None:

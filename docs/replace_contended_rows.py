@@ -1,0 +1,35 @@
+"""How two shipped datasets were curated: rows measured under heavy CPU contention replaced.
+
+During the first campaign pass the 2-core machine was shared with development work; rows of
+cpu/onnxruntime/fp32 measured before 13:50 UTC (90) and cpu/torch/fp32 before 13:30 UTC (822)
+were re-measured in separate campaigns of the same platform and protocol:
+
+    carb-nas profile campaigns/fix_cpu_onnxruntime_fp32.csv --device cpu --runtime onnxruntime \
+        --precision fp32 --threads 1 --out campaigns/fix_cpu_onnxruntime_fp32
+    carb-nas dataset export campaigns/fix_cpu_onnxruntime_fp32 -o /tmp/fix_cpu_onnxruntime_fp32.csv
+    (same for torch)
+
+and this script replaced the old rows by key (about 10 % of the 90 ORT rows had been ~4x
+inflated with a low CV, so --remeasure-cv-above could not catch them). Run from the repo root.
+"""
+
+import pandas as pd
+
+from carb_nas.space import write_table
+
+for p in ("cpu_onnxruntime_fp32", "cpu_torch_fp32"):
+    path = f"carb_nas/data/datasets/{p}.csv"
+    d = pd.read_csv(path)
+    new = pd.read_csv(f"/tmp/fix_{p}.csv")
+    new = new[new.status == "ok"]
+    if not (new.key.is_unique and set(new.key) <= set(d.key)):
+        raise SystemExit(f"{p}: re-measured keys must be unique and already in the dataset")
+    before = d.set_index("key").loc[new.key, "latency_ms"].to_numpy()
+    ratio = pd.Series(before / new.set_index("key").loc[new.key, "latency_ms"].to_numpy())
+    out = pd.concat([d[~d.key.isin(new.key)], new[d.columns]], ignore_index=True)
+    out = out.sort_values("timestamp", kind="stable").reset_index(drop=True)
+    write_table(out, path)
+    print(
+        f"{p}: replaced {len(new)} rows; old/new latency median {ratio.median():.3f}, "
+        f"p90 {ratio.quantile(0.9):.3f}"
+    )

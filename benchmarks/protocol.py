@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--target-ci", type=float, default=None, help="adaptive target_ci_rel")
     ap.add_argument("--min-runs", type=int, default=None, help="adaptive min_runs")
+    ap.add_argument("--warmup-min-s", type=float, default=None, help="adaptive warmup_min_s")
     args = ap.parse_args(argv)
     if args.n < 20:
         print("note: the issue asks for at least 20 configs", file=sys.stderr)
@@ -45,7 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     from carb_nas.space import load_space
 
     configs = load_space(args.space).sample(args.n, seed=args.seed)
-    tweaks = {"target_ci_rel": args.target_ci, "min_runs": args.min_runs}
+    tweaks = {
+        "target_ci_rel": args.target_ci,
+        "min_runs": args.min_runs,
+        "warmup_min_s": args.warmup_min_s,
+    }
     adaptive = Protocol(**{k: v for k, v in tweaks.items() if v is not None})
     profs = {
         name: Profiler(

@@ -10,17 +10,25 @@ were re-measured in separate campaigns of the same platform and protocol:
     (same for torch)
 
 and this script replaced the old rows by key (about 10 % of the 90 ORT rows had been ~4x
-inflated with a low CV, so --remeasure-cv-above could not catch them). Run from the repo root.
+inflated with a low CV, so --remeasure-cv-above could not catch them). A second pass ("fix2")
+did the same for the 27 ORT rows measured between 13:50 and 14:02 UTC, when the campaign still
+shared its core. Run from the repo root:
+
+    python docs/replace_contended_rows.py fix cpu_onnxruntime_fp32 cpu_torch_fp32
+    python docs/replace_contended_rows.py fix2 cpu_onnxruntime_fp32
 """
+
+import sys
 
 import pandas as pd
 
 from carb_nas.space import write_table
 
-for p in ("cpu_onnxruntime_fp32", "cpu_torch_fp32"):
+prefix, platforms = sys.argv[1], sys.argv[2:]
+for p in platforms:
     path = f"carb_nas/data/datasets/{p}.csv"
     d = pd.read_csv(path)
-    new = pd.read_csv(f"/tmp/fix_{p}.csv")
+    new = pd.read_csv(f"/tmp/{prefix}_{p}.csv")
     new = new[new.status == "ok"]
     if not (new.key.is_unique and set(new.key) <= set(d.key)):
         raise SystemExit(f"{p}: re-measured keys must be unique and already in the dataset")

@@ -1,8 +1,9 @@
-"""How two shipped datasets were curated: rows measured under heavy CPU contention replaced.
+"""How cpu/onnxruntime/fp32 was curated: rows measured under heavy CPU contention replaced.
 
 During the first campaign pass the 2-core machine was shared with development work; rows of
-cpu/onnxruntime/fp32 measured before 13:50 UTC (90) and cpu/torch/fp32 before 13:30 UTC (822)
-were re-measured in separate campaigns of the same platform and protocol:
+cpu/onnxruntime/fp32 measured before 13:50 UTC (90) were re-measured in a separate campaign of
+the same platform and protocol (cpu/torch/fp32 went through the same step for 822 rows, and was
+later re-measured in full, in one quiet pass, which superseded it):
 
     carb-nas profile campaigns/fix_cpu_onnxruntime_fp32.csv --device cpu --runtime onnxruntime \
         --precision fp32 --threads 1 --out campaigns/fix_cpu_onnxruntime_fp32

@@ -197,6 +197,15 @@ def _decision(pred_ok: bool, meas_ok: Any) -> str:
     return "false_reject" if meas_ok else "true_reject"
 
 
+def _model_threads(model: Any) -> int | None:
+    platform = getattr(model, "platform_", None) or {}
+    value = platform.get("threads") if isinstance(platform, dict) else None
+    try:
+        return int(value) if value is not None and int(value) > 0 else None
+    except (TypeError, ValueError):
+        return None
+
+
 def validate(
     pareto_frame: pd.DataFrame | str | Path,
     device: str = "cpu",
@@ -222,7 +231,8 @@ def validate(
         budgets: ``["latency_ms=50"]`` or ``{"latency_ms": 50}`` (per batch).
         append: dataset CSV/Parquet to append the new measurement rows to (created if absent).
         confidence: budgets checked on the upper bound at ``alpha = 1 - confidence``.
-        threads / protocol / meter: passed to :class:`carb_nas.measure.Profiler`.
+        threads / protocol / meter: passed to :class:`carb_nas.measure.Profiler`; on CPU,
+            ``threads=None`` means the thread count recorded in the model's platform.
         report_dir: where to write validation.json/.csv and the PNG plots.
         profiler: an existing Profiler (tests pass one with a short protocol).
         progress: optional callable(i, n, config) called before each measurement.
@@ -248,6 +258,10 @@ def validate(
 
     from carb_nas.measure import Profiler
 
+    if threads is None and device == "cpu":
+        # Measure under the thread count the model's data was measured with: a model learned
+        # at 1 thread validated at all cores would look ~2x pessimistic on latency.
+        threads = _model_threads(model)
     prof = profiler or Profiler(device, runtime, precision, threads, protocol, meter)
     try:
         warn = fingerprint_mismatch(model, prof.device_name, prof.runtime.name, prof.kind)

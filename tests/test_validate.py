@@ -232,3 +232,33 @@ def test_cli_validate_bad_input(model_dirs, tmp_path):
         cli, ["validate", str(tmp_path / "missing.csv"), "--model", str(model_dirs[0])]
     )
     assert res.exit_code == 1 and "not found" in res.output
+
+
+def test_cpu_validation_defaults_to_the_models_thread_count(monkeypatch):
+    # A model learned from 1-thread rows must be validated at 1 thread, not at all cores
+    # (seen: ORT latency predictions looked ~2x pessimistic when measured at 2 threads).
+    import types
+
+    from carb_nas import validate as val
+
+    assert val._model_threads(types.SimpleNamespace(platform_={"threads": 1})) == 1
+    assert val._model_threads(types.SimpleNamespace(platform_={"threads": "x"})) is None
+    assert val._model_threads(types.SimpleNamespace(platform_=None)) is None
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_profiler(device, runtime, precision, threads, protocol, meter):
+        seen["threads"] = threads
+        raise Stop
+
+    monkeypatch.setattr("carb_nas.measure.Profiler", fake_profiler)
+    model = types.SimpleNamespace(platform_={"threads": 1}, targets_=["latency_ms"])
+    monkeypatch.setattr(val, "check_budgets", lambda budgets, model: None)
+    monkeypatch.setattr(val, "_model_targets", lambda model: ["latency_ms"])
+    frame = pd.DataFrame([dict(family="basic", depth=8, width=0.1, resolution=32, batch_size=1)])
+    with pytest.raises(Stop):
+        val.validate(frame, "cpu", "torch", "fp32", model=model, budgets={"latency_ms": 5})
+    assert seen["threads"] == 1

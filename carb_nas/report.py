@@ -993,6 +993,12 @@ def _few_shot(
     }
 
 
+def _side_meta(frame: pd.DataFrame, variant: Any) -> dict[str, Any]:
+    """What a transfer report records about one of its two datasets."""
+    keys = ("source", "ok_rows", "rows", "peak_mem_methods", "latency_cv_median")
+    return {"variant": variant, **{k: frame.attrs[k] for k in keys}}
+
+
 def transfer(
     dataset_a: str | Path | pd.DataFrame,
     dataset_b: str | Path | pd.DataFrame,
@@ -1079,22 +1085,8 @@ def transfer(
         )
     result["meta"] = {
         "kind": "transfer",
-        "a": {
-            "source": a.attrs["source"],
-            "variant": va,
-            "ok_rows": a.attrs["ok_rows"],
-            "rows": a.attrs["rows"],
-            "peak_mem_methods": a.attrs["peak_mem_methods"],
-            "latency_cv_median": a.attrs["latency_cv_median"],
-        },
-        "b": {
-            "source": b.attrs["source"],
-            "variant": vb,
-            "ok_rows": b.attrs["ok_rows"],
-            "rows": b.attrs["rows"],
-            "peak_mem_methods": b.attrs["peak_mem_methods"],
-            "latency_cv_median": b.attrs["latency_cv_median"],
-        },
+        "a": _side_meta(a, va),
+        "b": _side_meta(b, vb),
         "shared_configs": int(len(shared)),
         "join_columns": list(JOIN_COLUMNS),
         "targets": [t for t in targets if t in result],

@@ -197,3 +197,18 @@ def test_refuses_fake_rows_and_tables_without_targets(tmp_path):
     assert res.exit_code == 1 and "no target column" in res.output
     res = CliRunner().invoke(cli, ["evaluate", str(tmp_path / "nowhere"), str(tmp_path / "nt.csv")])
     assert res.exit_code == 1 and "manifest.json" in res.output
+
+
+@pytest.mark.parametrize(
+    "budget, message",
+    [
+        ("latency_ms=-1", "expected a finite number > 0"),
+        ("bogus=3", "unknown budget target"),
+        ("latency_ms_per_image=1", "expected per-batch targets"),
+    ],
+)
+def test_evaluate_rejects_bad_budgets_with_one_line(trained, budget, message):
+    d, data, _ = trained
+    res = CliRunner().invoke(cli, ["evaluate", str(d / "model"), str(data), "--budget", budget])
+    assert res.exit_code == 1
+    assert message in res.output and "Traceback" not in res.output

@@ -20,7 +20,23 @@ import pandas as pd
 
 from carb_nas.cli._common import _jsonable, echo_json
 from carb_nas.costmodel import PHYSICAL_OFFSETS, prepare_table
+from carb_nas.dataset import TARGETS
 from carb_nas.errors import ModelError
+
+
+def _per_batch_budgets(items: tuple[str, ...]) -> dict[str, float]:
+    """``--budget`` values by the shared rules (carb_nas.screen.parse_budgets), per batch only:
+    evaluation classifies the measured target columns themselves."""
+    from carb_nas.screen import parse_budgets
+
+    budgets = parse_budgets(items)
+    per_image = [t for t in budgets if t not in TARGETS]
+    if per_image:
+        raise ModelError(
+            f"unsupported --budget target(s) {per_image} for evaluation: expected per-batch "
+            f"targets among {list(TARGETS)}. Give the limit per batch."
+        )
+    return budgets
 
 
 def _split(n: int, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -36,22 +52,6 @@ def _split(n: int, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndar
             f"{test_fraction:.0%} test split, got {n}. Measure more configs."
         )
     return np.sort(perm[k:]), np.sort(perm[:k])
-
-
-def _parse_budgets(items: tuple[str, ...]) -> dict[str, float]:
-    out = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        try:
-            out[name.strip()] = float(value)
-        except ValueError:
-            sep = ""
-        if not sep:
-            raise ModelError(
-                f"invalid --budget: expected TARGET=LIMIT (e.g. latency_ms=50), got "
-                f"{item!r}. Fix the option."
-            )
-    return out
 
 
 def _parse_offsets(items: tuple[str, ...]) -> dict[str, str]:
@@ -279,7 +279,7 @@ def evaluate_cmd(
         data["X"],
         data["Y"],
         alpha=alpha,
-        budgets=_parse_budgets(budgets) or None,
+        budgets=_per_batch_budgets(budgets) or None,
         report_dir=report_dir,
     )
     notes = list(data["notes"])

@@ -995,8 +995,12 @@ def _few_shot(
 
 def _side_meta(frame: pd.DataFrame, variant: Any) -> dict[str, Any]:
     """What a transfer report records about one of its two datasets."""
-    keys = ("source", "ok_rows", "rows", "peak_mem_methods", "latency_cv_median")
-    return {"variant": variant, **{k: frame.attrs[k] for k in keys}}
+    keys = ("ok_rows", "rows", "peak_mem_methods", "latency_cv_median")
+    return {
+        "source": frame.attrs["source"],
+        "variant": variant,
+        **{k: frame.attrs[k] for k in keys},
+    }
 
 
 def transfer(

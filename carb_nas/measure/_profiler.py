@@ -97,7 +97,7 @@ class Profiler:
         self.device = self.runtime.device
         self.kind = self.runtime.kind
         self.precision = precision
-        self.protocol = Protocol.named(protocol) if isinstance(protocol, str) else protocol
+        self._protocol = Protocol.named(protocol) if isinstance(protocol, str) else protocol
         self.meter = meter if isinstance(meter, Meter) else get_meter(meter, self.device)
         if max_host_mem_mb is not None and not max_host_mem_mb > 0:
             raise ConfigError(f"invalid --max-host-mem-mb: expected > 0, got {max_host_mem_mb!r}.")
@@ -125,6 +125,20 @@ class Profiler:
         self.idle_power_w = measure_idle_power_w(self.meter, idle_s) if idle_s else None
         self.platform = platform_string(self.device, self.runtime.name, precision)
         self.device_name = self._device_name()
+        self._refresh_fingerprint()
+
+    @property
+    def protocol(self) -> Protocol:
+        return self._protocol
+
+    @protocol.setter
+    def protocol(self, protocol: Protocol | str) -> None:
+        """Swap the timing protocol; later rows record the new one (the prepared model stays,
+        so two protocols can measure the same model instance)."""
+        self._protocol = Protocol.named(protocol) if isinstance(protocol, str) else protocol
+        self._refresh_fingerprint()
+
+    def _refresh_fingerprint(self) -> None:
         self.fingerprint = self._fingerprint()
         self._fingerprint_json = json.dumps(self.fingerprint, sort_keys=True)
         self._protocol_json = json.dumps(self.protocol.params(), sort_keys=True)

@@ -189,3 +189,16 @@ def test_bad_platforms_are_clear_errors(device, runtime, precision, error, match
 def test_cuda_without_gpu_is_a_clear_error():
     with pytest.raises(DeviceUnavailableError, match="use --device cpu"):
         check_platform("cuda:0", "torch", "fp16")
+
+
+def test_swapping_the_protocol_keeps_the_model_and_records_the_new_one():
+    prof = Profiler("cpu", "torch", "fp32", threads=1, protocol=FAST, meter="none")
+    first = prof.profile(TINY)
+    model = prof._prepared
+    prof.protocol = Protocol.named("carb", cooldown_s=0.0)
+    second = prof.profile(TINY)
+    assert prof._prepared is model  # both protocols timed the same model instance
+    assert first["protocol"] == "adaptive" and second["protocol"] == "carb"
+    assert json.loads(second["protocol_params"])["min_runs"] == 100 and second["n_runs"] == 100
+    assert json.loads(second["fingerprint"])["protocol"] == "carb"
+    prof.close()

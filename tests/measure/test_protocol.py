@@ -33,8 +33,9 @@ def test_median_ci_covers_the_true_median_about_95_percent():
 
 
 def test_adaptive_stops_early_on_steady_timings():
-    res = time_runs(lambda: 0.001, Protocol())
-    assert res.n_runs == Protocol().min_runs
+    steady = Protocol(min_time_s=0.0)
+    res = time_runs(lambda: 0.001, steady)
+    assert res.n_runs == steady.min_runs == 6
     assert res.latency_ms == pytest.approx(1.0)
     assert res.latency_cv == pytest.approx(0.0, abs=1e-12)
     assert res.latency_ci_rel == pytest.approx(0.0, abs=1e-12)
@@ -78,3 +79,29 @@ def test_named_protocol_overrides():
     p = Protocol.named("carb", cooldown_s=0.0)
     assert p.name == "carb" and p.cooldown_s == 0.0 and p.max_runs == 100
     assert Protocol.named("adaptive", time_cap_s=None).time_cap_s == 2.0
+
+
+def test_a_95_percent_median_ci_needs_six_runs():
+    from carb_nas.measure._protocol import min_runs_for_ci
+
+    assert min_runs_for_ci(0.95) == 6  # [min, max] of 5 runs covers the median 93.75%
+    assert min_runs_for_ci(0.99) == 8
+    # Low min_runs cannot make the CI rule stop before the interval exists ...
+    res = time_runs(lambda: 0.001, Protocol(min_runs=2, min_time_s=0.0))
+    assert res.n_runs == 6 and res.latency_ci_rel == pytest.approx(0.0, abs=1e-12)
+    # ... and a result with fewer runs has no CI rather than an overconfident one.
+    few = time_runs(lambda: 0.001, Protocol(min_runs=3, max_runs=4, min_time_s=0.0))
+    assert few.n_runs == 4 and few.latency_ci_rel is None
+
+
+def test_min_time_keeps_timing_past_a_narrow_early_ci():
+    import time
+
+    def run_once_s():
+        time.sleep(0.002)
+        return 0.001  # identical values: the CI is narrow from the start
+
+    res = time_runs(run_once_s, Protocol(min_time_s=0.05))
+    assert res.timing_s >= 0.05 and res.n_runs > 6
+    with pytest.raises(ConfigError, match="min_time_s"):
+        Protocol(min_time_s=-0.1)

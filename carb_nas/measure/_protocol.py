@@ -9,7 +9,9 @@ Nor does it stop before ``min_time_s`` (0.15 s) of timing: successive runs are n
 on a shared machine (its speed wanders on a scale of seconds), so six 2 ms runs can agree
 closely and still miss the median a longer window sees (``benchmarks/protocol.py``: with the
 window the largest adaptive-vs-CARB gap fell from 5.2% to 3.8%, the median gap from 1.3% to
-0.8%, at a speedup of 4.2 instead of 5.2). CARB (seed 001): 10 warmups, 100 timed runs, 1 s cooldown.
+0.8%, at a speedup of 4.2 instead of 5.2).
+
+CARB (seed 001): 10 warmups, 100 timed runs, 1 s cooldown.
 """
 
 from __future__ import annotations

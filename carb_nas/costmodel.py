@@ -83,7 +83,7 @@ __all__ = [
 ]
 
 FORMAT_NAME = "carb_nas.costmodel"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: offsets may be fitted sums of columns (``offset_coefs``)
 TELEMETRY_COLUMNS = (
     "sm_util",
     "mem_util",
@@ -597,6 +597,10 @@ class CostModel(RegressorMixin, BaseEstimator):
             "tensor_peak_mb", "latency_ms": "flops"}``: the learners then fit the log-ratio
             of the target to that (positive) column instead of the target itself, which lets
             trees extrapolate beyond the training range (not part of CARB; default None).
+            A list of (non-negative) columns instead of one makes the offset their sum
+            weighted by non-negative costs, fitted on the training rows by non-negative
+            least squares of the relative error (``offset_coefs_``), e.g. seconds per FLOP
+            and per MB moved. :data:`PHYSICAL_OFFSETS` holds the physical choice.
         max_categories: most distinct labels a categorical feature column may have.
         random_state: seed of the split and every learner.
         n_jobs: threads per learner. -1 (default): all cores for ExtraTrees and the idle
@@ -812,6 +816,11 @@ class CostModel(RegressorMixin, BaseEstimator):
         rest = np.concatenate([va, ca])
         nva = len(va)
         self.offsets_ = self._check_offsets(X, targets)
+        self.offset_coefs_ = {
+            t: self._fit_offset_coefs(X.iloc[tr], t, Yv[t][tr])
+            for t, spec in self.offsets_.items()
+            if not isinstance(spec, str)
+        }
         for k, t in enumerate(targets):
             z = self._to_model(t, Yv[t])
             off = self._offset(X, t)
@@ -963,9 +972,9 @@ class CostModel(RegressorMixin, BaseEstimator):
         best = grid[int(np.argmin(err))]
         return {k: round(float(w), 10) for k, w in zip(_LEARNERS, best)}
 
-    def _check_offsets(self, X: pd.DataFrame, targets: list[str]) -> dict[str, str]:
-        offsets = dict(self.target_offsets or {})
-        for t, col in offsets.items():
+    def _check_offsets(self, X: pd.DataFrame, targets: list[str]) -> dict[str, str | list[str]]:
+        offsets: dict[str, str | list[str]] = {}
+        for t, spec in dict(self.target_offsets or {}).items():
             if t not in targets:
                 raise _err(
                     "target_offsets names a target that is not fitted",
@@ -973,13 +982,35 @@ class CostModel(RegressorMixin, BaseEstimator):
                     repr(t),
                     "Drop it from target_offsets.",
                 )
-            if col not in self.schema_.numeric or col in self.schema_.dropped:
+            cols = [spec] if isinstance(spec, str) else list(spec)
+            if not cols or not all(isinstance(c, str) for c in cols):
                 raise _err(
-                    f"target_offsets column for {t!r} is not a numeric feature of X",
-                    f"one of {self.schema_.numeric}",
-                    repr(col),
-                    "Name a positive numeric column of X.",
+                    f"invalid target_offsets entry for {t!r}",
+                    "a column name or a non-empty list of column names",
+                    repr(spec),
+                    'Use e.g. {"latency_ms": "flops"} or {"latency_ms": ["flops", "param_mb"]}.',
                 )
+            for col in cols:
+                if col not in self.schema_.numeric or col in self.schema_.dropped:
+                    raise _err(
+                        f"target_offsets column for {t!r} is not a numeric feature of X",
+                        f"one of {self.schema_.numeric}",
+                        repr(col),
+                        "Name a positive numeric column of X.",
+                    )
+                v = X[col].to_numpy(dtype=float, na_value=np.nan)
+                ok = (v > 0) if isinstance(spec, str) else (v >= 0)
+                if not ok.all():
+                    raise _err(
+                        f"target_offsets column {col!r} has "
+                        f"{'non-positive' if isinstance(spec, str) else 'negative'} or missing "
+                        "values",
+                        "values > 0 on every row" if isinstance(spec, str) else "values >= 0",
+                        f"min {np.nanmin(v)}",
+                        "Use a strictly positive column."
+                        if isinstance(spec, str)
+                        else "Use non-negative resource columns.",
+                    )
             if self.transforms_[t] != "log":
                 raise _err(
                     f"target_offsets for {t!r} needs a log-space target",
@@ -987,28 +1018,49 @@ class CostModel(RegressorMixin, BaseEstimator):
                     "non-positive values",
                     "Drop the offset for that target.",
                 )
-            v = X[col].to_numpy(dtype=float, na_value=np.nan)
-            if not (v > 0).all():
-                raise _err(
-                    f"target_offsets column {col!r} has non-positive or missing values",
-                    "values > 0 on every row",
-                    f"min {np.nanmin(v)}",
-                    "Use a strictly positive column.",
-                )
+            offsets[t] = spec if isinstance(spec, str) else cols
         return offsets
 
+    def _fit_offset_coefs(self, X: pd.DataFrame, t: str, y: np.ndarray) -> dict[str, float]:
+        """Non-negative costs c of a list offset, minimizing the relative error of X @ c."""
+        from scipy.optimize import nnls
+
+        cols = self.offsets_[t]
+        M = X[cols].to_numpy(dtype=float)
+        scale = M.max(axis=0)
+        scale[scale == 0] = 1.0
+        c, _ = nnls(M / scale / y[:, None], np.ones(len(y)))
+        coefs = {col: float(v) for col, v in zip(cols, c / scale)}
+        if not (M @ (c / scale) > 0).all():
+            raise _err(
+                f"target_offsets columns for {t!r} cannot form a positive offset",
+                "non-negative costs that make the offset > 0 on every training row",
+                f"costs {coefs}",
+                "Add a column that is positive on every row (e.g. flops).",
+            )
+        return coefs
+
     def _offset(self, X: pd.DataFrame, t: str) -> np.ndarray:
-        col = getattr(self, "offsets_", {}).get(t)
-        if col is None:
+        spec = getattr(self, "offsets_", {}).get(t)
+        if spec is None:
             return np.zeros(len(X))
+        if isinstance(spec, str):
+            raw = X[spec].to_numpy(dtype=float, na_value=np.nan)
+            what = f"offset column {spec!r}"
+        else:
+            coefs = self.offset_coefs_[t]
+            raw = X[list(coefs)].to_numpy(dtype=float, na_value=np.nan) @ np.array(
+                list(coefs.values())
+            )
+            what = f"offset {' + '.join(f'{v:.3g}*{c}' for c, v in coefs.items())}"
         with np.errstate(divide="ignore", invalid="ignore"):
-            v = np.log(X[col].to_numpy(dtype=float, na_value=np.nan))
+            v = np.log(raw)
         if not np.isfinite(v).all():
             i = int(np.flatnonzero(~np.isfinite(v))[0])
             raise _err(
-                f"offset column {col!r} needs positive values",
+                f"{what} needs positive values",
                 "values > 0",
-                f"{X[col].iloc[i]!r} at row {i + 1}",
+                f"{raw[i]!r} at row {i + 1}",
                 "Fix that row.",
             )
         return v
@@ -1175,6 +1227,7 @@ class CostModel(RegressorMixin, BaseEstimator):
             "targets": list(self.targets_),
             "transforms": self.transforms_,
             "offsets": self.offsets_,
+            "offset_coefs": self.offset_coefs_,
             "schema": self.schema_.to_dict(),
             "feature_names": self.schema_.feature_names,
             "blend_weights": self.blend_weights_,
@@ -1259,6 +1312,10 @@ class CostModel(RegressorMixin, BaseEstimator):
             model.targets_ = list(m["targets"])
             model.transforms_ = dict(m["transforms"])
             model.offsets_ = dict(m.get("offsets", {}))
+            model.offset_coefs_ = {
+                t: {c: float(v) for c, v in cs.items()}
+                for t, cs in m.get("offset_coefs", {}).items()
+            }
             model.schema_ = _Schema(m["schema"])
             model.blend_weights_ = {
                 t: {k: float(v) for k, v in w.items()} for t, w in m["blend_weights"].items()
@@ -1417,7 +1474,25 @@ def model_inputs(frame: pd.DataFrame) -> pd.DataFrame:
     return X
 
 
-PHYSICAL_OFFSETS = {"peak_mem_mb": "tensor_peak_mb", "latency_ms": "flops", "energy_j": "flops"}
+# Per-batch resources whose fitted non-negative costs sum to a latency (or energy) prior:
+# arithmetic (with the slower native-kernel FLOPs counted again), weights and activations
+# moved, and a per-layer overhead.
+_RESOURCE_COLUMNS = ["flops", "native_conv_flops", "param_mb", "act_mb_total", "n_conv"]
+PHYSICAL_OFFSETS: dict[str, str | list[str]] = {
+    "peak_mem_mb": "tensor_peak_mb",
+    "latency_ms": _RESOURCE_COLUMNS,
+    "energy_j": _RESOURCE_COLUMNS,
+}
+
+
+def physical_offsets(X: pd.DataFrame, targets: Sequence[str]) -> dict[str, str | list[str]]:
+    """The :data:`PHYSICAL_OFFSETS` entries usable for ``targets`` with the columns of ``X``."""
+    out: dict[str, str | list[str]] = {}
+    for t, spec in PHYSICAL_OFFSETS.items():
+        cols = [spec] if isinstance(spec, str) else spec
+        if t in targets and all(c in X.columns for c in cols):
+            out[t] = spec
+    return out
 
 
 # Measurement-side columns that are never features (they describe or derive from the result).
@@ -1536,8 +1611,9 @@ def load_default_model(platform: str = "cpu/torch/fp32", verbose: bool = True) -
     A model shipped in ``carb_nas/data/models/<platform>`` wins. Otherwise the model is
     trained on first use from the dataset shipped for that platform (the CARB preset with
     physical offsets, every ok row, seed 0, one thread per learner) and cached under
-    :func:`default_model_cache_dir`, keyed by the dataset's hash: a changed dataset retrains,
-    later calls only load. (A CARB-preset model is 30-80 MB, mostly ExtraTrees: too large for
+    :func:`default_model_cache_dir`, keyed by a hash of the dataset and of the recipe
+    (feature columns, offsets, format, preset): a change to either retrains, later calls only
+    load. (A CARB-preset model is 30-80 MB, mostly ExtraTrees: too large for
     git.)
     """
     d = default_model_dir(platform)
@@ -1555,7 +1631,14 @@ def load_default_model(platform: str = "cpu/torch/fp32", verbose: bool = True) -
             "CostModel.load(MODEL_DIR).",
         )
     data = prepare_table(load_dataset(platform, ok_only=True), f"shipped dataset {platform}")
-    digest = frame_sha256(data["frame"])[:16]
+    X = data["X"]
+    offsets = physical_offsets(X, data["targets"])
+    # the key covers the data and the recipe (features, offsets, format, preset sizes), so an
+    # upgrade that changes any of them retrains instead of loading a stale model
+    recipe = json.dumps(
+        [list(X.columns), offsets, FORMAT_VERSION, PRESETS[DEFAULT_MODEL_PRESET]], sort_keys=True
+    )
+    digest = hashlib.sha256((frame_sha256(data["frame"]) + recipe).encode()).hexdigest()[:16]
     name = f"{platform.replace('/', '_')}-{DEFAULT_MODEL_PRESET}-{digest}"
     cached = default_model_cache_dir() / name
     if (cached / "manifest.json").is_file():
@@ -1563,8 +1646,6 @@ def load_default_model(platform: str = "cpu/torch/fp32", verbose: bool = True) -
             return CostModel.load(cached)
         except ModelError:
             shutil.rmtree(cached, ignore_errors=True)  # damaged cache entry: retrain it
-    X = data["X"]
-    offsets = {t: c for t, c in PHYSICAL_OFFSETS.items() if t in data["targets"] and c in X}
     if verbose:
         print(
             f"carb_nas: training the default {platform} model on {len(X)} shipped rows "

@@ -18,6 +18,16 @@ tensors keep 8 bytes and the CPU kernels' float temporaries below keep 4):
     2 x multiply-accumulates of every convolution and linear layer, exactly as
     ``torch.utils.flop_counter.FlopCounterMode`` counts them (bias adds, BN, pooling and ReLU
     are not counted). Scales with batch size.
+``native_conv_flops``
+    The part of ``flops`` in convolutions that eager PyTorch on the CPU, with one intra-op
+    thread, runs on its native kernels instead of oneDNN (``ConvParams::use_mkldnn``):
+    unstrided 1x1 convolutions at batch < 16, and at batch 1 every convolution with a kernel
+    of at most 3x3 whose input holds at most 20,480 elements. The native kernels run about
+    half as fast (this machine: a 64->256 1x1 conv at 98 GFLOP/s for batch 15, 186 for batch
+    16), so single-thread latency jumps down at batch 16. With more threads PyTorch sends the
+    1x1 convolutions to oneDNN too; the column then over-counts, and a cost model trained at
+    that thread count learns how much the column is worth. 0 for other runtimes (e.g. ONNX
+    Runtime) in :func:`compute_features`. Scales with batch size.
 ``params``, ``param_mb``
     Number of parameters (conv and linear weights, linear bias, BN weight and bias; BN running
     statistics are buffers, not parameters) and their size, ``params x e / 1e6``.
@@ -89,6 +99,7 @@ __all__ = [
 
 FEATURE_COLUMNS = (
     "flops",
+    "native_conv_flops",
     "params",
     "param_mb",
     "weight_mb_max",
@@ -110,6 +121,7 @@ _MB = 1e6
 _BN_TEMP_BYTES_PER_CHANNEL = 8  # eval BN on CPU: float32 scale + float32 shift per channel
 _INDEX_BYTES = 8  # max-pool indices are int64
 _NATIVE_CONV_MAX_NUMEL = 20480  # PyTorch's use_mkldnn threshold for batch-1 inputs
+_NATIVE_1X1_MAX_BATCH = 15  # one thread: unstrided 1x1 convs below batch 16 skip oneDNN
 
 
 # -- the CPU kernel workspace model (shared by the closed form and the tracer) -----------------
@@ -143,6 +155,23 @@ def _conv_workspace_elems(
     return np.where(native, n * c_in * k_h * k_w * h_out * w_out, 0)
 
 
+def _native_conv_kind(
+    c_in: Any, h: Any, w: Any, k_h: int, k_w: int, stride: Sequence[int], groups: int = 1
+) -> tuple[bool, Any]:
+    """Which batches eager PyTorch (one thread) runs a float conv with on its native kernels.
+
+    ``(below16, at_batch1)``: ``below16`` -- an unstrided 1x1 kernel, native for every batch
+    below 16; otherwise ``at_batch1`` (a bool, or a numpy array over architectures) -- native
+    at batch 1 (kernel at most 3x3, groups 1 and at most 20,480 input elements). See
+    ``ConvParams::use_mkldnn`` and the ``native_conv_flops`` definition.
+    """
+    if k_h == 1 and k_w == 1 and all(s == 1 for s in stride):
+        return True, False
+    if groups > 1 or (k_h > 3 and k_w > 3):
+        return False, False
+    return False, c_in * h * w <= _NATIVE_CONV_MAX_NUMEL
+
+
 # -- closed form ---------------------------------------------------------------------------
 class _ArchSim:
     """Walks the forward pass of many ResNets of one family and depth at once.
@@ -161,13 +190,21 @@ class _ArchSim:
         self.acts: list[Any] = []
         zero = np.zeros(m, dtype=np.int64)
         self.flops, self.params, self.weight_max, self.bn_channels = zero, zero, zero, zero
+        # per-sample FLOPs of convs native below batch 16 / native only at batch 1
+        self.native_below16, self.native_b1 = zero, zero
         self.n_conv = 0
         self.n_bn = 0
 
     def conv(self, live: Any, c_in: Any, c_out: Any, k: int, s: int, p: int, h: Any) -> tuple:
         h_out = (h + 2 * p - k) // s + 1
         out = c_out * h_out * h_out
-        self.flops = self.flops + 2 * c_out * h_out * h_out * c_in * k * k
+        flops = 2 * c_out * h_out * h_out * c_in * k * k
+        self.flops = self.flops + flops
+        below16, at_b1 = _native_conv_kind(c_in, h, h, k, k, (s, s))
+        if below16:
+            self.native_below16 = self.native_below16 + flops
+        else:
+            self.native_b1 = self.native_b1 + np.where(at_b1, flops, 0)
         self.params = self.params + c_out * c_in * k * k
         self.weight_max = np.maximum(self.weight_max, c_out * c_in * k * k)
         self.n_conv += 1
@@ -281,6 +318,8 @@ def _simulate(
         )
     columns = {
         "flops": flops,
+        "native_below16": sim.native_below16,
+        "native_b1": sim.native_b1,
         "params": params,
         "weight_max": weight_max,
         "bn_channels": sim.bn_channels,
@@ -446,7 +485,8 @@ def compute_features(frame: pd.DataFrame) -> pd.DataFrame:
     """Architecture features of every config in ``frame``, vectorized.
 
     ``frame`` needs the columns family, depth, width, resolution and batch_size; precision is
-    optional (default fp32) and runtime is ignored. Returns a DataFrame with ``frame``'s index
+    optional (default fp32); runtime is optional: ``native_conv_flops`` is 0 on rows whose
+    runtime is not ``torch`` (other runtimes have their own kernels). Returns a DataFrame with ``frame``'s index
     and the columns :data:`FEATURE_COLUMNS` (see the module docstring for definitions;
     ``flops``, ``params``, the ``n_*`` counts are int64, the rest float64).
     Raises :class:`~carb_nas.errors.ConfigError` on unknown families or precisions, invalid
@@ -543,7 +583,11 @@ def compute_features(frame: pd.DataFrame) -> pd.DataFrame:
     for li in range(1, n_lines):
         np.maximum(extra, slopes[flat, li] * batch + icpts[flat, li], out=extra)
     extra = np.where(batch == 1, peak1.reshape(-1)[flat], extra)
-    out = {"flops": flops, "params": params}
+    native = table("native_below16")[arch_id] * batch * (batch <= _NATIVE_1X1_MAX_BATCH)
+    native += table("native_b1")[arch_id] * (batch == 1)
+    if "runtime" in frame.columns:
+        native = np.where(frame["runtime"].astype(str).to_numpy() == "torch", native, 0)
+    out = {"flops": flops, "native_conv_flops": native, "params": params}
     weight_max = table("weight_max")[arch_id]
     out.update(
         _derive(flops, params, e, weight_max, input_bytes, act_total, act_max, resident + extra)
@@ -576,39 +620,58 @@ def _op_name(func: Any) -> str:
     return func._schema.name.split("::")[-1]
 
 
+def _conv2d_geometry(name: str, args: tuple, kwargs: dict, out: Any) -> dict[str, Any] | None:
+    """Shapes and parameters of a plain (not transposed, numeric padding) 2-D convolution op."""
+    if name not in ("conv2d", "convolution", "_convolution"):
+        return None
+    x, w = args[0], args[1]
+    if x.dim() != 4 or w.dim() != 4 or not isinstance(out, torch.Tensor) or out.dim() != 4:
+        return None
+    stride, padding = (
+        _arg(args, kwargs, 3, "stride", (1, 1)),
+        _arg(args, kwargs, 4, "padding", (0, 0)),
+    )
+    dilation = _arg(args, kwargs, 5, "dilation", (1, 1))
+    if name == "conv2d":
+        groups, transposed = _arg(args, kwargs, 6, "groups", 1), False
+    else:
+        transposed, groups = (
+            _arg(args, kwargs, 6, "transposed", False),
+            _arg(args, kwargs, 8, "groups", 1),
+        )
+    if transposed or isinstance(padding, str):
+        return None
+    return {
+        "x": tuple(x.shape),
+        "k": (int(w.shape[2]), int(w.shape[3])),
+        "out": tuple(out.shape),
+        "stride": _pair(stride),
+        "padding": _pair(padding),
+        "dilated": any(d != 1 for d in _pair(dilation)),
+        "groups": int(groups),
+        "flops": 2 * out.numel() * int(w.shape[1]) * int(w.shape[2]) * int(w.shape[3]),
+    }
+
+
+def _native_conv_flops(g: dict[str, Any]) -> int:
+    """FLOPs of a conv (``_conv2d_geometry``) if eager PyTorch runs it natively on 1 thread."""
+    n, c, h, wd = g["x"]
+    below16, at_b1 = _native_conv_kind(c, h, wd, *g["k"], g["stride"], g["groups"])
+    native = (below16 and not g["dilated"] and n <= _NATIVE_1X1_MAX_BATCH) or (
+        bool(at_b1) and n == 1
+    )
+    return g["flops"] if native else 0
+
+
 def _op_workspace_bytes(name: str, args: tuple, kwargs: dict, out: Any, elem: int) -> int:
     """Bytes a CPU eager kernel allocates internally (and frees) beyond its outputs."""
-    if name in ("conv2d", "convolution", "_convolution"):
-        x, w = args[0], args[1]
-        if x.dim() != 4 or w.dim() != 4 or not isinstance(out, torch.Tensor) or out.dim() != 4:
+    g = _conv2d_geometry(name, args, kwargs, out)
+    if g is not None:
+        if g["dilated"]:
             return 0
-        stride, padding = (
-            _arg(args, kwargs, 3, "stride", (1, 1)),
-            _arg(args, kwargs, 4, "padding", (0, 0)),
-        )
-        dilation = _arg(args, kwargs, 5, "dilation", (1, 1))
-        if name == "conv2d":
-            groups, transposed = _arg(args, kwargs, 6, "groups", 1), False
-        else:
-            transposed, groups = (
-                _arg(args, kwargs, 6, "transposed", False),
-                _arg(args, kwargs, 8, "groups", 1),
-            )
-        if transposed or isinstance(padding, str) or any(d != 1 for d in _pair(dilation)):
-            return 0
-        n, c, h, wd = x.shape
+        n, c, h, wd = g["x"]
         cols = _conv_workspace_elems(
-            n,
-            c,
-            h,
-            wd,
-            w.shape[2],
-            w.shape[3],
-            out.shape[2],
-            out.shape[3],
-            _pair(stride),
-            _pair(padding),
-            groups,
+            n, c, h, wd, *g["k"], *g["out"][2:], g["stride"], g["padding"], g["groups"]
         )
         return int(cols) * elem
     if name in _BN_OPS:
@@ -646,6 +709,7 @@ class _ForwardTracer(TorchDispatchMode):
         self.peak = 0
         self.act_total = 0
         self.act_max = 0
+        self.native_conv_flops = 0
         self.counts = {"conv": 0, "bn": 0, "linear": 0}
         self.residual_shapes: list[tuple[int, ...]] = []
         self._known: dict[int, weakref.ref] = {}
@@ -706,6 +770,9 @@ class _ForwardTracer(TorchDispatchMode):
                 self.act_total += nbytes
                 self.act_max = max(self.act_max, nbytes)
         ws = _op_workspace_bytes(name, args, kwargs, outs[0] if outs else None, self.elem)
+        g = _conv2d_geometry(name, args, kwargs, outs[0] if outs else None)
+        if g is not None:
+            self.native_conv_flops += _native_conv_flops(g)
         self.peak = max(self.peak, self.live + ws)
         if name in _CONV_OPS:
             self.counts["conv"] += 1
@@ -816,7 +883,11 @@ def trace_features(
         np.array([tracer.act_max], dtype=np.int64),
         np.array([resident_bytes + tracer.peak], dtype=np.int64),
     )
-    result: dict[str, float | int] = {"flops": flops, "params": n_params}
+    result: dict[str, float | int] = {
+        "flops": flops,
+        "native_conv_flops": tracer.native_conv_flops,
+        "params": n_params,
+    }
     result.update({k: float(v[0]) for k, v in derived.items()})
     result.update(
         n_conv=tracer.counts["conv"],

@@ -97,6 +97,28 @@ def test_train_with_physical_offsets(trained, tmp_path):
         cli, ["train", str(data), "-o", str(tmp_path / "n"), "--offset", "latency_ms"]
     )
     assert bad.exit_code == 1 and "TARGET=COLUMN" in bad.output
+    res = run(
+        "train",
+        str(data),
+        "-o",
+        str(tmp_path / "s"),
+        "--preset",
+        "fast",
+        "--jobs",
+        "1",
+        "--target",
+        "latency_ms",
+        "--offset",
+        "latency_ms=flops+param_mb",
+    )
+    assert res.exit_code == 0, res.output
+    man = json.loads((tmp_path / "s" / "manifest.json").read_text())
+    assert man["offsets"] == {"latency_ms": ["flops", "param_mb"]}
+    assert set(man["offset_coefs"]["latency_ms"]) == {"flops", "param_mb"}
+    bad = CliRunner().invoke(
+        cli, ["train", str(data), "-o", str(tmp_path / "t"), "--offset", "latency_ms=flops+"]
+    )
+    assert bad.exit_code == 1 and "COL1+COL2" in bad.output
 
 
 def test_evaluate_json_and_report(trained, tmp_path):

@@ -46,7 +46,7 @@ def test_closed_form_equals_meta_trace_on_space_sample(space: str, n: int) -> No
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16", "int8"])
-@pytest.mark.parametrize("batch_size", [1, 2, 5])
+@pytest.mark.parametrize("batch_size", [1, 2, 5, 15, 16])
 def test_closed_form_equals_trace_for_every_precision_and_batch(
     precision: str, batch_size: int
 ) -> None:
@@ -90,6 +90,31 @@ def test_batch_scales_per_batch_columns_linearly() -> None:
     assert peaks[0] < peaks[1] < peaks[2]
     # the peak grows by less than 4x per 4x batch (the weights are resident once)
     assert peaks[1] < 4 * peaks[0]
+
+
+def test_native_conv_flops_follow_pytorchs_single_thread_dispatch() -> None:
+    from torch import nn
+
+    def native(module: nn.Module, shape: tuple) -> tuple[int, int]:
+        f = trace_features(module, shape)
+        return f["native_conv_flops"], f["flops"]
+
+    conv1x1 = nn.Conv2d(64, 256, 1, bias=False)
+    n, f = native(conv1x1, (15, 64, 8, 8))
+    assert n == f == 2 * 15 * 256 * 64 * 8 * 8  # unstrided 1x1 below batch 16: native
+    assert native(conv1x1, (16, 64, 8, 8))[0] == 0  # batch 16: oneDNN
+    assert native(nn.Conv2d(64, 256, 1, stride=2, bias=False), (4, 64, 8, 8))[0] == 0
+    conv3x3 = nn.Conv2d(64, 64, 3, padding=1, bias=False)
+    assert native(conv3x3, (1, 64, 16, 16))[0] > 0  # 16,384 input elements at batch 1
+    assert native(conv3x3, (1, 64, 32, 32))[0] == 0  # 65,536 > 20,480
+    assert native(conv3x3, (2, 64, 16, 16))[0] == 0
+    assert native(nn.Conv2d(3, 64, 7, stride=2, padding=3), (1, 3, 32, 32))[0] == 0
+    # in a ResNet the share drops to zero at batch 16 and is batch-proportional below it
+    base = Config("bottleneck", 50, 0.5, 64, 1)
+    feats = _features(*(base.replace(batch_size=b) for b in (1, 2, 8, 15, 16, 64)))
+    nat = feats["native_conv_flops"].to_numpy()
+    assert nat[0] > nat[1] / 2 > 0 and nat[2] == 4 * nat[1] and nat[4] == nat[5] == 0
+    assert (nat <= feats["flops"].to_numpy()).all()
 
 
 def test_precision_scales_bytes_not_flops() -> None:

@@ -19,7 +19,8 @@ import numpy as np
 import pandas as pd
 
 from carb_nas.cli._common import _jsonable, echo_json
-from carb_nas.costmodel import PHYSICAL_OFFSETS, prepare_table
+from carb_nas.costmodel import physical_offsets as _physical_offsets
+from carb_nas.costmodel import prepare_table
 from carb_nas.dataset import TARGETS
 from carb_nas.errors import ModelError
 
@@ -54,16 +55,17 @@ def _split(n: int, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndar
     return np.sort(perm[k:]), np.sort(perm[:k])
 
 
-def _parse_offsets(items: tuple[str, ...]) -> dict[str, str]:
-    out = {}
+def _parse_offsets(items: tuple[str, ...]) -> dict[str, str | list[str]]:
+    out: dict[str, str | list[str]] = {}
     for item in items:
-        name, sep, col = item.partition("=")
-        if not sep or not name.strip() or not col.strip():
+        name, sep, spec = item.partition("=")
+        cols = [c.strip() for c in spec.split("+")]
+        if not sep or not name.strip() or not all(cols):
             raise ModelError(
-                f"invalid --offset: expected TARGET=COLUMN (e.g. latency_ms=flops), "
-                f"got {item!r}. Fix the option."
+                f"invalid --offset: expected TARGET=COLUMN or TARGET=COL1+COL2+... (e.g. "
+                f"latency_ms=flops or latency_ms=flops+param_mb), got {item!r}. Fix the option."
             )
-        out[name.strip()] = col.strip()
+        out[name.strip()] = cols[0] if len(cols) == 1 else cols
     return out
 
 
@@ -119,14 +121,16 @@ def _summary(report: dict[str, Any]) -> list[str]:
     "--offset",
     "offsets",
     multiple=True,
-    help="TARGET=COLUMN: fit the target's log-ratio to a positive feature column "
+    help="TARGET=COLUMN: fit the target's log-ratio to a positive feature column; "
+    "TARGET=COL1+COL2+...: to a sum of columns with fitted non-negative costs "
     "(repeatable; see CostModel target_offsets).",
 )
 @click.option(
     "--physical-offsets",
     is_flag=True,
-    help="Offsets peak_mem_mb=tensor_peak_mb, latency_ms=flops, energy_j=flops for "
-    "the targets present (not part of CARB; extrapolates better).",
+    help="Offsets peak_mem_mb=tensor_peak_mb and, for latency_ms and energy_j, the fitted "
+    "sum flops+native_conv_flops+param_mb+act_mb_total+n_conv, for the targets present "
+    "(not part of CARB; extrapolates better).",
 )
 @click.option(
     "--space",
@@ -182,9 +186,8 @@ def train_cmd(
     space_fp = load_space(space_file).fingerprint if space_file else None
     target_offsets = _parse_offsets(offsets)
     if physical_offsets:
-        for t, col in PHYSICAL_OFFSETS.items():
-            if t in data["targets"] and col in X.columns:
-                target_offsets.setdefault(t, col)
+        for t, spec in _physical_offsets(X, data["targets"]).items():
+            target_offsets.setdefault(t, spec)
     model = CostModel(
         preset=preset,
         architecture_only=architecture_only,

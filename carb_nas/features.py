@@ -486,8 +486,9 @@ def compute_features(frame: pd.DataFrame) -> pd.DataFrame:
 
     ``frame`` needs the columns family, depth, width, resolution and batch_size; precision is
     optional (default fp32); runtime is optional: ``native_conv_flops`` is 0 on rows whose
-    runtime is not ``torch`` (other runtimes have their own kernels). Returns a DataFrame with ``frame``'s index
-    and the columns :data:`FEATURE_COLUMNS` (see the module docstring for definitions;
+    runtime is not ``torch`` (other runtimes have their own kernels). Returns a DataFrame with
+    ``frame``'s index and the columns :data:`FEATURE_COLUMNS` (see the module docstring for
+    definitions;
     ``flops``, ``params``, the ``n_*`` counts are int64, the rest float64).
     Raises :class:`~carb_nas.errors.ConfigError` on unknown families or precisions, invalid
     depths or non-positive sizes.

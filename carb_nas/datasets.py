@@ -20,7 +20,14 @@ from carb_nas.dataset import REQUIRED_COLUMNS, SCHEMA, STATUSES
 from carb_nas.errors import InputFileError, MissingFileError
 from carb_nas.space import CONFIG_COLUMNS, read_table
 
-__all__ = ["list_datasets", "load_dataset", "validate_rows", "datasets_dir", "REAL_METERS"]
+__all__ = [
+    "list_datasets",
+    "load_dataset",
+    "validate_rows",
+    "median_of_passes",
+    "datasets_dir",
+    "REAL_METERS",
+]
 
 REAL_METERS = ("nvml-counter", "nvml-power", "rapl", "none")
 DEVICES = ("cpu", "cuda")
@@ -233,3 +240,44 @@ def load_dataset(platform_or_path: str | Path, ok_only: bool = False) -> pd.Data
     if ok_only:
         frame = frame[frame["status"] == "ok"].reset_index(drop=True)
     return frame
+
+
+def median_of_passes(frames: list[pd.DataFrame], sources: list[str] | None = None) -> pd.DataFrame:
+    """One row per config from independent measurement passes: the median-latency ok row.
+
+    Each frame holds the rows of one pass (e.g. ``carb-nas dataset export`` of one campaign, or
+    a shipped dataset). On a shared machine one pass's latency moves by several % from the
+    next; the middle of three passes is a real row (its own fingerprint, timestamp and CV) much
+    less likely to be an outlier than any single pass. With an even number of ok rows the
+    lower middle one is kept; a config without any ok row keeps its first row. Rows of one
+    config must come from one platform. Order: the first frame's keys, then new keys in order.
+    """
+    sources = sources or [f"pass {i + 1}" for i in range(len(frames))]
+    if len(frames) < 2:
+        raise InputFileError(
+            f"merging passes needs at least two row tables: expected 2 or more, got "
+            f"{len(frames)}. Pass every pass's rows (e.g. three exported campaigns)."
+        )
+    checked = [validate_rows(f, s) for f, s in zip(frames, sources)]
+    rows = pd.concat(
+        [f.assign(_pass=i) for i, f in enumerate(checked)], ignore_index=True, sort=False
+    )
+    mixed = rows.groupby("key")["platform"].nunique()
+    if (mixed > 1).any():
+        key = mixed[mixed > 1].index[0]
+        plats = sorted(rows.loc[rows["key"] == key, "platform"].astype(str).unique())
+        raise InputFileError(
+            f"passes of different platforms for config {key}: expected one platform per "
+            f"config, got {plats}. Merge passes of one platform only."
+        )
+    ok = rows["status"] == "ok"
+    # sort ok rows by latency within each key; non-ok rows after them
+    rows = rows.assign(_ok=~ok, _lat=rows["latency_ms"].where(ok))
+    rows = rows.sort_values(["key", "_ok", "_lat", "_pass"], kind="stable")
+    n_ok = rows.groupby("key")["_ok"].transform(lambda s: int((~s).sum()))
+    rank = rows.groupby("key").cumcount()
+    pick = np.where(n_ok > 0, rank == (n_ok - 1) // 2, rank == 0)
+    chosen = rows[pick]
+    order = pd.unique(pd.concat([f["key"] for f in checked], ignore_index=True))
+    chosen = chosen.set_index("key").loc[order].reset_index()
+    return chosen.drop(columns=["_pass", "_ok", "_lat"])[list(checked[0].columns)]

@@ -11,7 +11,7 @@ __all__ = ["COMMANDS"]
 
 @click.group("dataset")
 def dataset_group() -> None:
-    """Measured datasets: export a campaign, list the shipped datasets."""
+    """Measured datasets: export a campaign, merge passes, list the shipped datasets."""
 
 
 @dataset_group.command("export")
@@ -43,6 +43,23 @@ def export_cmd(
         f"wrote {len(frame)} rows to {output} "
         + ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))
     )
+
+
+@dataset_group.command("merge")
+@click.argument("passes", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, help="rows.csv or rows.parquet")
+def merge_cmd(passes: tuple[str, ...], output: str) -> None:
+    """One row per config from independent passes (row tables): the median-latency ok row.
+
+    For example three exports of campaigns that measured the same configs at different times:
+    with three passes each config keeps its middle measurement (a real row).
+    """
+    from carb_nas.datasets import median_of_passes
+    from carb_nas.space import read_table, write_table
+
+    frame = median_of_passes([read_table(p) for p in passes], list(passes))
+    write_table(frame, output)
+    click.echo(f"wrote {len(frame)} rows to {output} (median-latency row of {len(passes)} passes)")
 
 
 @dataset_group.command("status")

@@ -139,3 +139,32 @@ def test_shipped_rows_remeasure_close_on_this_machine(info):
             assert new["peak_mem_mb"] == pytest.approx(row.peak_mem_mb, rel=0.05)
     finally:
         prof.close()
+
+
+def test_median_of_passes_keeps_the_middle_real_row(real_rows, tmp_path):
+    from carb_nas.datasets import median_of_passes
+
+    base = validate_rows(real_rows, "now")
+    lat = base["latency_ms"].to_numpy()
+    p1 = base.assign(latency_ms=lat, timestamp="pass-1")
+    p2 = base.assign(latency_ms=lat * 1.3, timestamp="pass-2")
+    p3 = base.assign(latency_ms=lat * 0.8, timestamp="pass-3")
+    # the second config failed in pass 1: its ok rows are passes 2 and 3 (lower middle: 3)
+    p1.loc[1, ["status", "error", "latency_ms"]] = ["error", "RuntimeError: boom", None]
+    out = median_of_passes([p1, p2, p3])
+    assert list(out["key"]) == list(base["key"]) and list(out.columns) == list(base.columns)
+    assert list(out["timestamp"]) == ["pass-1", "pass-3"]
+    assert out.loc[0, "latency_ms"] == pytest.approx(lat[0])
+    assert (out["status"] == "ok").all()
+    # CLI: the same from files
+    paths = []
+    for i, f in enumerate((p1, p2, p3)):
+        paths.append(str(tmp_path / f"p{i}.csv"))
+        f.to_csv(paths[-1], index=False)
+    res = CliRunner().invoke(cli, ["dataset", "merge", *paths, "-o", str(tmp_path / "m.csv")])
+    assert res.exit_code == 0, res.output
+    assert list(pd.read_csv(tmp_path / "m.csv")["timestamp"]) == ["pass-1", "pass-3"]
+    with pytest.raises(InputFileError, match="at least two"):
+        median_of_passes([p1])
+    with pytest.raises(InputFileError, match="different platforms"):
+        median_of_passes([p1, p2.assign(platform="cuda/torch/fp32", device="cuda")])

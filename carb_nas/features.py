@@ -28,6 +28,13 @@ tensors keep 8 bytes and the CPU kernels' float temporaries below keep 4):
     1x1 convolutions to oneDNN too; the column then over-counts, and a cost model trained at
     that thread count learns how much the column is worth. 0 for other runtimes (e.g. ONNX
     Runtime) in :func:`compute_features`. Scales with batch size.
+``onednn_weight_mb``
+    Bytes (/1e6) of the convolution weights that go through oneDNN in that dispatch (every
+    convolution not counted in ``native_conv_flops``). Eager PyTorch hands oneDNN plain-layout
+    weights, which it reorders into its blocked layout on every call: a read and a write of
+    each such weight per forward pass, at any batch size. Weight-heavy nets therefore slow
+    down sharply from batch 1 to 2 here (a 1024->1024 3x3 conv on a 2x2 input: 9 ms at batch
+    1, native; 21 ms at batch 2). 0 for other runtimes (ONNX Runtime pre-packs weights once).
 ``params``, ``param_mb``
     Number of parameters (conv and linear weights, linear bias, BN weight and bias; BN running
     statistics are buffers, not parameters) and their size, ``params x e / 1e6``.
@@ -100,6 +107,7 @@ __all__ = [
 FEATURE_COLUMNS = (
     "flops",
     "native_conv_flops",
+    "onednn_weight_mb",
     "params",
     "param_mb",
     "weight_mb_max",
@@ -190,8 +198,10 @@ class _ArchSim:
         self.acts: list[Any] = []
         zero = np.zeros(m, dtype=np.int64)
         self.flops, self.params, self.weight_max, self.bn_channels = zero, zero, zero, zero
-        # per-sample FLOPs of convs native below batch 16 / native only at batch 1
+        # per-sample FLOPs of convs native below batch 16 / native only at batch 1, and the
+        # conv weight elements: all, and those of the same two native classes
         self.native_below16, self.native_b1 = zero, zero
+        self.conv_w, self.w_below16, self.w_b1 = zero, zero, zero
         self.n_conv = 0
         self.n_bn = 0
 
@@ -201,10 +211,14 @@ class _ArchSim:
         flops = 2 * c_out * h_out * h_out * c_in * k * k
         self.flops = self.flops + flops
         below16, at_b1 = _native_conv_kind(c_in, h, h, k, k, (s, s))
+        weights = c_out * c_in * k * k
+        self.conv_w = self.conv_w + weights
         if below16:
             self.native_below16 = self.native_below16 + flops
+            self.w_below16 = self.w_below16 + weights
         else:
             self.native_b1 = self.native_b1 + np.where(at_b1, flops, 0)
+            self.w_b1 = self.w_b1 + np.where(at_b1, weights, 0)
         self.params = self.params + c_out * c_in * k * k
         self.weight_max = np.maximum(self.weight_max, c_out * c_in * k * k)
         self.n_conv += 1
@@ -320,6 +334,9 @@ def _simulate(
         "flops": flops,
         "native_below16": sim.native_below16,
         "native_b1": sim.native_b1,
+        "conv_w": sim.conv_w,
+        "w_below16": sim.w_below16,
+        "w_b1": sim.w_b1,
         "params": params,
         "weight_max": weight_max,
         "bn_channels": sim.bn_channels,
@@ -586,9 +603,17 @@ def compute_features(frame: pd.DataFrame) -> pd.DataFrame:
     extra = np.where(batch == 1, peak1.reshape(-1)[flat], extra)
     native = table("native_below16")[arch_id] * batch * (batch <= _NATIVE_1X1_MAX_BATCH)
     native += table("native_b1")[arch_id] * (batch == 1)
+    onednn_w = table("conv_w")[arch_id] - table("w_b1")[arch_id] * (batch == 1)
+    onednn_w -= table("w_below16")[arch_id] * (batch <= _NATIVE_1X1_MAX_BATCH)
     if "runtime" in frame.columns:
-        native = np.where(frame["runtime"].astype(str).to_numpy() == "torch", native, 0)
-    out = {"flops": flops, "native_conv_flops": native, "params": params}
+        torch_rows = frame["runtime"].astype(str).to_numpy() == "torch"
+        native, onednn_w = np.where(torch_rows, native, 0), np.where(torch_rows, onednn_w, 0)
+    out = {
+        "flops": flops,
+        "native_conv_flops": native,
+        "onednn_weight_mb": onednn_w * e / _MB,
+        "params": params,
+    }
     weight_max = table("weight_max")[arch_id]
     out.update(
         _derive(flops, params, e, weight_max, input_bytes, act_total, act_max, resident + extra)
@@ -651,17 +676,17 @@ def _conv2d_geometry(name: str, args: tuple, kwargs: dict, out: Any) -> dict[str
         "dilated": any(d != 1 for d in _pair(dilation)),
         "groups": int(groups),
         "flops": 2 * out.numel() * int(w.shape[1]) * int(w.shape[2]) * int(w.shape[3]),
+        "weights": w.numel(),
     }
 
 
-def _native_conv_flops(g: dict[str, Any]) -> int:
-    """FLOPs of a conv (``_conv2d_geometry``) if eager PyTorch runs it natively on 1 thread."""
+def _is_native_conv(g: dict[str, Any]) -> bool:
+    """Whether eager PyTorch runs a conv (``_conv2d_geometry``) natively on one thread."""
     n, c, h, wd = g["x"]
     below16, at_b1 = _native_conv_kind(c, h, wd, *g["k"], g["stride"], g["groups"])
-    native = (below16 and not g["dilated"] and n <= _NATIVE_1X1_MAX_BATCH) or (
+    return (below16 and not g["dilated"] and n <= _NATIVE_1X1_MAX_BATCH) or (
         bool(at_b1) and n == 1
     )
-    return g["flops"] if native else 0
 
 
 def _op_workspace_bytes(name: str, args: tuple, kwargs: dict, out: Any, elem: int) -> int:
@@ -711,6 +736,7 @@ class _ForwardTracer(TorchDispatchMode):
         self.act_total = 0
         self.act_max = 0
         self.native_conv_flops = 0
+        self.onednn_weight_bytes = 0
         self.counts = {"conv": 0, "bn": 0, "linear": 0}
         self.residual_shapes: list[tuple[int, ...]] = []
         self._known: dict[int, weakref.ref] = {}
@@ -773,7 +799,10 @@ class _ForwardTracer(TorchDispatchMode):
         ws = _op_workspace_bytes(name, args, kwargs, outs[0] if outs else None, self.elem)
         g = _conv2d_geometry(name, args, kwargs, outs[0] if outs else None)
         if g is not None:
-            self.native_conv_flops += _native_conv_flops(g)
+            if _is_native_conv(g):
+                self.native_conv_flops += g["flops"]
+            else:
+                self.onednn_weight_bytes += g["weights"] * self.elem
         self.peak = max(self.peak, self.live + ws)
         if name in _CONV_OPS:
             self.counts["conv"] += 1
@@ -887,6 +916,7 @@ def trace_features(
     result: dict[str, float | int] = {
         "flops": flops,
         "native_conv_flops": tracer.native_conv_flops,
+        "onednn_weight_mb": tracer.onednn_weight_bytes / _MB,
         "params": n_params,
     }
     result.update({k: float(v[0]) for k, v in derived.items()})

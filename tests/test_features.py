@@ -109,6 +109,11 @@ def test_native_conv_flops_follow_pytorchs_single_thread_dispatch() -> None:
     assert native(conv3x3, (1, 64, 32, 32))[0] == 0  # 65,536 > 20,480
     assert native(conv3x3, (2, 64, 16, 16))[0] == 0
     assert native(nn.Conv2d(3, 64, 7, stride=2, padding=3), (1, 3, 32, 32))[0] == 0
+    # weights oneDNN reorders per call: exactly the non-native convs'
+    assert trace_features(conv1x1, (15, 64, 8, 8))["onednn_weight_mb"] == 0
+    assert trace_features(conv1x1, (16, 64, 8, 8))["onednn_weight_mb"] == 64 * 256 * 4 / 1e6
+    assert trace_features(conv3x3, (1, 64, 16, 16))["onednn_weight_mb"] == 0
+    assert trace_features(conv3x3, (2, 64, 16, 16))["onednn_weight_mb"] == 64 * 64 * 9 * 4 / 1e6
     # in a ResNet the share drops to zero at batch 16 and is batch-proportional below it
     base = Config("bottleneck", 50, 0.5, 64, 1)
     feats = _features(*(base.replace(batch_size=b) for b in (1, 2, 8, 15, 16, 64)))
@@ -279,8 +284,15 @@ def test_compute_features_defaults_precision_and_handles_empty_frames() -> None:
     frame = pd.DataFrame(
         {"family": ["basic"], "depth": [18], "width": [1.0], "resolution": [64], "batch_size": [4]}
     )
-    with_prec = frame.assign(precision="fp32", runtime="onnxruntime")
+    with_prec = frame.assign(precision="fp32", runtime="torch")
     pd.testing.assert_frame_equal(compute_features(frame), compute_features(with_prec))
+    # the PyTorch dispatch columns are 0 for other runtimes; nothing else depends on it
+    ort = compute_features(frame.assign(runtime="onnxruntime"))
+    torch_only = ["native_conv_flops", "onednn_weight_mb"]
+    assert (ort[torch_only] == 0).all().all() and compute_features(frame)["onednn_weight_mb"][0] > 0
+    pd.testing.assert_frame_equal(
+        ort.drop(columns=torch_only), compute_features(frame).drop(columns=torch_only)
+    )
     empty = compute_features(frame.iloc[:0])
     assert len(empty) == 0 and list(empty.columns) == list(FEATURE_COLUMNS)
 

@@ -7,9 +7,9 @@ within ``target_ci_rel`` (2%) of the median, with at least ``min_runs`` runs, or
 [min, max] covers the median only 93.75% of the time), so the CI rule never stops earlier.
 Nor does it stop before ``min_time_s`` (0.15 s) of timing: successive runs are not independent
 on a shared machine (its speed wanders on a scale of seconds), so six 2 ms runs can agree
-closely and still miss the median a longer window sees (``benchmarks/protocol.py``: with the
-window the largest adaptive-vs-CARB gap fell from 5.2% to 3.8%, the median gap from 1.3% to
-0.8%, at a speedup of 4.2 instead of 5.2).
+closely and still miss the median a longer window sees (``benchmarks/protocol.py``, 20
+configs, 3 rounds, one run each: with the window the median adaptive-vs-CARB gap was 0.8% and
+the largest 3.8% at a speedup of 4.2; without it 1.3%, 5.2% and 5.2).
 
 CARB (seed 001): 10 warmups, 100 timed runs, 1 s cooldown.
 """

@@ -168,3 +168,24 @@ def test_median_of_passes_keeps_the_middle_real_row(real_rows, tmp_path):
         median_of_passes([p1])
     with pytest.raises(InputFileError, match="different platforms"):
         median_of_passes([p1, p2.assign(platform="cuda/torch/fp32", device="cuda")])
+
+
+def test_shipped_torch_dataset_is_the_median_of_its_stored_passes():
+    """Provenance: the shipped rows are exactly `carb-nas dataset merge` of docs/passes/."""
+    pytest.importorskip("pyarrow")
+    from pathlib import Path
+
+    from carb_nas.datasets import median_of_passes
+    from carb_nas.space import read_table
+
+    d = Path(__file__).resolve().parents[2] / "docs" / "passes" / "cpu_torch_fp32"
+    paths = sorted(d.glob("*.parquet"))
+    assert len(paths) == 4
+    merged = median_of_passes([read_table(p) for p in paths], [p.name for p in paths])
+    shipped = load_dataset("cpu/torch/fp32")
+    assert list(merged["key"]) == list(shipped["key"])
+    for col in ("latency_ms", "latency_cv", "peak_mem_mb", "timestamp"):
+        assert list(merged[col]) == list(shipped[col]), col
+    # every config has three independent ok passes
+    counts = pd.concat([read_table(p)[["key"]] for p in paths])["key"].value_counts()
+    assert (counts == 3).all()

@@ -684,9 +684,7 @@ def _is_native_conv(g: dict[str, Any]) -> bool:
     """Whether eager PyTorch runs a conv (``_conv2d_geometry``) natively on one thread."""
     n, c, h, wd = g["x"]
     below16, at_b1 = _native_conv_kind(c, h, wd, *g["k"], g["stride"], g["groups"])
-    return (below16 and not g["dilated"] and n <= _NATIVE_1X1_MAX_BATCH) or (
-        bool(at_b1) and n == 1
-    )
+    return (below16 and not g["dilated"] and n <= _NATIVE_1X1_MAX_BATCH) or (bool(at_b1) and n == 1)
 
 
 def _op_workspace_bytes(name: str, args: tuple, kwargs: dict, out: Any, elem: int) -> int:

@@ -502,11 +502,11 @@ def compute_features(frame: pd.DataFrame) -> pd.DataFrame:
     """Architecture features of every config in ``frame``, vectorized.
 
     ``frame`` needs the columns family, depth, width, resolution and batch_size; precision is
-    optional (default fp32); runtime is optional: ``native_conv_flops`` is 0 on rows whose
-    runtime is not ``torch`` (other runtimes have their own kernels). Returns a DataFrame with
-    ``frame``'s index and the columns :data:`FEATURE_COLUMNS` (see the module docstring for
-    definitions;
-    ``flops``, ``params``, the ``n_*`` counts are int64, the rest float64).
+    optional (default fp32); so is runtime: on rows whose runtime is not ``torch`` the PyTorch
+    dispatch columns ``native_conv_flops`` and ``onednn_weight_mb`` are 0 (other runtimes have
+    their own kernels). Returns a DataFrame with ``frame``'s index and the columns
+    :data:`FEATURE_COLUMNS` (see the module docstring for definitions; ``flops``, ``params``,
+    the ``n_*`` counts are int64, the rest float64).
     Raises :class:`~carb_nas.errors.ConfigError` on unknown families or precisions, invalid
     depths or non-positive sizes.
     """

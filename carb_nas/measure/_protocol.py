@@ -40,7 +40,7 @@ class Protocol:
     warmup_runs: int = 3
     warmup_min_s: float = 0.05  # keep warming up (max 50 runs) until this much time passed
     min_runs: int = 6  # the fewest runs with a distribution-free 95% CI of the median
-    min_time_s: float = 0.15  # timing window before the CI rule may stop (see below)
+    min_time_s: float = 0.15  # timing window before the CI rule may stop (module docstring)
     max_runs: int = 2000
     target_ci_rel: float | None = 0.02
     time_cap_s: float = 2.0
@@ -62,6 +62,11 @@ class Protocol:
             v = getattr(self, field)
             if not (v >= 0):
                 raise ConfigError(f"invalid {field}: expected >= 0, got {v!r}. Use a value >= 0.")
+        if not 0 < self.confidence < 1:
+            raise ConfigError(
+                f"invalid confidence: expected a number in (0, 1) (e.g. 0.95), got "
+                f"{self.confidence!r}."
+            )
         if self.target_ci_rel is not None and not self.target_ci_rel > 0:
             raise ConfigError(
                 f"invalid target_ci_rel: expected > 0 (e.g. 0.02), got {self.target_ci_rel!r}."
@@ -99,6 +104,8 @@ class Protocol:
 
 def min_runs_for_ci(confidence: float = 0.95) -> int:
     """Fewest runs whose [min, max] covers the median with at least ``confidence``."""
+    if not 0 < confidence < 1:
+        raise ConfigError(f"invalid confidence: expected a number in (0, 1), got {confidence!r}.")
     n = 1
     while 1.0 - 2.0 * 0.5**n < confidence:
         n += 1

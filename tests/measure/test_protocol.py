@@ -68,6 +68,7 @@ def test_carb_protocol_is_fixed():
         dict(min_runs=10, max_runs=5),
         dict(time_cap_s=-1.0),
         dict(target_ci_rel=0.0),
+        dict(confidence=1.0),
     ],
 )
 def test_protocol_rejects_bad_parameters(kwargs):

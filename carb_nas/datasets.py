@@ -253,6 +253,11 @@ def median_of_passes(frames: list[pd.DataFrame], sources: list[str] | None = Non
     config must come from one platform. Order: the first frame's keys, then new keys in order.
     """
     sources = sources or [f"pass {i + 1}" for i in range(len(frames))]
+    if len(sources) != len(frames):
+        raise InputFileError(
+            f"one source name per pass: expected {len(frames)} names, got {len(sources)}. "
+            "Pass sources=None or one name per frame."
+        )
     if len(frames) < 2:
         raise InputFileError(
             f"merging passes needs at least two row tables: expected 2 or more, got "
@@ -271,13 +276,13 @@ def median_of_passes(frames: list[pd.DataFrame], sources: list[str] | None = Non
             f"config, got {plats}. Merge passes of one platform only."
         )
     ok = rows["status"] == "ok"
-    # sort ok rows by latency within each key; non-ok rows after them
-    rows = rows.assign(_ok=~ok, _lat=rows["latency_ms"].where(ok))
-    rows = rows.sort_values(["key", "_ok", "_lat", "_pass"], kind="stable")
-    n_ok = rows.groupby("key")["_ok"].transform(lambda s: int((~s).sum()))
+    # within each key: ok rows by latency first, failed rows after them
+    rows = rows.assign(_failed=~ok, _lat=rows["latency_ms"].where(ok))
+    rows = rows.sort_values(["key", "_failed", "_lat", "_pass"], kind="stable")
+    n_ok = rows.groupby("key")["_failed"].transform(lambda f: int((~f).sum()))
     rank = rows.groupby("key").cumcount()
     pick = np.where(n_ok > 0, rank == (n_ok - 1) // 2, rank == 0)
     chosen = rows[pick]
     order = pd.unique(pd.concat([f["key"] for f in checked], ignore_index=True))
     chosen = chosen.set_index("key").loc[order].reset_index()
-    return chosen.drop(columns=["_pass", "_ok", "_lat"])[list(checked[0].columns)]
+    return chosen.drop(columns=["_pass", "_failed", "_lat"])[list(checked[0].columns)]

@@ -157,10 +157,18 @@ def _conv_workspace_elems(
     """
     if k_h == 1 and k_w == 1 and all(s == 1 for s in stride) and all(p == 0 for p in padding):
         return 0
-    if n > 1 or groups > 1 or (k_h > 3 and k_w > 3):
+    if n > 1:
         return 0
-    native = n * c_in * h * w <= _NATIVE_CONV_MAX_NUMEL
+    native = _native_at_batch1(c_in, h, w, k_h, k_w, groups)
     return np.where(native, n * c_in * k_h * k_w * h_out * w_out, 0)
+
+
+def _native_at_batch1(c_in: Any, h: Any, w: Any, k_h: int, k_w: int, groups: int = 1) -> Any:
+    """PyTorch's batch-1 rule: a float conv with a kernel of at most 3x3, groups 1 and at most
+    20,480 input elements skips oneDNN (bool, or a numpy array over architectures)."""
+    if groups > 1 or (k_h > 3 and k_w > 3):
+        return False
+    return c_in * h * w <= _NATIVE_CONV_MAX_NUMEL
 
 
 def _native_conv_kind(
@@ -169,15 +177,12 @@ def _native_conv_kind(
     """Which batches eager PyTorch (one thread) runs a float conv with on its native kernels.
 
     ``(below16, at_batch1)``: ``below16`` -- an unstrided 1x1 kernel, native for every batch
-    below 16; otherwise ``at_batch1`` (a bool, or a numpy array over architectures) -- native
-    at batch 1 (kernel at most 3x3, groups 1 and at most 20,480 input elements). See
+    below 16; otherwise ``at_batch1`` -- native at batch 1 (:func:`_native_at_batch1`). See
     ``ConvParams::use_mkldnn`` and the ``native_conv_flops`` definition.
     """
     if k_h == 1 and k_w == 1 and all(s == 1 for s in stride):
         return True, False
-    if groups > 1 or (k_h > 3 and k_w > 3):
-        return False, False
-    return False, c_in * h * w <= _NATIVE_CONV_MAX_NUMEL
+    return False, _native_at_batch1(c_in, h, w, k_h, k_w, groups)
 
 
 # -- closed form ---------------------------------------------------------------------------
@@ -219,8 +224,8 @@ class _ArchSim:
         else:
             self.native_b1 = self.native_b1 + np.where(at_b1, flops, 0)
             self.w_b1 = self.w_b1 + np.where(at_b1, weights, 0)
-        self.params = self.params + c_out * c_in * k * k
-        self.weight_max = np.maximum(self.weight_max, c_out * c_in * k * k)
+        self.params = self.params + weights
+        self.weight_max = np.maximum(self.weight_max, weights)
         self.n_conv += 1
         cols = _conv_workspace_elems(1, c_in, h, h, k, k, h_out, h_out, (s, s), (p, p))
         self.points.append((live + out, 0, 0, cols))

@@ -166,6 +166,8 @@ def test_median_of_passes_keeps_the_middle_real_row(real_rows, tmp_path):
     assert list(pd.read_csv(tmp_path / "m.csv")["timestamp"]) == ["pass-1", "pass-3"]
     with pytest.raises(InputFileError, match="at least two"):
         median_of_passes([p1])
+    with pytest.raises(InputFileError, match="one source name per pass"):
+        median_of_passes([p1, p2], ["only one"])
     with pytest.raises(InputFileError, match="different platforms"):
         median_of_passes([p1, p2.assign(platform="cuda/torch/fp32", device="cuda")])
 

@@ -1478,9 +1478,10 @@ def model_inputs(frame: pd.DataFrame) -> pd.DataFrame:
 
 # Per-batch resources whose fitted non-negative costs sum to a latency (or energy) prior:
 # arithmetic (with the slower native-kernel FLOPs counted again), weights read, activations
-# written, and a per-layer overhead. (``onednn_weight_mb`` got a zero cost on the shipped
-# torch rows: too few weight-heavy rows to move a relative least-squares fit; the trees use it.)
-_RESOURCE_COLUMNS = ["flops", "native_conv_flops", "param_mb", "act_mb_total", "n_conv"]
+# written, pages faulted in for buffers of >= 32 MiB, and a per-layer overhead. On the shipped
+# torch rows the fit prices ``mmap_mb`` at 0.37 ms/MB, as a micro-benchmark measures it; it
+# gives ``onednn_weight_mb`` zero cost (the trees use it), so that column is left out.
+_RESOURCE_COLUMNS = ["flops", "native_conv_flops", "param_mb", "act_mb_total", "mmap_mb", "n_conv"]
 PHYSICAL_OFFSETS: dict[str, str | list[str]] = {
     "peak_mem_mb": "tensor_peak_mb",
     "latency_ms": _RESOURCE_COLUMNS,

@@ -35,6 +35,19 @@ tensors keep 8 bytes and the CPU kernels' float temporaries below keep 4):
     each such weight per forward pass, at any batch size. Weight-heavy nets therefore slow
     down sharply from batch 1 to 2 here (a 1024->1024 3x3 conv on a 2x2 input: 9 ms at batch
     1, native; 21 ms at batch 2). 0 for other runtimes (ONNX Runtime pre-packs weights once).
+``mmap_mb``
+    Bytes (/1e6) that eager PyTorch on Linux gets from fresh, zero-filled pages on every
+    forward pass: the buffers of at least 32 MiB, glibc's largest dynamic mmap threshold.
+    glibc serves smaller buffers from its heap after the first pass, but maps each buffer
+    that large anew and unmaps it when freed, so every page faults again on each call (this
+    machine: about 0.4 ms per MB, the cost of a 4 MB/ms stream). Counted: every activation
+    (below) and, for each convolution that goes through oneDNN, its reordered weight copy and
+    blocked copies of its input and output (oneDNN's first-layer kernels read a 3-channel
+    input in place). Measured here with ``MALLOC_MMAP_THRESHOLD_`` raised as the control: a
+    1024->1024 3x3 conv at batch 2 on a 4x4 input (37.7 MB of weights) 22.6 ms -> 8.6 ms; a
+    960-channel one (33.2 MB, under 32 MiB) has no such gap; a batch-norm over 51 MB
+    24 ms -> 2.5 ms; a 64->256 1x1 conv with a 51 MB output 54.5 ms -> 12.7 ms (two copies).
+    0 for other runtimes (ONNX Runtime keeps its buffers in an arena). Not linear in batch.
 ``params``, ``param_mb``
     Number of parameters (conv and linear weights, linear bias, BN weight and bias; BN running
     statistics are buffers, not parameters) and their size, ``params x e / 1e6``.
@@ -108,6 +121,7 @@ FEATURE_COLUMNS = (
     "flops",
     "native_conv_flops",
     "onednn_weight_mb",
+    "mmap_mb",
     "params",
     "param_mb",
     "weight_mb_max",
@@ -130,6 +144,8 @@ _BN_TEMP_BYTES_PER_CHANNEL = 8  # eval BN on CPU: float32 scale + float32 shift 
 _INDEX_BYTES = 8  # max-pool indices are int64
 _NATIVE_CONV_MAX_NUMEL = 20480  # PyTorch's use_mkldnn threshold for batch-1 inputs
 _NATIVE_1X1_MAX_BATCH = 15  # one thread: unstrided 1x1 convs below batch 16 skip oneDNN
+_MMAP_MIN_BYTES = 32 * 2**20  # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit: always mmap'd
+_IN_PLACE_MAX_CHANNELS = 3  # oneDNN's first-layer kernels read a plain 3-channel input as is
 
 
 # -- the CPU kernel workspace model (shared by the closed form and the tracer) -----------------
@@ -207,6 +223,12 @@ class _ArchSim:
         # conv weight elements: all, and those of the same two native classes
         self.native_below16, self.native_b1 = zero, zero
         self.conv_w, self.w_below16, self.w_b1 = zero, zero, zero
+        # oneDNN's per-call copies per sample (input, output), by the batches that send the
+        # conv to oneDNN: every batch / batch >= 2 / batch >= 16 (one (m,) array per copy;
+        # 0 where the arch does not belong), and per element size the weight elements whose
+        # reordered copy reaches the mmap threshold, in the same three classes
+        self.copies: dict[str, list[Any]] = {"any": [], "b2": [], "b16": []}
+        self.big_w = {c: np.zeros((len(_E_LEVELS), m), dtype=np.int64) for c in self.copies}
         self.n_conv = 0
         self.n_bn = 0
 
@@ -224,6 +246,15 @@ class _ArchSim:
         else:
             self.native_b1 = self.native_b1 + np.where(at_b1, flops, 0)
             self.w_b1 = self.w_b1 + np.where(at_b1, weights, 0)
+        src = np.where(c_in <= _IN_PLACE_MAX_CHANNELS, 0, c_in * h * h)
+        big = np.stack([weights * e >= _MMAP_MIN_BYTES for e in _E_LEVELS]) * weights
+        if below16:
+            classes = {"b16": True}
+        else:
+            classes = {"any": ~np.asarray(at_b1), "b2": np.asarray(at_b1)}
+        for c, member in classes.items():
+            self.copies[c] += [np.where(member, src, 0), np.where(member, out, 0)]
+            self.big_w[c] = self.big_w[c] + np.where(member, big, 0)
         self.params = self.params + weights
         self.weight_max = np.maximum(self.weight_max, weights)
         self.n_conv += 1
@@ -349,6 +380,14 @@ def _simulate(
         "act_total": acts.sum(axis=0),
         "act_max": acts.max(axis=0),
     }
+    def stack(items: list[Any]) -> np.ndarray:
+        rows = [np.broadcast_to(np.asarray(v, dtype=np.int64), (m,)) for v in items]
+        return np.stack(rows) if rows else np.zeros((0, m), dtype=np.int64)
+
+    copies = {g: stack(items) for g, items in sim.copies.items()}
+    groups = {"any": np.concatenate([acts, copies["any"]]), "b2": copies["b2"], "b16": copies["b16"]}
+    mmap = [{g: _suffix_table(items[:, i]) for g, items in groups.items()} for i in range(m)]
+    big_w = {g: v.T.tolist() for g, v in sim.big_w.items()}
     lists = {k: v.tolist() for k, v in columns.items()}
     peak1_rows = np.stack(peak1, axis=1).tolist()
     fixed = {
@@ -363,10 +402,39 @@ def _simulate(
             **{k: v[i] for k, v in lists.items()},
             **fixed,
             "peak1": peak1_rows[i],
+            "mmap": mmap[i],
+            "big_w": {g: v[i] for g, v in big_w.items()},
             "lines": [lines[li][i] for li in range(len(_E_LEVELS))],
         }
         for i in range(m)
     ]
+
+
+def _suffix_table(sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct positive ``sizes`` ascending, and for each the sum of all sizes at least as
+    large (one trailing 0): what :func:`_sum_at_least` looks up."""
+    values, counts = np.unique(sizes[sizes > 0], return_counts=True)
+    suffix = np.concatenate([np.cumsum((values * counts)[::-1])[::-1], [0]])
+    return values.astype(np.int64), suffix.astype(np.int64)
+
+
+_ARCH_STRIDE = 2**40  # per-sample element counts stay far below this
+
+
+def _sum_at_least(
+    tables: Sequence[tuple[np.ndarray, np.ndarray]], arch_id: np.ndarray, min_size: np.ndarray
+) -> np.ndarray:
+    """Per row, the sum of its architecture's sizes that are >= ``min_size`` (vectorized: one
+    search over all architectures' tables laid end to end, offset by architecture)."""
+    if not len(arch_id):
+        return np.zeros(0, dtype=np.int64)
+    lengths = np.array([len(v) for v, _ in tables], dtype=np.int64)
+    offsets = np.repeat(np.arange(len(tables), dtype=np.int64) * _ARCH_STRIDE, lengths)
+    keys = np.concatenate([v for v, _ in tables]) + offsets
+    suffix = np.concatenate([sfx for _, sfx in tables])
+    limit = np.minimum(min_size, _ARCH_STRIDE - 1)
+    pos = np.searchsorted(keys, arch_id * _ARCH_STRIDE + limit, side="left")
+    return suffix[pos + arch_id]  # each table's suffix has one extra entry
 
 
 def _envelope_lines(
@@ -610,13 +678,27 @@ def compute_features(frame: pd.DataFrame) -> pd.DataFrame:
     native += table("native_b1")[arch_id] * (batch == 1)
     onednn_w = table("conv_w")[arch_id] - table("w_b1")[arch_id] * (batch == 1)
     onednn_w -= table("w_below16")[arch_id] * (batch <= _NATIVE_1X1_MAX_BATCH)
+    # buffers of >= 32 MiB: per-sample sizes x with x * batch * e >= the threshold, plus the
+    # reordered weights; each class only at the batches that send its convs to oneDNN
+    min_size = -(-_MMAP_MIN_BYTES // (batch * e))
+    from_b = {"any": 1, "b2": 2, "b16": _NATIVE_1X1_MAX_BATCH + 1}
+    mmap_elems = np.zeros(n, dtype=np.int64)
+    for g, first in from_b.items():
+        on = batch >= first
+        per_sample = _sum_at_least([r["mmap"][g] for r in rows], arch_id, min_size)
+        big_w = np.array([r["big_w"][g] for r in rows], dtype=np.int64)
+        big_w = big_w.reshape(n_arch, len(_E_LEVELS))
+        mmap_elems += on * (per_sample * batch + big_w[arch_id, e_level])
+    mmap = mmap_elems * e
     if "runtime" in frame.columns:
         torch_rows = frame["runtime"].astype(str).to_numpy() == "torch"
         native, onednn_w = np.where(torch_rows, native, 0), np.where(torch_rows, onednn_w, 0)
+        mmap = np.where(torch_rows, mmap, 0)
     out = {
         "flops": flops,
         "native_conv_flops": native,
         "onednn_weight_mb": onednn_w * e / _MB,
+        "mmap_mb": mmap / _MB,
         "params": params,
     }
     weight_max = table("weight_max")[arch_id]
@@ -740,6 +822,7 @@ class _ForwardTracer(TorchDispatchMode):
         self.act_max = 0
         self.native_conv_flops = 0
         self.onednn_weight_bytes = 0
+        self.mmap_bytes = 0
         self.counts = {"conv": 0, "bn": 0, "linear": 0}
         self.residual_shapes: list[tuple[int, ...]] = []
         self._known: dict[int, weakref.ref] = {}
@@ -799,6 +882,7 @@ class _ForwardTracer(TorchDispatchMode):
             if t.is_floating_point():
                 self.act_total += nbytes
                 self.act_max = max(self.act_max, nbytes)
+                self.mmap_bytes += _mmapped(nbytes)
         ws = _op_workspace_bytes(name, args, kwargs, outs[0] if outs else None, self.elem)
         g = _conv2d_geometry(name, args, kwargs, outs[0] if outs else None)
         if g is not None:
@@ -806,6 +890,10 @@ class _ForwardTracer(TorchDispatchMode):
                 self.native_conv_flops += g["flops"]
             else:
                 self.onednn_weight_bytes += g["weights"] * self.elem
+                n, c = g["x"][:2]
+                src = 0 if c <= _IN_PLACE_MAX_CHANNELS else math.prod(g["x"])
+                for elems in (g["weights"], src, math.prod(g["out"])):
+                    self.mmap_bytes += _mmapped(elems * self.elem)
         self.peak = max(self.peak, self.live + ws)
         if name in _CONV_OPS:
             self.counts["conv"] += 1
@@ -824,6 +912,10 @@ class _ForwardTracer(TorchDispatchMode):
             ):
                 self.residual_shapes.append(tuple(a.shape[1:]))
         return out
+
+
+def _mmapped(nbytes: int) -> int:
+    return nbytes if nbytes >= _MMAP_MIN_BYTES else 0
 
 
 def _resolve_dtype(dtype: torch.dtype | str) -> tuple[torch.dtype, int]:
@@ -920,6 +1012,7 @@ def trace_features(
         "flops": flops,
         "native_conv_flops": tracer.native_conv_flops,
         "onednn_weight_mb": tracer.onednn_weight_bytes / _MB,
+        "mmap_mb": tracer.mmap_bytes / _MB,
         "params": n_params,
     }
     result.update({k: float(v[0]) for k, v in derived.items()})

@@ -59,6 +59,63 @@ def test_closed_form_equals_trace_for_every_precision_and_batch(
         assert {k: row[k] for k in FEATURE_COLUMNS} == traced
 
 
+def test_mmap_mb_counts_the_per_call_buffers_of_at_least_32_mib() -> None:
+    from torch import nn
+
+    def mmap(module: nn.Module, shape: tuple) -> float:
+        return trace_features(module, shape)["mmap_mb"]
+
+    mib32 = 32 * 2**20
+    # a 1024->1024 3x3 conv: 37.7 MB of weights, reordered by oneDNN from batch 2 (at batch 1
+    # on a 4x4 input it runs natively); its 64 KB activations stay far below the threshold
+    big = nn.Conv2d(1024, 1024, 3, padding=1, bias=False)
+    assert mmap(big, (1, 1024, 4, 4)) == 0
+    assert mmap(big, (2, 1024, 4, 4)) == 1024 * 1024 * 9 * 4 / 1e6
+    assert mmap(nn.Conv2d(960, 960, 3, padding=1, bias=False), (2, 960, 4, 4)) == 0  # 31.6 MiB
+    # an out-of-place batch norm output of exactly 32 MiB counts; one element less does not
+    bn = nn.BatchNorm2d(8)
+    assert mmap(bn, (1, 8, 1024, 1024)) == mib32 / 1e6
+    assert mmap(bn, (1, 8, 1024 * 1024 - 1, 1)) == 0
+    # a oneDNN 1x1 conv with a 51 MB output: the output and oneDNN's blocked copy of it; its
+    # 12.8 MB input copy stays below; natively (batch 15 here) only the output
+    conv = nn.Conv2d(64, 256, 1, bias=False)
+    out16 = 16 * 256 * 56 * 56 * 4
+    assert mmap(conv, (16, 64, 56, 56)) == 2 * out16 / 1e6
+    assert mmap(conv, (15, 64, 56, 56)) == out16 * 15 / 16 / 1e6
+    # the input copy counts when it is large, except a 3-channel input (read in place)
+    down = nn.Conv2d(256, 64, 1, bias=False)
+    assert mmap(down, (16, 256, 56, 56)) == out16 / 1e6  # input copy only: out is 12.8 MB
+    stem = nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False)
+    stem_out = 48 * 64 * 112 * 112 * 4
+    assert mmap(stem, (48, 3, 224, 224)) == 2 * stem_out / 1e6  # 28.9 MB input, in place
+    assert mmap(stem, (96, 3, 224, 224)) == 4 * stem_out / 1e6  # 57.8 MB input, in place
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        Config("basic", 50, 2.0, 32, 2),  # reordered weights >= 32 MiB
+        Config("bottleneck", 50, 1.0, 224, 16),  # activations and copies >= 32 MiB
+        Config("bottleneck", 26, 1.0, 224, 15),  # the 1x1 convs native: no copies
+        Config("basic", 18, 1.0, 224, 64, "fp16"),
+        Config("bottleneck", 50, 1.0, 224, 200, "int8"),
+    ],
+)
+def test_closed_form_equals_trace_where_buffers_are_mmapped(config: Config) -> None:
+    row = _features(config).iloc[0]
+    assert row["mmap_mb"] > 0
+    assert {k: row[k] for k in FEATURE_COLUMNS} == _trace(config)
+
+
+def test_mmap_mb_is_not_linear_in_batch() -> None:
+    feats = _features(*(Config("basic", 18, 1.0, 224, b) for b in (1, 8, 16, 32, 64)))
+    mm = feats["mmap_mb"].to_numpy()
+    act_max = feats["act_mb_max"].to_numpy()
+    assert act_max[1] * 1e6 < 32 * 2**20 and mm[0] == mm[1] == 0 < mm[2]
+    # 16 -> 32: the same buffers, twice the size; 32 -> 64: more buffers cross 32 MiB
+    assert mm[3] == pytest.approx(2 * mm[2]) and mm[4] > 2 * mm[3]
+
+
 # -- known figures (torchvision's ResNets) ---------------------------------------------------
 def test_resnet50_and_resnet18_figures() -> None:
     r50 = Config("bottleneck", 50, 1.0, 224, 1)
@@ -288,7 +345,10 @@ def test_compute_features_defaults_precision_and_handles_empty_frames() -> None:
     pd.testing.assert_frame_equal(compute_features(frame), compute_features(with_prec))
     # the PyTorch dispatch columns are 0 for other runtimes; nothing else depends on it
     ort = compute_features(frame.assign(runtime="onnxruntime"))
-    torch_only = ["native_conv_flops", "onednn_weight_mb"]
+    torch_only = ["native_conv_flops", "onednn_weight_mb", "mmap_mb"]
+    big = frame.assign(resolution=224, batch_size=64)
+    assert compute_features(big.assign(runtime="onnxruntime"))["mmap_mb"][0] == 0
+    assert compute_features(big)["mmap_mb"][0] > 0
     assert (ort[torch_only] == 0).all().all() and compute_features(frame)["onednn_weight_mb"][0] > 0
     pd.testing.assert_frame_equal(
         ort.drop(columns=torch_only), compute_features(frame).drop(columns=torch_only)

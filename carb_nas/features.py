@@ -380,12 +380,17 @@ def _simulate(
         "act_total": acts.sum(axis=0),
         "act_max": acts.max(axis=0),
     }
+
     def stack(items: list[Any]) -> np.ndarray:
         rows = [np.broadcast_to(np.asarray(v, dtype=np.int64), (m,)) for v in items]
         return np.stack(rows) if rows else np.zeros((0, m), dtype=np.int64)
 
     copies = {g: stack(items) for g, items in sim.copies.items()}
-    groups = {"any": np.concatenate([acts, copies["any"]]), "b2": copies["b2"], "b16": copies["b16"]}
+    groups = {
+        "any": np.concatenate([acts, copies["any"]]),
+        "b2": copies["b2"],
+        "b16": copies["b16"],
+    }
     mmap = [{g: _suffix_table(items[:, i]) for g, items in groups.items()} for i in range(m)]
     big_w = {g: v.T.tolist() for g, v in sim.big_w.items()}
     lists = {k: v.tolist() for k, v in columns.items()}

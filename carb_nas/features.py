@@ -391,7 +391,8 @@ def _simulate(
         "b2": copies["b2"],
         "b16": copies["b16"],
     }
-    mmap = [{g: _suffix_table(items[:, i]) for g, items in groups.items()} for i in range(m)]
+    tables = {g: _suffix_tables(items) for g, items in groups.items()}
+    mmap = [{g: t[i] for g, t in tables.items()} for i in range(m)]
     big_w = {g: v.T.tolist() for g, v in sim.big_w.items()}
     lists = {k: v.tolist() for k, v in columns.items()}
     peak1_rows = np.stack(peak1, axis=1).tolist()
@@ -415,12 +416,17 @@ def _simulate(
     ]
 
 
-def _suffix_table(sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct positive ``sizes`` ascending, and for each the sum of all sizes at least as
-    large (one trailing 0): what :func:`_sum_at_least` looks up."""
-    values, counts = np.unique(sizes[sizes > 0], return_counts=True)
-    suffix = np.concatenate([np.cumsum((values * counts)[::-1])[::-1], [0]])
-    return values.astype(np.int64), suffix.astype(np.int64)
+def _suffix_tables(sizes: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per column of ``sizes`` (n_items, m): its distinct positive sizes ascending, and for
+    each the sum of all sizes at least as large (one trailing 0): what
+    :func:`_sum_at_least` looks up."""
+    v = np.sort(sizes, axis=0)
+    suffix = np.cumsum(v[::-1], axis=0)[::-1]
+    keep = v > 0
+    keep[1:] &= v[1:] != v[:-1]  # the first of equal sizes carries the sum of all of them
+    return [
+        (v[keep[:, i], i], np.append(suffix[keep[:, i], i], 0)) for i in range(sizes.shape[1])
+    ]
 
 
 _ARCH_STRIDE = 2**40  # per-sample element counts stay far below this

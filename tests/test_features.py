@@ -417,3 +417,16 @@ def test_envelope_lines_give_the_maximum_of_all_lines() -> None:
         fast = (kept[:, :1] * xs + kept[:, 1:]).max(axis=0)
         np.testing.assert_array_equal(fast, brute)
         assert len(lines) <= k
+
+
+def test_sum_at_least_matches_brute_force() -> None:
+    from carb_nas.features import _suffix_tables, _sum_at_least
+
+    rng = np.random.default_rng(0)
+    sizes = rng.integers(0, 50, size=(30, 7))  # zeros and repeated sizes included
+    tables = _suffix_tables(sizes)
+    arch = rng.integers(0, 7, size=500)
+    limit = rng.integers(1, 60, size=500)
+    want = [sizes[:, a][sizes[:, a] >= t].sum() for a, t in zip(arch, limit)]
+    np.testing.assert_array_equal(_sum_at_least(tables, arch, limit), want)
+    assert len(_sum_at_least(tables, arch[:0], limit[:0])) == 0

@@ -57,6 +57,11 @@ tensors keep 8 bytes and the CPU kernels' float temporaries below keep 4):
     In-place ops (``relu_``, ``out += identity``), views (``flatten``), integer outputs
     (max-pool indices) and kernel workspaces are not activations. ``act_mb_total`` sums
     their sizes, ``act_mb_max`` is the largest one.
+``pool_in_mb``
+    Bytes read by max-pooling layers (in these ResNets, the stem's). Eager PyTorch's CPU max
+    pool is slow for its size: about 1.4 ms per MB of input here with one thread, against
+    0.05 for a batch norm over the same tensor, so a wide, high-resolution stem costs more in
+    its pool than in many convolutions.
 ``weight_mb_max``
     The largest single parameter tensor (a conv or the linear weight), ``x e / 1e6``.
 ``input_mb``
@@ -128,6 +133,7 @@ FEATURE_COLUMNS = (
     "input_mb",
     "act_mb_total",
     "act_mb_max",
+    "pool_in_mb",
     "compute_intensity",
     "log_flops_per_param",
     "n_conv",
@@ -377,6 +383,7 @@ def _simulate(
         "weight_max": weight_max,
         "bn_channels": sim.bn_channels,
         "input": 3 * res * res,
+        "pool_in": np.broadcast_to(stem, (m,)),
         "act_total": acts.sum(axis=0),
         "act_max": acts.max(axis=0),
     }
@@ -424,9 +431,7 @@ def _suffix_tables(sizes: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
     suffix = np.cumsum(v[::-1], axis=0)[::-1]
     keep = v > 0
     keep[1:] &= v[1:] != v[:-1]  # the first of equal sizes carries the sum of all of them
-    return [
-        (v[keep[:, i], i], np.append(suffix[keep[:, i], i], 0)) for i in range(sizes.shape[1])
-    ]
+    return [(v[keep[:, i], i], np.append(suffix[keep[:, i], i], 0)) for i in range(sizes.shape[1])]
 
 
 _ARCH_STRIDE = 2**40  # per-sample element counts stay far below this
@@ -676,6 +681,7 @@ def compute_features(frame: pd.DataFrame) -> pd.DataFrame:
     act_total = table("act_total")[arch_id] * batch * e
     act_max = table("act_max")[arch_id] * batch * e
     input_bytes = table("input")[arch_id] * batch * e
+    pool_in = table("pool_in")[arch_id] * batch * e
     n_bn = n_bn_a[arch_id]
     # resident: parameters + BN running stats (+ an int64 counter per BN) + input
     resident = (params + 2 * bn_ch_a[arch_id]) * e + _INDEX_BYTES * n_bn + input_bytes
@@ -716,6 +722,7 @@ def compute_features(frame: pd.DataFrame) -> pd.DataFrame:
     out.update(
         _derive(flops, params, e, weight_max, input_bytes, act_total, act_max, resident + extra)
     )
+    out["pool_in_mb"] = pool_in / _MB
     out["n_conv"] = table("n_conv")[arch_id]
     out["n_bn"] = n_bn
     out["n_linear"] = table("n_linear")[arch_id]
@@ -738,6 +745,7 @@ _BN_OPS = {
 }
 _LINEAR_OPS = {"linear", "addmm", "mm", "matmul", "bmm"}
 _ADD_OPS = {"add", "add_"}
+_MAX_POOL_OPS = {"max_pool2d", "max_pool2d_with_indices"}
 
 
 def _op_name(func: Any) -> str:
@@ -834,6 +842,7 @@ class _ForwardTracer(TorchDispatchMode):
         self.native_conv_flops = 0
         self.onednn_weight_bytes = 0
         self.mmap_bytes = 0
+        self.pool_in_bytes = 0
         self.counts = {"conv": 0, "bn": 0, "linear": 0}
         self.residual_shapes: list[tuple[int, ...]] = []
         self._known: dict[int, weakref.ref] = {}
@@ -895,6 +904,8 @@ class _ForwardTracer(TorchDispatchMode):
                 self.act_max = max(self.act_max, nbytes)
                 self.mmap_bytes += _mmapped(nbytes)
         ws = _op_workspace_bytes(name, args, kwargs, outs[0] if outs else None, self.elem)
+        if name in _MAX_POOL_OPS:
+            self.pool_in_bytes += args[0].numel() * self.elem
         g = _conv2d_geometry(name, args, kwargs, outs[0] if outs else None)
         if g is not None:
             if _is_native_conv(g):
@@ -1024,6 +1035,7 @@ def trace_features(
         "native_conv_flops": tracer.native_conv_flops,
         "onednn_weight_mb": tracer.onednn_weight_bytes / _MB,
         "mmap_mb": tracer.mmap_bytes / _MB,
+        "pool_in_mb": tracer.pool_in_bytes / _MB,
         "params": n_params,
     }
     result.update({k: float(v[0]) for k, v in derived.items()})

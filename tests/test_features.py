@@ -127,6 +127,8 @@ def test_resnet50_and_resnet18_figures() -> None:
     assert feats["n_blocks"].tolist() == [16, 8]
     assert feats["n_stages"].tolist() == [4, 4]
     assert feats["n_linear"].tolist() == [1, 1]
+    # the stem's max-pool reads the 64 x 112 x 112 stem output
+    assert feats["pool_in_mb"].tolist() == [64 * 112 * 112 * 4 / 1e6] * 2
     # the closed-form FLOPs are FlopCounterMode's on a real forward pass
     model = build_model(r18)
     with torch.inference_mode(), FlopCounterMode(display=False) as counter:
@@ -139,7 +141,7 @@ def test_resnet50_and_resnet18_figures() -> None:
 def test_batch_scales_per_batch_columns_linearly() -> None:
     base = Config("bottleneck", 65, 0.5, 64, 2)
     feats = _features(base, base.replace(batch_size=8), base.replace(batch_size=32))
-    for col in ("flops", "act_mb_total", "act_mb_max", "input_mb"):
+    for col in ("flops", "act_mb_total", "act_mb_max", "input_mb", "pool_in_mb"):
         np.testing.assert_allclose(feats[col].to_numpy() / feats[col].iloc[0], [1, 4, 16])
     for col in ("params", "param_mb", "weight_mb_max", "n_conv", "n_bn", "n_blocks"):
         assert feats[col].nunique() == 1, col

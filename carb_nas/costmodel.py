@@ -1478,17 +1478,18 @@ def model_inputs(frame: pd.DataFrame) -> pd.DataFrame:
 
 # Per-batch resources whose fitted non-negative costs sum to a latency (or energy) prior:
 # arithmetic (with the slower native-kernel FLOPs counted again), weights read, activations
-# written, pages faulted in for buffers of >= 32 MiB, max-pool input, and a per-layer overhead.
-# On the shipped torch rows the fit prices ``mmap_mb`` at 0.37 ms/MB and ``pool_in_mb`` at
-# 1.6-1.7 ms/MB, close to what micro-benchmarks of those ops measure (0.4 and 1.4-1.6); it gives
-# ``onednn_weight_mb`` zero cost (the trees use it), so that column is left out.
+# written, pages faulted in for buffers of >= 32 MiB, and a per-layer overhead. On the shipped
+# torch rows the fit prices ``mmap_mb`` at 0.37 ms/MB, as a micro-benchmark measures it (0.4).
+# Left out, though the trees use them: ``onednn_weight_mb`` (fitted at zero cost) and
+# ``pool_in_mb`` (its cost per MB is not stable across batch sizes: on ONNX Runtime INT8 it
+# fits at 3.4 ms/MB on batch > 8 and 1.0 on batch <= 8, and leave-one-batch-tier-out latency
+# R2 fell from 0.77 to 0.15 with it).
 _RESOURCE_COLUMNS = [
     "flops",
     "native_conv_flops",
     "param_mb",
     "act_mb_total",
     "mmap_mb",
-    "pool_in_mb",
     "n_conv",
 ]
 PHYSICAL_OFFSETS: dict[str, str | list[str]] = {

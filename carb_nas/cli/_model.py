@@ -129,8 +129,8 @@ def _summary(report: dict[str, Any]) -> list[str]:
     "--physical-offsets",
     is_flag=True,
     help="Offsets peak_mem_mb=tensor_peak_mb and, for latency_ms and energy_j, the fitted "
-    "sum flops+native_conv_flops+param_mb+act_mb_total+mmap_mb+pool_in_mb+n_conv, for the "
-    "targets present (not part of CARB; extrapolates better).",
+    "sum flops+native_conv_flops+param_mb+act_mb_total+mmap_mb+n_conv, for the targets "
+    "present (not part of CARB; extrapolates better).",
 )
 @click.option(
     "--space",

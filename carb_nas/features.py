@@ -151,6 +151,7 @@ _INDEX_BYTES = 8  # max-pool indices are int64
 _NATIVE_CONV_MAX_NUMEL = 20480  # PyTorch's use_mkldnn threshold for batch-1 inputs
 _NATIVE_1X1_MAX_BATCH = 15  # one thread: unstrided 1x1 convs below batch 16 skip oneDNN
 _MMAP_MIN_BYTES = 32 * 2**20  # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit: always mmap'd
+_N_TIERS = 3  # batch 1 / 2-15 / >= 16: the batches that send more convs to oneDNN
 _IN_PLACE_MAX_CHANNELS = 3  # oneDNN's first-layer kernels read a plain 3-channel input as is
 
 
@@ -392,15 +393,15 @@ def _simulate(
         rows = [np.broadcast_to(np.asarray(v, dtype=np.int64), (m,)) for v in items]
         return np.stack(rows) if rows else np.zeros((0, m), dtype=np.int64)
 
+    # per batch tier (batch 1, 2-15, >= 16) the buffers present: cumulative, since each tier
+    # sends more convs to oneDNN
     copies = {g: stack(items) for g, items in sim.copies.items()}
-    groups = {
-        "any": np.concatenate([acts, copies["any"]]),
-        "b2": copies["b2"],
-        "b16": copies["b16"],
-    }
-    tables = {g: _suffix_tables(items) for g, items in groups.items()}
-    mmap = [{g: t[i] for g, t in tables.items()} for i in range(m)]
-    big_w = {g: v.T.tolist() for g, v in sim.big_w.items()}
+    tier_items = [np.concatenate([acts, copies["any"]])]
+    tier_items += [np.concatenate([tier_items[-1], copies["b2"]])]
+    tier_items += [np.concatenate([tier_items[-1], copies["b16"]])]
+    tier_tables = [_suffix_tables(items) for items in tier_items]
+    tier_w = np.cumsum(np.stack([sim.big_w[g] for g in ("any", "b2", "b16")]), axis=0)
+    big_w = tier_w.transpose(2, 0, 1).tolist()  # (m, tier, element size)
     lists = {k: v.tolist() for k, v in columns.items()}
     peak1_rows = np.stack(peak1, axis=1).tolist()
     fixed = {
@@ -415,8 +416,8 @@ def _simulate(
             **{k: v[i] for k, v in lists.items()},
             **fixed,
             "peak1": peak1_rows[i],
-            "mmap": mmap[i],
-            "big_w": {g: v[i] for g, v in big_w.items()},
+            "mmap": [t[i] for t in tier_tables],
+            "big_w": big_w[i],
             "lines": [lines[li][i] for li in range(len(_E_LEVELS))],
         }
         for i in range(m)
@@ -434,23 +435,23 @@ def _suffix_tables(sizes: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
     return [(v[keep[:, i], i], np.append(suffix[keep[:, i], i], 0)) for i in range(sizes.shape[1])]
 
 
-_ARCH_STRIDE = 2**40  # per-sample element counts stay far below this
+_TABLE_STRIDE = 2**40  # per-sample element counts stay far below this; 2**23 tables fit
 
 
 def _sum_at_least(
-    tables: Sequence[tuple[np.ndarray, np.ndarray]], arch_id: np.ndarray, min_size: np.ndarray
+    tables: Sequence[tuple[np.ndarray, np.ndarray]], table_id: np.ndarray, min_size: np.ndarray
 ) -> np.ndarray:
-    """Per row, the sum of its architecture's sizes that are >= ``min_size`` (vectorized: one
-    search over all architectures' tables laid end to end, offset by architecture)."""
-    if not len(arch_id):
+    """Per row, the sum of the sizes in ``tables[table_id]`` that are >= ``min_size``
+    (vectorized: one search over all tables laid end to end, offset by table)."""
+    if not len(table_id):
         return np.zeros(0, dtype=np.int64)
     lengths = np.array([len(v) for v, _ in tables], dtype=np.int64)
-    offsets = np.repeat(np.arange(len(tables), dtype=np.int64) * _ARCH_STRIDE, lengths)
+    offsets = np.repeat(np.arange(len(tables), dtype=np.int64) * _TABLE_STRIDE, lengths)
     keys = np.concatenate([v for v, _ in tables]) + offsets
     suffix = np.concatenate([sfx for _, sfx in tables])
-    limit = np.minimum(min_size, _ARCH_STRIDE - 1)
-    pos = np.searchsorted(keys, arch_id * _ARCH_STRIDE + limit, side="left")
-    return suffix[pos + arch_id]  # each table's suffix has one extra entry
+    limit = np.minimum(min_size, _TABLE_STRIDE - 1)
+    pos = np.searchsorted(keys, table_id * _TABLE_STRIDE + limit, side="left")
+    return suffix[pos + table_id]  # each table's suffix has one extra entry
 
 
 def _envelope_lines(
@@ -698,14 +699,13 @@ def compute_features(frame: pd.DataFrame) -> pd.DataFrame:
     # buffers of >= 32 MiB: per-sample sizes x with x * batch * e >= the threshold, plus the
     # reordered weights; each class only at the batches that send its convs to oneDNN
     min_size = -(-_MMAP_MIN_BYTES // (batch * e))
-    from_b = {"any": 1, "b2": 2, "b16": _NATIVE_1X1_MAX_BATCH + 1}
-    mmap_elems = np.zeros(n, dtype=np.int64)
-    for g, first in from_b.items():
-        on = batch >= first
-        per_sample = _sum_at_least([r["mmap"][g] for r in rows], arch_id, min_size)
-        big_w = np.array([r["big_w"][g] for r in rows], dtype=np.int64)
-        big_w = big_w.reshape(n_arch, len(_E_LEVELS))
-        mmap_elems += on * (per_sample * batch + big_w[arch_id, e_level])
+    tier = (batch >= 2).astype(np.int64) + (batch > _NATIVE_1X1_MAX_BATCH)
+    per_sample = _sum_at_least(
+        [t for r in rows for t in r["mmap"]], arch_id * _N_TIERS + tier, min_size
+    )
+    big_w = np.array([r["big_w"] for r in rows], dtype=np.int64)
+    big_w = big_w.reshape(n_arch, _N_TIERS, len(_E_LEVELS))
+    mmap_elems = per_sample * batch + big_w[arch_id, tier, e_level]
     mmap = mmap_elems * e
     if "runtime" in frame.columns:
         torch_rows = frame["runtime"].astype(str).to_numpy() == "torch"

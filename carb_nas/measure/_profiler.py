@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import gc
 import json
+import os
 import platform as _platform
 import time
 from datetime import UTC, datetime
@@ -66,6 +67,27 @@ def _is_oom(e: BaseException) -> bool:
         return True
     text = str(e).lower()
     return "out of memory" in text or "can't allocate memory" in text or "bad_alloc" in text
+
+
+def allocator_fingerprint() -> dict[str, Any]:
+    """The C library and the environment that change how its allocator serves this process.
+
+    Eager PyTorch on the CPU allocates through ``malloc``; buffers of at least glibc's mmap
+    threshold get fresh pages on every call, which costs ~0.4 ms per MB here (the ``mmap_mb``
+    feature). ``MALLOC_*`` settings, ``GLIBC_TUNABLES`` or a preloaded allocator (jemalloc,
+    tcmalloc) remove most of that, so rows measured under them are not comparable. Preloaded
+    libraries are named by file name only (no paths, so no user or host names).
+    """
+    libc, version = _platform.libc_ver()
+    env = {
+        k: v
+        for k, v in sorted(os.environ.items())
+        if k.startswith("MALLOC_") or k == "GLIBC_TUNABLES"
+    }
+    preload = os.environ.get("LD_PRELOAD", "").replace(":", " ").split()
+    if preload:
+        env["LD_PRELOAD"] = " ".join(os.path.basename(p) for p in preload)
+    return {"libc": f"{libc} {version}".strip() or None, "env": env}
 
 
 class Profiler:
@@ -164,6 +186,7 @@ class Profiler:
             "protocol_params": self.protocol.params(),
             "meter": self.meter.name,
         }
+        fp["allocator"] = allocator_fingerprint()
         fp["locked_sm_clock_mhz"] = self.lock_sm_clock_mhz  # None: clocks as found
         if self.counter_update_period_s is not None:
             fp["energy_counter_update_period_s"] = self.counter_update_period_s

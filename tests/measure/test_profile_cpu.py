@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
@@ -67,6 +68,7 @@ def _check_row(row: dict, platform: str) -> None:
     fp = json.loads(row["fingerprint"])
     assert fp["threads"] == 1 and fp["platform"] == platform and "torch" in fp
     assert not {"hostname", "user", "node"} & set(fp)
+    assert set(fp["allocator"]) == {"libc", "env"}
     assert json.loads(row["protocol_params"])["target_ci_rel"] == 0.02
 
 
@@ -202,3 +204,20 @@ def test_swapping_the_protocol_keeps_the_model_and_records_the_new_one():
     assert json.loads(second["protocol_params"])["min_runs"] == 100 and second["n_runs"] == 100
     assert json.loads(second["fingerprint"])["protocol"] == "carb"
     prof.close()
+
+
+def test_fingerprint_records_the_allocator_environment(monkeypatch):
+    from carb_nas.measure._profiler import allocator_fingerprint
+
+    for k in [k for k in os.environ if k.startswith("MALLOC_")]:
+        monkeypatch.delenv(k)
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    assert allocator_fingerprint()["env"] == {}
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "4294967296")
+    monkeypatch.setenv("LD_PRELOAD", "/home/someone/lib/libjemalloc.so.2:/opt/x/libfoo.so")
+    env = allocator_fingerprint()["env"]
+    assert env == {
+        "MALLOC_MMAP_THRESHOLD_": "4294967296",
+        "LD_PRELOAD": "libjemalloc.so.2 libfoo.so",
+    }

@@ -46,8 +46,13 @@ tensors keep 8 bytes and the CPU kernels' float temporaries below keep 4):
     input in place). Measured here with ``MALLOC_MMAP_THRESHOLD_`` raised as the control: a
     1024->1024 3x3 conv at batch 2 on a 4x4 input (37.7 MB of weights) 22.6 ms -> 8.6 ms; a
     960-channel one (33.2 MB, under 32 MiB) has no such gap; a batch-norm over 51 MB
-    24 ms -> 2.5 ms; a 64->256 1x1 conv with a 51 MB output 54.5 ms -> 12.7 ms (two copies).
-    0 for other runtimes (ONNX Runtime keeps its buffers in an arena). Not linear in batch.
+    24 ms -> 2.5 ms; a 64->256 1x1 conv with a 51 MB output 54.5 ms -> 12.7 ms (two copies);
+    whole networks of the shipped torch dataset lose 0.36-0.39 ms per counted MB (basic-50
+    width 2 at batch 2: 190 ms -> 67 ms; ``benchmarks/page_faults.py``). The cost depends on
+    the heap's history: glibc serves a large request from a free heap chunk that fits before
+    it maps new pages, so a process that has just freed other large buffers may not pay it.
+    Fresh processes and the profiler's campaigns do. 0 for other runtimes (ONNX Runtime
+    keeps its buffers in an arena). Not linear in batch.
 ``params``, ``param_mb``
     Number of parameters (conv and linear weights, linear bias, BN weight and bias; BN running
     statistics are buffers, not parameters) and their size, ``params x e / 1e6``.

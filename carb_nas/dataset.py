@@ -44,6 +44,12 @@ SCHEMA: dict[str, tuple[str, bool, str]] = {
     "latency_ci_rel": ("float", False, "95% CI half-width of the median / median"),
     "n_runs": ("int", False, "timed runs"),
     "timing_s": ("float", False, "wall seconds spent timing (cap reached if >= protocol cap)"),
+    "minor_faults_per_run": (
+        "float",
+        False,
+        "minor page faults of the profiling process per timed run (getrusage): about 244 per "
+        "MB of buffers mapped anew on each call; empty in rows from before it was recorded",
+    ),
     # energy
     "energy_j": ("float", False, "energy per batch, J (empty without a meter)"),
     "energy_reason": ("str", False, "why energy_j is empty, e.g. meter=none"),

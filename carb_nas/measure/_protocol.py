@@ -153,6 +153,8 @@ class TimingResult:
     latency_ci_rel: float | None  # None: too few runs for a CI at the protocol's confidence
     n_runs: int
     timing_s: float
+    # minor page faults of this process per timed run; None where getrusage is missing
+    minor_faults_per_run: float | None = None
 
     def as_row(self) -> dict:
         return asdict(self)
@@ -176,6 +178,7 @@ def time_runs(run_once_s: Callable[[], float], protocol: Protocol) -> TimingResu
     was_enabled = gc.isenabled()
     gc.disable()
     try:
+        faults_before = _minor_faults()
         start = time.perf_counter()
         check_every = 1
         while True:
@@ -199,6 +202,7 @@ def time_runs(run_once_s: Callable[[], float], protocol: Protocol) -> TimingResu
                     break
                 check_every = max(1, n // 20)  # sorting stays O(n log n) amortized-cheap
         timing_s = time.perf_counter() - start
+        faults = _minor_faults()
     finally:
         if was_enabled:
             gc.enable()
@@ -215,4 +219,21 @@ def time_runs(run_once_s: Callable[[], float], protocol: Protocol) -> TimingResu
         latency_ci_rel=None if len(s) < n_ci else (hi - lo) / 2 / med if med > 0 else math.inf,
         n_runs=len(s),
         timing_s=timing_s,
+        minor_faults_per_run=(
+            None if faults is None or faults_before is None else (faults - faults_before) / len(s)
+        ),
     )
+
+
+def _minor_faults() -> int | None:
+    """This process's minor page faults so far (``getrusage``; None where there is none).
+
+    Eager PyTorch pays a fault per 4 KiB page of every buffer glibc maps anew on each call
+    (those of at least 32 MiB, unless a free heap chunk fits): the count tells whether a
+    measurement paid that cost, which depends on the process's history.
+    """
+    try:
+        import resource
+    except ImportError:  # not on POSIX
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt

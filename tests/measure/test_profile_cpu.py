@@ -62,6 +62,7 @@ def _check_row(row: dict, platform: str) -> None:
     assert 0.001 < row["latency_ms"] < 1000
     assert row["latency_p90_ms"] >= row["latency_ms"] * 0.999
     assert row["n_runs"] >= FAST.min_runs and row["latency_cv"] >= 0
+    assert row["minor_faults_per_run"] >= 0
     assert row["peak_mem_mb"] > 0
     assert row["meter"] == "none" and row["energy_j"] is None
     assert row["energy_reason"].startswith("meter=none")

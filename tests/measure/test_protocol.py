@@ -106,3 +106,42 @@ def test_min_time_keeps_timing_past_a_narrow_early_ci():
     assert res.timing_s >= 0.05 and res.n_runs > 6
     with pytest.raises(ConfigError, match="min_time_s"):
         Protocol(min_time_s=-0.1)
+
+
+_FAULTS_CHILD = """
+import json, torch
+from torch import nn
+from carb_nas.features import trace_features
+from carb_nas.measure import Protocol, time_runs
+torch.set_num_threads(1)
+conv = nn.Conv2d(1024, 1024, 3, padding=1, bias=False).eval()
+x = torch.randn(2, 1024, 4, 4)
+small = nn.Conv2d(960, 960, 3, padding=1, bias=False).eval()
+y = torch.randn(2, 960, 4, 4)
+proto = Protocol.named("carb", warmup_runs=2, min_runs=5, max_runs=5)
+def timed(m, v):
+    def once():
+        with torch.inference_mode():
+            m(v)
+        return 0.001
+    return time_runs(once, proto).minor_faults_per_run
+print(json.dumps({
+    "big": timed(conv, x), "small": timed(small, y),
+    "big_mb": trace_features(conv, (2, 1024, 4, 4))["mmap_mb"],
+}))
+"""
+
+
+def test_minor_faults_per_run_see_the_buffers_mmap_mb_counts():
+    # a fresh process: whether a large buffer is mapped anew depends on the heap's history
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _FAULTS_CHILD], capture_output=True, text=True, check=True
+    )
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    pages = got["big_mb"] * 1e6 / 4096  # oneDNN's 37.7 MB weight copy, faulted in per call
+    assert pages * 0.95 < got["big"] < pages * 1.1
+    assert got["small"] < 100  # 31.6 MiB: glibc keeps it on the heap

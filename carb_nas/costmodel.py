@@ -1479,7 +1479,7 @@ def model_inputs(frame: pd.DataFrame) -> pd.DataFrame:
 # Per-batch resources whose fitted non-negative costs sum to a latency (or energy) prior:
 # arithmetic (with the slower native-kernel FLOPs counted again), weights read, activations
 # written, pages faulted in for buffers of >= 32 MiB, and a per-layer overhead. On the shipped
-# torch rows the fit prices ``mmap_mb`` at 0.37 ms/MB, as a micro-benchmark measures it (0.4).
+# torch rows the fit prices ``mmap_mb`` at 0.37 ms/MB; benchmarks/page_faults.py measures 0.36-0.39.
 # Left out, though the trees use them: ``onednn_weight_mb`` (fitted at zero cost) and
 # ``pool_in_mb`` (its cost per MB is not stable across batch sizes: on ONNX Runtime INT8 it
 # fits at 3.4 ms/MB on batch > 8 and 1.0 on batch <= 8, and leave-one-batch-tier-out latency

@@ -40,7 +40,7 @@ tensors keep 8 bytes and the CPU kernels' float temporaries below keep 4):
     forward pass: the buffers of at least 32 MiB, glibc's largest dynamic mmap threshold.
     glibc serves smaller buffers from its heap after the first pass, but maps each buffer
     that large anew and unmaps it when freed, so every page faults again on each call (this
-    machine: about 0.4 ms per MB, the cost of a 4 MB/ms stream). Counted: every activation
+    machine: about 0.4 ms per MB, as if written at 2.5 GB/s). Counted: every activation
     (below) and, for each convolution that goes through oneDNN, its reordered weight copy and
     blocked copies of its input and output (oneDNN's first-layer kernels read a 3-channel
     input in place). Measured here with ``MALLOC_MMAP_THRESHOLD_`` raised as the control: a
@@ -440,7 +440,7 @@ def _suffix_tables(sizes: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
     return [(v[keep[:, i], i], np.append(suffix[keep[:, i], i], 0)) for i in range(sizes.shape[1])]
 
 
-_TABLE_STRIDE = 2**40  # per-sample element counts stay far below this; 2**23 tables fit
+_TABLE_STRIDE = 2**40  # above any per-sample element count; < 2**23 tables fit in int64
 
 
 def _sum_at_least(
@@ -917,8 +917,8 @@ class _ForwardTracer(TorchDispatchMode):
                 self.native_conv_flops += g["flops"]
             else:
                 self.onednn_weight_bytes += g["weights"] * self.elem
-                n, c = g["x"][:2]
-                src = 0 if c <= _IN_PLACE_MAX_CHANNELS else math.prod(g["x"])
+                c_in = g["x"][1]
+                src = 0 if c_in <= _IN_PLACE_MAX_CHANNELS else math.prod(g["x"])
                 for elems in (g["weights"], src, math.prod(g["out"])):
                     self.mmap_bytes += _mmapped(elems * self.elem)
         self.peak = max(self.peak, self.live + ws)

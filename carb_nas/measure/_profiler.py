@@ -74,8 +74,9 @@ def allocator_fingerprint() -> dict[str, Any]:
 
     Eager PyTorch on the CPU allocates through ``malloc``; buffers of at least glibc's mmap
     threshold get fresh pages on every call, which costs ~0.4 ms per MB here (the ``mmap_mb``
-    feature). ``MALLOC_*`` settings, ``GLIBC_TUNABLES`` or a preloaded allocator (jemalloc,
-    tcmalloc) remove most of that, so rows measured under them are not comparable. Preloaded
+    feature). Raised ``MALLOC_MMAP_THRESHOLD_`` and ``MALLOC_TRIM_THRESHOLD_`` remove it
+    (measured), other ``MALLOC_*`` / ``GLIBC_TUNABLES`` settings or a preloaded allocator
+    (jemalloc, tcmalloc) may, so rows measured under them are not comparable. Preloaded
     libraries are named by file name only (no paths, so no user or host names).
     """
     libc, version = _platform.libc_ver()

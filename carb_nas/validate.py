@@ -12,7 +12,11 @@ budgets={"latency_ms": 50})`` profiles every config with :class:`carb_nas.measur
   (``energy_j`` without a meter) leaves the decision undecided, never guessed;
 - a warning when the model's platform fingerprint (device name, runtime) differs from the
   machine and runtime the measurements come from: the model is then scored against another
-  platform, and the report says so.
+  platform, and the report says so;
+- a warning when an eager-PyTorch CPU measurement did not pay the per-call page faults that
+  the ``mmap_mb`` feature counts (``minor_faults_per_run`` far below its ~244 pages per MB):
+  the process reused freed heap memory, so that latency is lower than in a fresh process,
+  which is what the shipped data and the model reflect.
 
 ``append=PATH`` adds the new measurement rows to a dataset CSV/Parquet (written atomically).
 ``report_dir`` gets ``validation.json``, ``validation.csv`` and two PNG plots: the Pareto front
@@ -47,7 +51,13 @@ from carb_nas.screen import (
 )
 from carb_nas.space import CONFIG_COLUMNS, frame_to_configs, read_table, write_table
 
-__all__ = ["validate", "ValidationResult", "fingerprint_mismatch", "DECISIONS"]
+__all__ = [
+    "validate",
+    "ValidationResult",
+    "fingerprint_mismatch",
+    "page_fault_shortfall",
+    "DECISIONS",
+]
 
 DECISIONS = ("true_accept", "false_accept", "true_reject", "false_reject", "undecided")
 
@@ -189,6 +199,42 @@ def fingerprint_mismatch(model: Any, device_name: str, runtime: str, device: str
     return out
 
 
+_PAGES_PER_MB = 1e6 / 4096
+_PAID_FRACTION = 0.5  # fewer faults than half the counted pages: the buffers were reused
+
+
+def page_fault_shortfall(configs: pd.DataFrame, measurements: pd.DataFrame) -> list[str]:
+    """Warnings for CPU rows that skipped the page faults ``mmap_mb`` prices (see module doc).
+
+    ``configs`` holds the config columns (with ``runtime``), ``measurements`` the profiler's
+    rows in the same order. Rows without ``minor_faults_per_run`` are not judged.
+    """
+    from carb_nas.features import compute_features
+
+    if "minor_faults_per_run" not in measurements or len(configs) == 0:
+        return []
+    expected = compute_features(configs)["mmap_mb"].to_numpy() * _PAGES_PER_MB
+    faults = pd.to_numeric(measurements["minor_faults_per_run"], errors="coerce").to_numpy(float)
+    judged = (measurements["status"] == "ok").to_numpy() & (
+        measurements["device"] == "cpu"
+    ).to_numpy()
+    short = judged & (expected > 0) & np.isfinite(faults) & (faults < _PAID_FRACTION * expected)
+    if not short.any():
+        return []
+    i = int(np.flatnonzero(short)[0])
+    c = configs.iloc[i]
+    return [
+        f"{int(short.sum())} config(s) did not pay the per-call page faults that the mmap_mb "
+        f"feature prices, e.g. {c['family']}-{c['depth']} width {c['width']} "
+        f"r{c['resolution']} batch {c['batch_size']}: {faults[i]:.0f} minor faults per run, "
+        f"about {expected[i]:.0f} expected. This process reused freed heap memory for their "
+        "buffers of 32 MiB or more, so their measured latency is lower than in a fresh "
+        "process, which is what the shipped data and the model reflect. Validate each of "
+        "them in a process of its own (carb-nas validate on a one-row file) to compare like "
+        "with like."
+    ]
+
+
 def _decision(pred_ok: bool, meas_ok: Any) -> str:
     if meas_ok is None or (isinstance(meas_ok, float) and np.isnan(meas_ok)):
         return "undecided"
@@ -280,6 +326,9 @@ def validate(
         if profiler is None:
             prof.close()
     meas = pd.DataFrame(measured, columns=list(SCHEMA))
+    for w in page_fault_shortfall(frame, meas):
+        warnings.warn(w, stacklevel=2)
+        warn.append(w)
 
     rows = frame.copy()
     rows["key"] = meas["key"].to_numpy()

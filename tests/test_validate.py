@@ -21,7 +21,7 @@ from carb_nas.cli import cli
 from carb_nas.errors import BudgetError, CampaignError, ModelError
 from carb_nas.measure import Profiler, Protocol
 from carb_nas.space import CONFIG_COLUMNS
-from carb_nas.validate import DECISIONS, fingerprint_mismatch, validate
+from carb_nas.validate import DECISIONS, fingerprint_mismatch, page_fault_shortfall, validate
 
 TINY = pd.DataFrame(
     [
@@ -262,3 +262,32 @@ def test_cpu_validation_defaults_to_the_models_thread_count(monkeypatch):
     with pytest.raises(Stop):
         val.validate(frame, "cpu", "torch", "fp32", model=model, budgets={"latency_ms": 5})
     assert seen["threads"] == 1
+
+
+def test_page_fault_shortfall_flags_runs_that_skipped_the_mmap_cost():
+    # basic-50 width 2 r32 batch 2: 339.7 MB of buffers mapped anew per call in a fresh
+    # process (~82,940 faults per run); the tiny config has none
+    configs = pd.DataFrame(
+        [
+            {"family": "basic", "depth": 50, "width": 2.0, "resolution": 32, "batch_size": 2},
+            {"family": "basic", "depth": 8, "width": 0.1, "resolution": 32, "batch_size": 1},
+        ]
+    ).assign(runtime="torch", precision="fp32")
+
+    def rows(faults, device="cpu"):
+        return pd.DataFrame({"status": "ok", "device": device, "minor_faults_per_run": faults})
+
+    (msg,) = page_fault_shortfall(configs, rows([120.0, 0.0]))
+    assert "1 config(s)" in msg and "basic-50 width 2.0 r32 batch 2" in msg and "120" in msg
+    assert page_fault_shortfall(configs, rows([82_953.0, 0.0])) == []  # paid, as in the data
+    assert page_fault_shortfall(configs, rows([0.0, 0.0], device="cuda")) == []
+    assert page_fault_shortfall(configs.assign(runtime="onnxruntime"), rows([0.0, 0.0])) == []
+    assert page_fault_shortfall(configs, rows([None, None])) == []  # not recorded: not judged
+    assert (
+        page_fault_shortfall(configs, rows([0.0, 0.0]).drop(columns="minor_faults_per_run")) == []
+    )
+
+
+def test_validation_of_small_configs_raises_no_page_fault_warning(measured):
+    assert (measured.measurements["minor_faults_per_run"] >= 0).all()
+    assert not [w for w in measured.warnings if "page faults" in w]

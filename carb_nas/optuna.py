@@ -30,6 +30,9 @@ What ``CostConstraints.suggest(trial, space)`` does, in this order:
    :meth:`optuna.trial.Trial.set_constraint`: value = predicted cost - budget (the upper end
    of the interval with a confidence), so a value <= 0 is feasible, as Optuna expects; a space
    with ``[limits]`` adds ``carb_nas.space.max_gflops_per_batch`` (GFLOPs per batch - limit);
+   ``normalize=True`` divides both by the budget (the scale ``carb-nas search`` writes). The
+   study records its scale (user attribute ``carb_nas.constraint_scale``) and refuses a writer
+   of the other one, so values of both never mix under the same names;
 4. with ``prune=True``, raises :class:`optuna.TrialPruned` when any constraint is > 0, before
    your objective spends anything on training.
 
@@ -62,6 +65,7 @@ __all__ = [
     "config_params",
     "trial_config",
     "stored_constraints",
+    "claim_constraint_scale",
     "PARAM_PREFIX",
 ]
 
@@ -82,6 +86,10 @@ _ATTR_PREDICTED = PARAM_PREFIX + "predicted."
 _ATTR_GFLOPS = PARAM_PREFIX + "gflops_per_batch"
 _ATTR_PRUNED = PARAM_PREFIX + "pruned_reason"
 _LIMIT_CONSTRAINT = PARAM_PREFIX + "space.max_gflops_per_batch"
+# study attribute: the scale of the study's carb_nas budget constraints ("absolute": cost -
+# budget; "relative": (cost - budget) / budget, what `carb-nas search` writes). Samplers sum
+# constraint values across trials, so one study must not mix the two under the same names.
+_ATTR_SCALE = PARAM_PREFIX + "constraint_scale"
 
 
 # -- parameters -------------------------------------------------------------------------------
@@ -225,6 +233,26 @@ def _record(trial: Any, constraints: Mapping[str, float]) -> None:
             set_constraint(name, value)
 
 
+def claim_constraint_scale(study: Any, relative: bool) -> None:
+    """Record on ``study`` the scale of its carb_nas budget constraints, or check it.
+
+    The first writer sets it; a later one with the other scale gets a
+    :class:`~carb_nas.errors.BudgetError` before anything is written.
+    """
+    scale = "relative" if relative else "absolute"
+    held = study.user_attrs.get(_ATTR_SCALE)
+    if held is None:
+        study.set_user_attr(_ATTR_SCALE, scale)
+    elif held != scale:
+        raise BudgetError(
+            f"study {study.study_name!r} holds carb_nas budget constraints on the {held} scale "
+            f"({'(cost - budget) / budget' if held == 'relative' else 'cost - budget'}), but "
+            f"this writer uses the {scale} scale: samplers would add up values of both under "
+            f"the same names. Use CostConstraints(..., normalize={held == 'relative'}) for "
+            "this study (carb-nas search writes the relative scale), or a new study."
+        )
+
+
 def suggest_config(trial: optuna.trial.BaseTrial, space: Space | str | Path) -> Config:
     """Suggest a config of ``space`` under the stable names of :func:`param_names`.
 
@@ -345,6 +373,7 @@ class CostConstraints:
         self.prune = prune
         self.normalize = normalize
         self._warned_spaces: set[str] = set()
+        self._scaled_studies: set[tuple[int, str]] = set()
 
     def __repr__(self) -> str:
         return (
@@ -380,6 +409,15 @@ class CostConstraints:
             )
         return out
 
+    def _check_scale(self, trial: Any) -> None:
+        study = getattr(trial, "study", None)
+        if study is None or not self.budgets:
+            return
+        key = (id(study), study.study_name)  # one storage read per study object
+        if key not in self._scaled_studies:
+            claim_constraint_scale(study, self.normalize)
+            self._scaled_studies.add(key)
+
     def _check_space(self, space: Space) -> None:
         trained_on = getattr(self.model, "space_fingerprint_", None)
         seen = space.fingerprint in self._warned_spaces
@@ -401,6 +439,7 @@ class CostConstraints:
         """
         space = _as_space(space)
         self._check_space(space)
+        self._check_scale(trial)
         config = _suggest(trial, space)
         constraints = _space_limit_constraints(config, space, trial)
         predicted = self.predict(config)

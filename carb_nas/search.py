@@ -606,6 +606,10 @@ def _run_optuna(
         )
     directions = ["maximize" if o == QUALITY else "minimize" for o in ev.objectives]
     study = open_study(storage, study_name, directions, sampler)
+    if ev.budgets:  # relative excess, the plugin's normalize=True: one scale per study
+        from carb_nas.optuna import claim_constraint_scale
+
+        claim_constraint_scale(study, relative=True)
     batch = pop_size if sampler_name == "nsga2" else max(1, min(pop_size, 8))
     done = 0
     while done < n_trials:

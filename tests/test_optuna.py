@@ -457,3 +457,17 @@ def test_example_runs_and_reports_consistent_counts(tmp_path):
     assert trials - pruned <= constrained <= trials
     assert 0 <= pruned <= constrained and feasible <= constrained
     assert feasible + pruned <= trials  # with prune on, a pruned trial is never feasible
+
+
+def test_one_study_keeps_one_constraint_scale(model, space):
+    absolute = CostConstraints(model, {"latency_ms": 2.0})
+    study, _ = _run(absolute, space, 3)
+    assert study.user_attrs["carb_nas.constraint_scale"] == "absolute"
+    relative = CostConstraints(model, {"latency_ms": 2.0}, normalize=True)
+    with pytest.raises(BudgetError, match="absolute scale.*normalize=False"):
+        study.optimize(lambda t: relative.suggest(t, space).depth, n_trials=1)
+    assert len(study.trials) == 4 and "carb_nas.latency_ms" not in study.trials[-1].constraints
+    # the same scale carries on; costs without budgets write no constraints and claim nothing
+    study.optimize(lambda t: absolute.suggest(t, space).depth, n_trials=1)
+    bare, _ = _run(CostConstraints(model), space, 2)
+    assert "carb_nas.constraint_scale" not in bare.user_attrs

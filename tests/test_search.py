@@ -169,6 +169,17 @@ def test_optuna_search_records_constraints_in_storage(torch_model, tmp_path):
         study_name="s1",
     )
     assert len(optuna.load_study(study_name="s1", storage=url).trials) == 18
+    # the Optuna plugin may join the study on the same (relative) scale only
+    from carb_nas.optuna import CostConstraints
+
+    study = optuna.load_study(study_name="s1", storage=url)
+    assert study.user_attrs["carb_nas.constraint_scale"] == "relative"
+    joins = CostConstraints(torch_model, budgets, normalize=True)
+    study.optimize(lambda t: (joins.suggest(t, small_space()).depth, 1.0, 1.0), n_trials=1)
+    absolute = CostConstraints(torch_model, budgets, normalize=False)
+    with pytest.raises(BudgetError, match="relative scale.*normalize=True"):
+        study.optimize(lambda t: (absolute.suggest(t, small_space()).depth, 1.0, 1.0), n_trials=1)
+    assert len(study.trials) == 20 and "carb_nas.latency_ms" in study.trials[18].constraints
     with pytest.raises(StorageError, match="already exists with directions"):
         search(
             small_space(),

@@ -245,6 +245,7 @@ def _check_manifest(old: dict, new: dict, where: str) -> None:
         "meter",
         "source",
         "lock_sm_clock_mhz",
+        "fresh_process",
     ):
         if old.get(field) != new.get(field):
             raise CampaignError(
@@ -540,6 +541,7 @@ def run_campaign(
     max_attempts: int = 3,
     lock_sm_clock_mhz: int | None = None,
     wait_quiet_s: float = 0.0,
+    fresh_process: bool = False,
     progress: bool = True,
     profiler: Any = None,
 ) -> CampaignSummary:
@@ -551,7 +553,9 @@ def run_campaign(
     (the campaign stays resumable). ``remeasure_cv_above`` (e.g. 0.10) queues another
     attempt for done configs whose kept row has a larger ``latency_cv``; ``retry_errors``
     does the same for error rows; at most ``max_attempts`` measurements per config. Export
-    keeps one row per config (``_best_rows``). ``profiler`` injects a ready ``Profiler`` (tests).
+    keeps one row per config (``_best_rows``). ``fresh_process`` measures each config in a
+    process of its own (``Profiler``), recorded in the manifest: a resume must keep it.
+    ``profiler`` injects a ready ``Profiler`` (tests).
     """
     from carb_nas.measure import Profiler, Protocol
     from carb_nas.measure._profiler import platform_string
@@ -586,6 +590,8 @@ def run_campaign(
     }
     if lock_sm_clock_mhz is not None:  # absent (= clocks as found) in older manifests
         manifest["lock_sm_clock_mhz"] = lock_sm_clock_mhz
+    if fresh_process:  # absent (= one process for all configs) in older manifests
+        manifest["fresh_process"] = True
     if wait_quiet_s:  # hygiene only: may change between sittings, not checked on resume
         manifest["wait_quiet_s"] = wait_quiet_s
     _prepare_dir(out_dir)
@@ -609,6 +615,7 @@ def run_campaign(
         lock_sm_clock_mhz=lock_sm_clock_mhz,
         wait_quiet_s=wait_quiet_s,
         idle_s=1.0,
+        fresh_process=fresh_process,
     )
     if prof.platform != manifest["platform"]:
         raise CampaignError(

@@ -229,9 +229,8 @@ def page_fault_shortfall(configs: pd.DataFrame, measurements: pd.DataFrame) -> l
         f"r{c['resolution']} batch {c['batch_size']}: {faults[i]:.0f} minor faults per run, "
         f"about {expected[i]:.0f} expected. This process reused freed heap memory for their "
         "buffers of 32 MiB or more, so their measured latency is lower than in a fresh "
-        "process, which is what the shipped data and the model reflect. Validate each of "
-        "them in a process of its own (carb-nas validate on a one-row file) to compare like "
-        "with like."
+        "process, which is what the shipped data and the model reflect. Validate with "
+        "fresh_process=True (carb-nas validate --fresh-process) to compare like with like."
     ]
 
 
@@ -267,6 +266,7 @@ def validate(
     report_dir: str | Path | None = None,
     profiler: Any = None,
     progress: Any = None,
+    fresh_process: bool = False,
 ) -> ValidationResult:
     """Profile every config of ``pareto_frame`` and score ``model``'s predictions.
 
@@ -282,6 +282,8 @@ def validate(
         report_dir: where to write validation.json/.csv and the PNG plots.
         profiler: an existing Profiler (tests pass one with a short protocol).
         progress: optional callable(i, n, config) called before each measurement.
+        fresh_process: CPU: measure each config in a process of its own (``Profiler``), as
+            fresh as the processes that measured the shipped data.
     """
     t0 = time.perf_counter()
     if model is None:
@@ -308,7 +310,9 @@ def validate(
         # Measure under the thread count the model's data was measured with: a model learned
         # at 1 thread validated at all cores would look ~2x pessimistic on latency.
         threads = _model_threads(model)
-    prof = profiler or Profiler(device, runtime, precision, threads, protocol, meter)
+    prof = profiler or Profiler(
+        device, runtime, precision, threads, protocol, meter, fresh_process=fresh_process
+    )
     try:
         warn = fingerprint_mismatch(model, prof.device_name, prof.runtime.name, prof.kind)
         for w in warn:

@@ -157,6 +157,15 @@ def test_resume_with_another_platform_or_source_is_an_error(tmp_path):
     assert len(campaign_rows(out)) == 3  # nothing lost
 
 
+def test_resume_must_keep_fresh_process(tmp_path):
+    out = tmp_path / "camp"
+    _run(_configs(1), out, fresh_process=True)
+    assert json.loads((out / "manifest.json").read_text())["fresh_process"] is True
+    with pytest.raises(CampaignError, match="another fresh_process"):
+        _run(_configs(1), out)
+    assert len(campaign_rows(out)) == 3
+
+
 def test_corrupted_store_is_a_clear_error_and_rows_can_be_salvaged(tmp_path):
     out = tmp_path / "camp"
     _run(_configs(2), out)

@@ -250,8 +250,8 @@ def test_cpu_validation_defaults_to_the_models_thread_count(monkeypatch):
     class Stop(Exception):
         pass
 
-    def fake_profiler(device, runtime, precision, threads, protocol, meter):
-        seen["threads"] = threads
+    def fake_profiler(device, runtime, precision, threads, protocol, meter, fresh_process):
+        seen["threads"], seen["fresh_process"] = threads, fresh_process
         raise Stop
 
     monkeypatch.setattr("carb_nas.measure.Profiler", fake_profiler)
@@ -261,7 +261,10 @@ def test_cpu_validation_defaults_to_the_models_thread_count(monkeypatch):
     frame = pd.DataFrame([dict(family="basic", depth=8, width=0.1, resolution=32, batch_size=1)])
     with pytest.raises(Stop):
         val.validate(frame, "cpu", "torch", "fp32", model=model, budgets={"latency_ms": 5})
-    assert seen["threads"] == 1
+    assert seen == {"threads": 1, "fresh_process": False}
+    with pytest.raises(Stop):
+        val.validate(frame, model=model, budgets={"latency_ms": 5}, fresh_process=True)
+    assert seen["fresh_process"] is True
 
 
 def test_page_fault_shortfall_flags_runs_that_skipped_the_mmap_cost():

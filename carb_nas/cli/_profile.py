@@ -112,6 +112,13 @@ __all__ = ["COMMANDS"]
     help="Before timing each config, wait up to this long until other processes "
     "use < 0.5 CPU core (shared machines: contention inflates medians).",
 )
+@click.option(
+    "--fresh-process",
+    is_flag=True,
+    help="CPU: measure each config in a new forked process, so no row depends on what ran "
+    "before (eager PyTorch's per-call page faults do; see mmap_mb). Slower: one model build "
+    "per config.",
+)
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def profile_cmd(
@@ -136,6 +143,7 @@ def profile_cmd(
     max_attempts: int,
     lock_sm_clock_mhz: int | None,
     wait_quiet_s: float,
+    fresh_process: bool,
     no_progress: bool,
     as_json: bool,
 ) -> None:
@@ -177,6 +185,7 @@ def profile_cmd(
         max_attempts=max_attempts,
         lock_sm_clock_mhz=lock_sm_clock_mhz,
         wait_quiet_s=wait_quiet_s,
+        fresh_process=fresh_process,
         progress=not no_progress,
     )
     if as_json:

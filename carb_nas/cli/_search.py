@@ -523,6 +523,12 @@ def search_command(
     default=None,
     help="Append the new measurement rows to this dataset (.csv/.parquet).",
 )
+@click.option(
+    "--fresh-process",
+    is_flag=True,
+    help="CPU: measure each config in a new forked process (as fresh as the processes that "
+    "measured the shipped data; see mmap_mb).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def validate_command(
     pareto: str,
@@ -537,6 +543,7 @@ def validate_command(
     max_configs: int | None,
     report_dir: str | None,
     append: str | None,
+    fresh_process: bool,
     as_json: bool,
 ) -> None:
     """Profile the configs of PARETO (.csv/.parquet) and score the model's predictions."""
@@ -578,6 +585,7 @@ def validate_command(
             protocol=protocol,
             report_dir=report_dir,
             progress=progress,
+            fresh_process=fresh_process,
         )
     if as_json:
         echo_json(result.to_dict())

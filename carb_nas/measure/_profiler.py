@@ -98,6 +98,12 @@ class Profiler:
     exceeds it (or whose allocation fails) is recorded with status ``oom`` and not timed.
     ``wait_quiet_s`` > 0: before timing each config, wait up to that long until the other
     processes use fewer than ``quiet_threshold_cores`` CPU cores (shared machines).
+    ``fresh_process=True`` (CPU only) measures each config in a new process forked from a
+    clean server, so no measurement depends on what ran before it: eager PyTorch pays the
+    per-call page faults of its buffers of >= 32 MiB (``mmap_mb``) only when glibc has no
+    freed heap chunk to reuse, and a shared process sometimes has one (in one campaign
+    process basic-18 w2 r32 b4 ran 28 ms, against 68-70 ms fresh). Costs the model build per
+    config instead of per model, plus the fork (Linux and macOS: it needs ``os.fork``).
     """
 
     def __init__(
@@ -115,7 +121,35 @@ class Profiler:
         lock_sm_clock_mhz: int | None = None,
         wait_quiet_s: float = 0.0,
         quiet_threshold_cores: float = 0.5,
+        fresh_process: bool = False,
     ) -> None:
+        if fresh_process and (
+            runtime_obj is not None
+            or not isinstance(meter, str)
+            or device != "cpu"
+            or not hasattr(os, "fork")
+        ):
+            raise ConfigError(
+                f"fresh_process measures in a forked process built from the arguments: "
+                f"expected device 'cpu', a meter name, no runtime object and os.fork, got "
+                f"device={device!r}, meter={meter!r}, runtime_obj={runtime_obj!r}, fork "
+                f"{'available' if hasattr(os, 'fork') else 'missing'}. Drop fresh_process (it "
+                "removes host-allocator history, which only CPU measurements carry)."
+            )
+        self.fresh_process = fresh_process
+        self._fresh_args = {
+            "device": device,
+            "runtime": runtime,
+            "precision": precision,
+            "threads": threads,
+            "meter": meter,
+            "max_host_mem_mb": max_host_mem_mb,
+            "energy_min_window_s": energy_min_window_s,
+            "idle_s": idle_s,
+            "wait_quiet_s": wait_quiet_s,
+            "quiet_threshold_cores": quiet_threshold_cores,
+        }
+        self._pool: Any = None
         self.runtime = runtime_obj or get_runtime(device, runtime, precision, threads)
         self.device = self.runtime.device
         self.kind = self.runtime.kind
@@ -188,6 +222,8 @@ class Profiler:
             "meter": self.meter.name,
         }
         fp["allocator"] = allocator_fingerprint()
+        if self.fresh_process:  # absent: configs measured one after another in one process
+            fp["fresh_process"] = True
         fp["locked_sm_clock_mhz"] = self.lock_sm_clock_mhz  # None: clocks as found
         if self.counter_update_period_s is not None:
             fp["energy_counter_update_period_s"] = self.counter_update_period_s
@@ -239,6 +275,8 @@ class Profiler:
     def profile(self, config: Config) -> dict[str, Any]:
         """Measure one config; failures become rows with status ``oom`` or ``error``."""
         config = self.platform_config(config)
+        if self.fresh_process:
+            return self._profile_fresh(config)
         row = self._base_row(config)
         try:
             self._measure(config, row)
@@ -252,6 +290,21 @@ class Profiler:
                 torch.cuda.empty_cache()
         if self.protocol.cooldown_s > 0:
             time.sleep(self.protocol.cooldown_s)
+        return row
+
+    def _profile_fresh(self, config: Config) -> dict[str, Any]:
+        from carb_nas.measure._fresh import FreshProcessServer
+
+        if self._pool is None:
+            self._pool = FreshProcessServer()
+        try:
+            row = self._pool.profile({**self._fresh_args, "protocol": self.protocol}, config)
+        except RuntimeError as e:  # the server or the measuring process died
+            self._pool.close()
+            self._pool = None
+            return self.error_row(config, str(e))
+        # the parent's view of the platform: the same, plus fresh_process in the fingerprint
+        row.update(fingerprint=self._fingerprint_json, idle_power_w=self.idle_power_w)
         return row
 
     def error_row(self, config: Config, message: str) -> dict[str, Any]:
@@ -344,6 +397,9 @@ class Profiler:
     def close(self) -> None:
         self.close_model()
         self.meter.close()
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
 
 
 def profile_config(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import pytest
 import torch
@@ -21,6 +22,7 @@ from carb_nas.measure import (
     torch_cpu_peak_bytes,
 )
 from carb_nas.space import Config
+from tests.measure._machine import thp_always
 from tests.measure.fakes import FakeMeter
 
 FAST = Protocol(time_cap_s=0.3, warmup_runs=2, warmup_min_s=0.0)
@@ -222,3 +224,47 @@ def test_fingerprint_records_the_allocator_environment(monkeypatch):
         "MALLOC_MMAP_THRESHOLD_": "4294967296",
         "LD_PRELOAD": "libjemalloc.so.2 libfoo.so",
     }
+
+
+def test_fresh_process_measures_each_config_from_a_clean_heap():
+    from carb_nas.features import compute_features
+    from carb_nas.space import configs_to_frame
+
+    heavy = Config("basic", 18, 2.0, 32, 4)  # 113.2 MB of buffers >= 32 MiB on every call
+    prof = Profiler(
+        "cpu",
+        "torch",
+        "fp32",
+        threads=1,
+        protocol=FAST,
+        meter="none",
+        idle_s=0,
+        fresh_process=True,
+    )
+    try:
+        tiny, big = prof.profile(TINY), prof.profile(heavy)
+        prof._pool._proc.kill()  # a server that died is started again
+        prof._pool._proc.wait()
+        again = prof.profile(TINY)
+    finally:
+        prof.close()
+    for row in (tiny, big, again):
+        _check_row(row, "cpu/torch/fp32")
+        assert json.loads(row["fingerprint"])["fresh_process"] is True
+    if sys.platform.startswith("linux") and not thp_always():
+        # a fresh process maps those buffers anew on every call: ~244 faults per MB
+        pages = compute_features(configs_to_frame([heavy]))["mmap_mb"].iloc[0] * 1e6 / 4096
+        assert pages * 0.95 < big["minor_faults_per_run"] < pages * 1.1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"device": "cuda"}, "device 'cpu'"),
+        ({"meter": FakeMeter()}, "a meter name"),
+    ],
+)
+def test_fresh_process_needs_a_cpu_platform_given_by_names(kwargs, words):
+    args = {"device": "cpu", "runtime": "torch", "precision": "fp32", "meter": "none"}
+    with pytest.raises(ConfigError, match=words):
+        Profiler(**{**args, **kwargs}, fresh_process=True)

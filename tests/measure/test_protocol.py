@@ -11,6 +11,7 @@ import pytest
 
 from carb_nas.errors import ConfigError
 from carb_nas.measure import Protocol, median_ci, time_runs
+from tests.measure._machine import thp_always
 
 
 def test_median_ci_bounds_the_median_and_shrinks_with_n():
@@ -133,16 +134,8 @@ print(json.dumps({
 """
 
 
-def _thp_always() -> bool:
-    try:
-        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
-            return "[always]" in f.read()
-    except OSError:
-        return False
-
-
 @pytest.mark.skipif(
-    not sys.platform.startswith("linux") or _thp_always(),
+    not sys.platform.startswith("linux") or thp_always(),
     reason="counts 4 KiB faults of glibc's per-call mappings: Linux, without always-on THP",
 )
 def test_minor_faults_per_run_see_the_buffers_mmap_mb_counts():

@@ -1,0 +1,109 @@
+"""Measure each config in a new process: ``Profiler(fresh_process=True)``.
+
+A server process (``python -m carb_nas.measure._fresh``) imports torch and the profiler once,
+then forks one child per request. The child starts from the server's clean heap, builds a
+:class:`~carb_nas.measure.Profiler`, measures the one config and sends its row back, so no
+measurement inherits freed buffers from an earlier one (see ``Profiler``). Requests and rows
+travel as JSON lines over the server's stdin/stdout; the children write to stderr only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+from carb_nas.space import Config
+
+
+class FreshProcessServer:
+    """The parent's handle on the server; started on first use, restarted if it died."""
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen | None = None
+
+    def profile(self, args: dict[str, Any], config: Config) -> dict[str, Any]:
+        """The row of ``Profiler(**args).profile(config)`` measured in a fresh process.
+
+        Raises RuntimeError when no row came back (the process or the server died).
+        """
+        if self._proc is None or self._proc.poll() is not None:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", __name__],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+        protocol = dataclasses.asdict(args["protocol"])
+        request = {"args": {**args, "protocol": protocol}, "config": config.as_dict()}
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        try:
+            self._proc.stdin.write(json.dumps(request) + "\n")
+            self._proc.stdin.flush()
+            line = self._proc.stdout.readline()
+        except (BrokenPipeError, OSError) as e:
+            raise RuntimeError(f"measuring server died: {e}") from None
+        if not line:
+            raise RuntimeError(f"measuring server died (exit status {self._proc.poll()})")
+        reply = json.loads(line)
+        if "row" not in reply:
+            raise RuntimeError(reply.get("error", "no row from the measuring process"))
+        return reply["row"]
+
+    def close(self) -> None:
+        if self._proc is not None:
+            if self._proc.stdin is not None:
+                self._proc.stdin.close()
+            try:
+                self._proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+            self._proc = None
+
+
+def _measure(request: dict[str, Any]) -> dict[str, Any]:
+    from carb_nas.measure._profiler import Profiler
+    from carb_nas.measure._protocol import Protocol
+
+    args = {**request["args"], "protocol": Protocol(**request["args"]["protocol"])}
+    prof = Profiler(**args)
+    try:
+        return {"row": prof.profile(Config(**request["config"]))}
+    finally:
+        prof.close()
+
+
+def _serve() -> None:
+    import carb_nas.measure._profiler  # noqa: F401 - torch and the profiler, before any fork
+
+    replies = sys.stdout
+    for line in sys.stdin:
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: measure, write the reply, exit without cleanup handlers
+            os.close(read_end)
+            os.dup2(2, 1)  # anything printed goes to stderr, never into the replies
+            try:
+                reply = _measure(json.loads(line))
+            except BaseException as e:  # noqa: BLE001 - every failure is a reply
+                reply = {"error": f"{type(e).__name__}: {e}"}
+            with os.fdopen(write_end, "w") as f:
+                f.write(json.dumps(reply))
+            os._exit(0)
+        os.close(write_end)
+        with os.fdopen(read_end) as f:
+            data = f.read()
+        _, status = os.waitpid(pid, 0)
+        if not data:
+            data = json.dumps(
+                {"error": f"measuring process ended without a result (wait status {status})"}
+            )
+        replies.write(data + "\n")
+        replies.flush()
+
+
+if __name__ == "__main__":
+    _serve()

@@ -432,3 +432,19 @@ def test_sum_at_least_matches_brute_force() -> None:
     want = [sizes[:, a][sizes[:, a] >= t].sum() for a, t in zip(arch, limit)]
     np.testing.assert_array_equal(_sum_at_least(tables, arch, limit), want)
     assert len(_sum_at_least(tables, arch[:0], limit[:0])) == 0
+
+
+def test_mmap_mb_predicts_the_page_faults_measured_on_real_networks() -> None:
+    # docs/checks/fresh_process_mmap78.csv: every shipped torch config with mmap_mb > 0,
+    # re-measured with `carb-nas profile --fresh-process` on the development machine
+    from pathlib import Path
+
+    from carb_nas.datasets import load_dataset
+
+    path = Path(__file__).parents[1] / "docs" / "checks" / "fresh_process_mmap78.csv"
+    rows = load_dataset(path, ok_only=True)
+    assert len(rows) == 78 and rows["fingerprint"].str.contains('"fresh_process": true').all()
+    pages = compute_features(rows)["mmap_mb"].to_numpy() * 1e6 / 4096
+    faults = rows["minor_faults_per_run"].to_numpy(dtype=float)
+    assert (pages > 0).all()
+    np.testing.assert_allclose(faults / pages, 1.0, atol=0.01)

@@ -145,11 +145,11 @@ class Profiler:
             "meter": meter,
             "max_host_mem_mb": max_host_mem_mb,
             "energy_min_window_s": energy_min_window_s,
-            "idle_s": idle_s,
+            "idle_s": 0.0,  # the idle power is recorded, not subtracted: the parent's serves
             "wait_quiet_s": wait_quiet_s,
             "quiet_threshold_cores": quiet_threshold_cores,
         }
-        self._pool: Any = None
+        self._server: Any = None
         self.runtime = runtime_obj or get_runtime(device, runtime, precision, threads)
         self.device = self.runtime.device
         self.kind = self.runtime.kind
@@ -295,13 +295,13 @@ class Profiler:
     def _profile_fresh(self, config: Config) -> dict[str, Any]:
         from carb_nas.measure._fresh import FreshProcessServer
 
-        if self._pool is None:
-            self._pool = FreshProcessServer()
+        if self._server is None:
+            self._server = FreshProcessServer()
         try:
-            row = self._pool.profile({**self._fresh_args, "protocol": self.protocol}, config)
+            row = self._server.profile({**self._fresh_args, "protocol": self.protocol}, config)
         except RuntimeError as e:  # the server or the measuring process died
-            self._pool.close()
-            self._pool = None
+            self._server.close()
+            self._server = None
             return self.error_row(config, str(e))
         # the parent's view of the platform: the same, plus fresh_process in the fingerprint
         row.update(fingerprint=self._fingerprint_json, idle_power_w=self.idle_power_w)
@@ -397,9 +397,9 @@ class Profiler:
     def close(self) -> None:
         self.close_model()
         self.meter.close()
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
+        if self._server is not None:
+            self._server.close()
+            self._server = None
 
 
 def profile_config(

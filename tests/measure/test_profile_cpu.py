@@ -243,8 +243,8 @@ def test_fresh_process_measures_each_config_from_a_clean_heap():
     )
     try:
         tiny, big = prof.profile(TINY), prof.profile(heavy)
-        prof._pool._proc.kill()  # a server that died is started again
-        prof._pool._proc.wait()
+        prof._server._proc.kill()  # a server that died is started again
+        prof._server._proc.wait()
         again = prof.profile(TINY)
     finally:
         prof.close()

@@ -299,10 +299,8 @@ class Profiler:
             self._server = FreshProcessServer()
         try:
             row = self._server.profile({**self._fresh_args, "protocol": self.protocol}, config)
-        except RuntimeError as e:  # the server or the measuring process died
-            self._server.close()
-            self._server = None
-            return self.error_row(config, str(e))
+        except RuntimeError as e:  # the measuring process (or the server) died; the server
+            return self.error_row(config, str(e))  # handle restarts a dead server by itself
         # the parent's view of the platform: the same, plus fresh_process in the fingerprint
         row.update(fingerprint=self._fingerprint_json, idle_power_w=self.idle_power_w)
         return row

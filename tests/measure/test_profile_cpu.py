@@ -268,3 +268,20 @@ def test_fresh_process_needs_a_cpu_platform_given_by_names(kwargs, words):
     args = {"device": "cpu", "runtime": "torch", "precision": "fp32", "meter": "none"}
     with pytest.raises(ConfigError, match=words):
         Profiler(**{**args, **kwargs}, fresh_process=True)
+
+
+def test_fresh_process_server_reports_a_failed_child_and_keeps_serving():
+    from carb_nas.measure._fresh import FreshProcessServer
+
+    server = FreshProcessServer()
+    args = {"device": "cpu", "runtime": "torch", "precision": "fp32", "threads": 1}
+    args |= {"meter": "none", "idle_s": 0.0, "protocol": FAST}
+    try:
+        with pytest.raises(RuntimeError, match="unsupported precision|precision"):
+            server.profile({**args, "precision": "int4"}, TINY)
+        pid = server._proc.pid
+        row = server.profile(args, TINY)
+        assert row["status"] == "ok" and server._proc.pid == pid  # the same server
+    finally:
+        server.close()
+    assert server._proc is None

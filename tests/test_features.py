@@ -435,16 +435,21 @@ def test_sum_at_least_matches_brute_force() -> None:
 
 
 def test_mmap_mb_predicts_the_page_faults_measured_on_real_networks() -> None:
-    # docs/checks/fresh_process_mmap78.csv: every shipped torch config with mmap_mb > 0,
-    # re-measured with `carb-nas profile --fresh-process` on the development machine
+    # docs/checks/fresh_process_796.parquet: shipped torch configs re-measured with
+    # `carb-nas profile --fresh-process` on the development machine: every one with
+    # mmap_mb > 0 (78) and 718 without
     from pathlib import Path
 
     from carb_nas.datasets import load_dataset
 
-    path = Path(__file__).parents[1] / "docs" / "checks" / "fresh_process_mmap78.csv"
+    path = Path(__file__).parents[1] / "docs" / "checks" / "fresh_process_796.parquet"
     rows = load_dataset(path, ok_only=True)
-    assert len(rows) == 78 and rows["fingerprint"].str.contains('"fresh_process": true').all()
+    assert len(rows) == 796 and rows["fingerprint"].str.contains('"fresh_process": true').all()
     pages = compute_features(rows)["mmap_mb"].to_numpy() * 1e6 / 4096
     faults = rows["minor_faults_per_run"].to_numpy(dtype=float)
-    assert (pages > 0).all()
-    np.testing.assert_allclose(faults / pages, 1.0, atol=0.01)
+    big = pages > 0
+    assert big.sum() == 78
+    np.testing.assert_allclose(faults[big] / pages[big], 1.0, atol=0.01)
+    # the rest fault a few pages per run (none of their buffers is mapped anew), against
+    # thousands of pages for the smallest mmap_mb > 0 (37.7 MB: 9,216 pages)
+    assert np.median(faults[~big]) < 50 and faults[~big].max() < 0.1 * pages[big].min()

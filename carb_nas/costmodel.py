@@ -36,10 +36,10 @@ Method (seed 001, "CARB Prediction Framework"; the ``carb`` preset reproduces it
 Extension (off by default, not part of CARB): ``target_offsets`` makes the learners fit the
 log-ratio of a target to a positive feature column (peak memory to ``tensor_peak_mb``) or to
 a fitted non-negative sum of resource columns (latency and energy to :data:`PHYSICAL_OFFSETS`:
-FLOPs, native-kernel FLOPs, weight MB, activation MB, layer count), so the trees predict a
-bounded ratio and extrapolate beyond the largest training values. On the shipped
-cpu/torch/fp32 rows (held-out 20 %, seed 0, carb preset) it lifts R2 from 0.9995 to 1.0000 for
-memory and from 0.930 to 0.985 for latency (MAPE 5.1 % to 3.5 %).
+FLOPs, native-kernel FLOPs, weight MB, activation MB, MB faulted in per call, layer count), so
+the trees predict a bounded ratio and extrapolate beyond the largest training values. On the
+shipped cpu/torch/fp32 rows (held-out 20 %, seed 0, carb preset) it lifts R2 from 0.9995 to
+1.0000 for memory and from 0.943 to 0.993 for latency (MAPE 5.3 % to 3.3 %).
 
 Rows are split once (seeded, stratified by batch regime) into training
 (1 - ``validation_fraction`` - ``calibration_fraction``), validation and calibration parts.

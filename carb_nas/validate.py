@@ -435,7 +435,7 @@ def append_rows(rows: pd.DataFrame, path: str | Path) -> Path:
 
 
 def _write_json(result: ValidationResult, path: Path) -> None:
-    from carb_nas.cli._common import _jsonable
+    from carb_nas._json import jsonable as _jsonable
 
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(_jsonable(result.to_dict()), indent=2, allow_nan=False))

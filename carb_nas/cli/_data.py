@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from carb_nas.cli._common import echo_json
+from carb_nas.cli._options import echo_json
 
 __all__ = ["COMMANDS"]
 

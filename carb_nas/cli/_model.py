@@ -18,7 +18,8 @@ import click
 import numpy as np
 import pandas as pd
 
-from carb_nas.cli._common import _jsonable, echo_json
+from carb_nas._json import jsonable as _jsonable
+from carb_nas.cli._options import echo_json
 from carb_nas.costmodel import physical_offsets as _physical_offsets
 from carb_nas.costmodel import prepare_table
 from carb_nas.dataset import TARGETS

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from carb_nas.cli._common import echo_json
+from carb_nas.cli._options import echo_json
 
 __all__ = ["COMMANDS"]
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from carb_nas.cli._common import echo_json
+from carb_nas.cli._options import echo_json
 from carb_nas.errors import ConfigError, MissingFileError, ModelError
 
 # The embedded default of `carb-nas search` with no arguments: the shipped CPU models, the

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 import pandas as pd
 
-from carb_nas.cli._common import echo_json
+from carb_nas.cli._options import echo_json
 from carb_nas.errors import ConfigError
 from carb_nas.space import (
     CONFIG_COLUMNS,

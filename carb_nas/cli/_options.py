@@ -1,0 +1,110 @@
+"""Shared option decorators: one spelling per concept across every command.
+
+| concept            | spelling                        | notes                                    |
+|--------------------|---------------------------------|------------------------------------------|
+| output file / dir  | ``-o/--output``                 | what the command produces                |
+| report directory   | ``--report DIR``                | README.md, JSON and PNG plots            |
+| a cost model       | ``--model``                     | saved model dir or shipped platform name |
+| two-stage models   | ``--source-model/--target-model`` | screen, transfer                       |
+| Optuna storage     | ``--storage`` / ``CARB_NAS_STORAGE`` | as Optuna's CLI has OPTUNA_STORAGE  |
+| CPU threads        | ``--threads``                   | profiler intra-op threads, learner jobs  |
+| random seed        | ``--seed`` (an int >= 0)        | a count of draws is ``--repeats``        |
+| machine output     | ``--json``                      | results on stdout, progress on stderr    |
+
+Results go to stdout; progress, notes and "wrote ..." lines to stderr (:func:`info`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from carb_nas._json import jsonable
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+__all__ = [
+    "STORAGE_ENV",
+    "echo_json",
+    "info",
+    "json_option",
+    "output_option",
+    "report_option",
+    "model_option",
+    "storage_option",
+    "threads_option",
+    "seed_option",
+    "example",
+]
+
+#: environment default of ``--storage`` (Optuna's CLI reads ``OPTUNA_STORAGE`` the same way)
+STORAGE_ENV = "CARB_NAS_STORAGE"
+
+
+def echo_json(value: Any) -> None:
+    """Print strict JSON (NaN and inf become null) on stdout."""
+    click.echo(json.dumps(jsonable(value), indent=None, allow_nan=False))
+
+
+def info(msg: str) -> None:
+    """Progress, notes and "wrote ..." lines: stderr, so stdout stays the result."""
+    click.echo(msg, err=True)
+
+
+def json_option(help: str = "Print the result as JSON on stdout.") -> Callable[[F], F]:
+    return click.option("--json", "as_json", is_flag=True, help=help)
+
+
+def output_option(
+    help: str, *, required: bool = False, dir_okay: bool = False, dest: str = "output", **kw: Any
+) -> Callable[[F], F]:
+    """``-o/--output``: the file (or directory, ``dir_okay=True``) the command produces."""
+    path = click.Path(dir_okay=dir_okay, file_okay=not dir_okay)
+    return click.option("-o", "--output", dest, required=required, type=path, help=help, **kw)
+
+
+def report_option(help: str = "Write README.md, JSON and PNG plots into this directory.") -> Callable[[F], F]:
+    return click.option(
+        "--report", "report_dir", default=None, type=click.Path(file_okay=False), help=help
+    )
+
+
+def model_option(
+    flag: str = "--model", dest: str = "model", *, required: bool = False, default: str | None = None,
+    help: str = "A saved model directory or a shipped platform name (cpu/torch/fp32).",
+) -> Callable[[F], F]:
+    return click.option(flag, dest, required=required, default=default, help=help,
+                        show_default=default is not None)
+
+
+def storage_option(
+    help: str = "Optuna storage URL (journal:PATH, sqlite:///x.db, postgresql://...); "
+    f"default ${STORAGE_ENV}, else a journal file.",
+) -> Callable[[F], F]:
+    return click.option("--storage", default=None, envvar=STORAGE_ENV, help=help)
+
+
+def threads_option(help: str = "CPU threads (default: the command's own).", default: int | None = None) -> Callable[[F], F]:
+    return click.option(
+        "--threads", type=click.IntRange(min=1, max=1024), default=default, help=help,
+        show_default=default is not None,
+    )
+
+
+def seed_option(help: str = "Random seed (an integer >= 0).", default: int = 0) -> Callable[[F], F]:
+    return click.option("--seed", type=click.IntRange(min=0, max=2**32 - 1), default=default,
+                        show_default=True, help=help)
+
+
+def example(text: str) -> Callable[[F], F]:
+    """Append one runnable example to a command's ``--help`` (click keeps ``\\b`` blocks as is)."""
+
+    def deco(f: F) -> F:
+        doc = (f.__doc__ or "").rstrip()
+        f.__doc__ = f"{doc}\n\n\b\nExample:\n  {text}\n"
+        return f
+
+    return deco

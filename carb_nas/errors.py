@@ -18,6 +18,7 @@ __all__ = [
     "CampaignError",
     "ModelError",
     "BudgetError",
+    "StorageError",
 ]
 
 
@@ -63,6 +64,10 @@ class ModelError(CarbNasError, ValueError):
 
 class BudgetError(CarbNasError, ValueError):
     """A budget names an unknown target or an invalid limit."""
+
+
+class StorageError(CarbNasError, ValueError):
+    """An Optuna storage URL does not open, or holds a study that does not match the request."""
 
 
 def describe(what: str, expected: str, got: object, fix: str) -> str:

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 import click
 
 from carb_nas._json import jsonable
+from carb_nas.storage import STORAGE_ENV
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -39,9 +40,6 @@ __all__ = [
     "seed_option",
     "example",
 ]
-
-#: environment default of ``--storage`` (Optuna's CLI reads ``OPTUNA_STORAGE`` the same way)
-STORAGE_ENV = "CARB_NAS_STORAGE"
 
 
 def echo_json(value: Any) -> None:

@@ -1,12 +1,14 @@
 """The ``carb-nas`` command line: one verb per pipeline stage.
 
-Each stage's commands live in their own module here and are registered below. A user error
-(any ``CarbNasError``) prints one line and exits with code 1; ``--debug`` shows the traceback.
+Each stage's commands live in their own module here and are registered below. Every user error
+-- a ``CarbNasError`` from the library or a usage error click finds in the arguments -- prints
+one line on stderr and exits with code 1; ``--debug`` shows the traceback.
 """
 
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
@@ -15,7 +17,35 @@ from carb_nas.errors import CarbNasError
 __all__ = ["main", "cli"]
 
 
+def _one_line(e: click.ClickException) -> str:
+    """A click error as one line: the message plus where to look for the usage."""
+    msg = " ".join(e.format_message().split())
+    ctx = getattr(e, "ctx", None)
+    if isinstance(e, click.UsageError) and ctx is not None:
+        msg += f" See '{ctx.command_path} --help'."
+    return msg
+
+
 class _Group(click.Group):
+    def main(self, *args: Any, **kwargs: Any) -> Any:  # noqa: D102 - click API
+        # click's own handling prints three lines and exits 2 for a usage error; ours is the
+        # one-line, exit-code-1 contract every carb_nas error keeps.
+        kwargs["standalone_mode"] = False
+        try:
+            rv = super().main(*args, **kwargs)
+        except click.exceptions.Exit as e:  # --help, --version, ctx.exit(n)
+            sys.exit(e.exit_code)
+        except click.exceptions.Abort:
+            click.echo("error: aborted", err=True)
+            sys.exit(1)
+        except click.exceptions.NoArgsIsHelpError as e:  # a group called bare: show its help
+            click.echo(e.format_message())
+            sys.exit(0)
+        except click.ClickException as e:
+            click.echo(f"error: {_one_line(e)}", err=True)
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
     def invoke(self, ctx: click.Context):  # noqa: D102 - click API
         try:
             return super().invoke(ctx)

@@ -1,0 +1,39 @@
+"""The CLI's error contract: every user error is one line on stderr and exit code 1."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from carb_nas.cli import cli
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["train"], "Missing argument 'DATASET'"),
+        (["search", "--pop-size", "x"], "'x' is not a valid integer"),
+        (["no-such-verb"], "No such command 'no-such-verb'"),
+        (["space", "count", "--no-such-flag", "cpu"], "--no-such-flag"),
+    ],
+)
+def test_usage_errors_are_one_line_with_exit_code_1(args: list[str], needle: str) -> None:
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 1, res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("error: ") and needle in lines[0]
+    assert "--help" in lines[0]  # says where to look
+    assert res.stdout == ""
+
+
+def test_a_bare_group_shows_its_help_and_succeeds() -> None:
+    res = CliRunner().invoke(cli, ["space"])
+    assert res.exit_code == 0
+    assert res.stdout.startswith("Usage: ") and "count" in res.stdout
+
+
+def test_help_and_version_exit_0() -> None:
+    assert CliRunner().invoke(cli, ["--help"]).exit_code == 0
+    res = CliRunner().invoke(cli, ["--version"])
+    assert res.exit_code == 0 and "version" in res.stdout

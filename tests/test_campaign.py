@@ -14,20 +14,27 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from carb_nas.campaign import (
+from carb_nas.cli import cli
+from carb_nas.errors import CampaignError
+from carb_nas.measure import (
     JOURNAL,
     MANIFEST,
+    MAX_CRASHES,
+    STUDY_NAME,
+    Prepared,
+    Profiler,
+    Protocol,
+    TorchRuntime,
     campaign_rows,
     campaign_status,
+    group_of,
+    open_campaign_study,
     order_configs,
     run_campaign,
     salvage_rows,
     select_configs,
 )
-from carb_nas.cli import cli
-from carb_nas.errors import CampaignError
-from carb_nas.measure import Profiler, Protocol, TorchRuntime
-from carb_nas.measure._runtimes import Prepared, group_of
+from carb_nas.storage import open_storage
 from tests.measure.fakes import FakeMeter
 
 FAST = Protocol(time_cap_s=0.05, warmup_runs=1, warmup_min_s=0.0, min_runs=3)
@@ -214,27 +221,51 @@ def test_sqlite_storage_url(tmp_path):
     assert not (out / JOURNAL).exists()
 
 
+def _claim(out: Path, number: int, owner: dict) -> None:
+    """Make trial ``number`` RUNNING, owned by ``owner`` (a worker that died measuring it),
+    through the storage's public methods."""
+    from optuna.trial import TrialState
+
+    st = open_storage(f"journal:{out / JOURNAL}")
+    trial_id = st.get_trial_id_from_study_id_trial_number(
+        st.get_study_id_from_name(STUDY_NAME), number
+    )
+    assert st.set_trial_state_values(trial_id, TrialState.RUNNING)
+    st.set_trial_user_attr(trial_id, "_owner", owner)
+
+
+def _dead_owner() -> dict:
+    """A worker of this boot whose pid is gone (as the campaign records its owners)."""
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()[:8]
+    return {"pid": 999999, "start": 1.0, "boot": boot}
+
+
+def _first_waiting(out: Path, key: str | None = None):
+    from optuna.trial import TrialState
+
+    waiting = open_campaign_study(out).get_trials(states=(TrialState.WAITING,))
+    return next(t for t in waiting if key is None or t.user_attrs["key"] == key)
+
+
 def test_stale_running_trial_with_a_row_is_completed_not_remeasured(tmp_path):
     from optuna.trial import TrialState
 
-    from carb_nas.campaign import _pop_waiting, open_study
-
     out = tmp_path / "camp"
     _run(_configs(1), out, max_configs=1)
-    study, _ = open_study(out)
-    t = _pop_waiting(study)
-    st = study._storage
-    st.set_trial_user_attr(
-        t._trial_id,
-        "_owner",
-        {"pid": 999999, "start": 1.0, "boot": __import__("carb_nas.campaign").campaign._boot_id()},
-    )
+    t = _first_waiting(out)
+    _claim(out, t.number, _dead_owner())
     row = json.loads(campaign_rows(out).iloc[0].to_json())
     row["key"] = t.user_attrs["key"]
-    st.set_trial_user_attr(t._trial_id, "row", row)
+    study = open_campaign_study(out)
+    st = open_storage(f"journal:{out / JOURNAL}")
+    st.set_trial_user_attr(
+        st.get_trial_id_from_study_id_trial_number(st.get_study_id_from_name(STUDY_NAME), t.number),
+        "row",
+        row,
+    )
     s = _run(_configs(1), out)
     assert s.recovered == 1 and s.measured_now == 1 and s.done == 3
-    assert st.get_trial(t._trial_id).state == TrialState.COMPLETE
+    assert study.get_trials()[t.number].state == TrialState.COMPLETE
 
 
 def test_export_cli_and_errors(tmp_path):
@@ -295,7 +326,7 @@ def test_kill_9_mid_campaign_then_resume_measures_each_config_once(tmp_path):
         "--threads",
         "1",
         "--time-cap-s",
-        "0.05",
+        "0.15",
         "--no-progress",
     ]
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
@@ -329,9 +360,7 @@ def test_remeasure_noisy_rows_keeps_one_row_per_config(tmp_path):
     rows = campaign_rows(out).set_index("key")
     assert len(rows) == 3 and rows.index.is_unique and set(rows.index) == set(first.index)
     # the kept row is the attempt with the lower CV
-    from carb_nas.campaign import open_study
-
-    study, _ = open_study(out)
+    study = open_campaign_study(out)
     cvs: dict[str, list] = {}
     for t in study.get_trials(deepcopy=False):
         if "row" in t.user_attrs:
@@ -364,9 +393,7 @@ def test_two_concurrent_workers_measure_each_config_once(tmp_path, storage):
     assert not errors, errors
     rows = campaign_rows(tmp_path / "w0" if url else tmp_path / "camp", storage=url)
     assert len(rows) == 12 and rows["key"].is_unique
-    from carb_nas.campaign import open_study
-
-    study, _ = open_study(tmp_path / "w0" if url else tmp_path / "camp", url)
+    study = open_campaign_study(tmp_path / "w0" if url else tmp_path / "camp", url)
     measured = [
         t.user_attrs["key"] for t in study.get_trials(deepcopy=False) if "row" in t.user_attrs
     ]
@@ -375,28 +402,13 @@ def test_two_concurrent_workers_measure_each_config_once(tmp_path, storage):
 
 
 def test_a_config_that_keeps_killing_its_worker_becomes_an_error_row(tmp_path):
-    from carb_nas.campaign import MAX_CRASHES, _boot_id, _pop_waiting, open_study
-
     out = tmp_path / "camp"
     _run(_configs(1), out, max_configs=0)
-    study, _ = open_study(out)
-    dead = {"pid": 999999, "start": 1.0, "boot": _boot_id()}
     victim = None
-    from optuna.trial import TrialState
-
-    st = study._storage
     for _ in range(MAX_CRASHES):  # the same config "crashes" its worker every time
-        if victim is None:
-            t = _pop_waiting(study)
-            victim = t.user_attrs["key"]
-        else:  # its re-enqueued trial, wherever it sits in the queue
-            t = next(
-                w
-                for w in st.get_all_trials(study._study_id, states=(TrialState.WAITING,))
-                if w.user_attrs["key"] == victim
-            )
-            assert st.set_trial_state_values(t._trial_id, TrialState.RUNNING)
-        st.set_trial_user_attr(t._trial_id, "_owner", dead)
+        t = _first_waiting(out, victim)  # then its re-enqueued trial, wherever it sits
+        victim = t.user_attrs["key"]
+        _claim(out, t.number, _dead_owner())
         _run(_configs(1), out, max_configs=0)  # recovery only
     s = _run(_configs(1), out)
     assert s.done == 3 and s.measured_now == 2

@@ -163,12 +163,18 @@ def _open_rdb(
 ) -> Any:
     import optuna
 
-    if read_only and url.startswith("sqlite:///"):
-        db = Path(url.removeprefix("sqlite:///"))
-        if str(db) not in ("", ":memory:") and not db.is_file():
+    if url.startswith("sqlite:///"):
+        db = Path(url.removeprefix("sqlite:///").split("?")[0])
+        on_disk = str(db) not in ("", ":memory:")
+        if on_disk and read_only and not db.is_file():
             raise StorageError(
                 f"SQLite database not found: expected an existing file, got {str(db)!r}. "
                 "Check the URL (a read-only command creates nothing)."
+            )
+        if on_disk and not db.parent.is_dir():
+            raise StorageError(
+                f"SQLite database directory does not exist: expected an existing directory "
+                f"for {str(db)!r}. Create {str(db.parent)!r} first or fix the URL."
             )
     kwargs: dict[str, Any] = {"skip_table_creation": read_only}
     if url.startswith("sqlite"):  # wait for a writer's lock instead of failing at once

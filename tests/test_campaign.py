@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -416,3 +417,194 @@ def test_a_config_that_keeps_killing_its_worker_becomes_an_error_row(tmp_path):
     assert rows.loc[victim, "status"] == "error"
     assert "WorkerCrash" in rows.loc[victim, "error"]
     assert (rows.drop(index=victim)["status"] == "ok").all()
+
+
+# -- a campaign made by the release before the public-API rewrite ------------------------------
+LEGACY = Path(__file__).parent / "data" / "legacy_campaign"
+
+
+def _legacy_configs() -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            dict(family="basic", depth=d, width=0.1, resolution=32, batch_size=b)
+            for d, b in [(8, 1), (8, 2), (10, 1), (10, 2), (14, 1)]
+        ]
+    )
+
+
+def _snapshot(d: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(d.iterdir())}
+
+
+def test_legacy_campaign_status_and_export_read_it_unchanged(tmp_path):
+    camp = tmp_path / "legacy"
+    shutil.copytree(LEGACY, camp)
+    before = _snapshot(camp)
+    runner = CliRunner()
+    r = runner.invoke(cli, ["dataset", "status", str(camp), "--json"])
+    assert r.exit_code == 0, r.output
+    status = json.loads(r.stdout)
+    assert (status["total"], status["done"], status["waiting"], status["running"]) == (5, 2, 1, 2)
+    assert status["manifest"]["platform"] == "cpu/torch/fp32"
+    r = runner.invoke(cli, ["dataset", "export", str(camp), "-o", str(tmp_path / "r.csv")])
+    assert r.exit_code == 0, r.output
+    rows = pd.read_csv(tmp_path / "r.csv")
+    assert len(rows) == 2 and (rows["meter"] == "fake-counter").all()  # labelled as fake
+    assert _snapshot(camp) == before  # read-only: not a byte changed, nothing added
+    assert len(salvage_rows(camp)) == 3  # + the row of the dead worker's unfinished trial
+
+
+def test_legacy_campaign_resumes_as_the_old_release_did(tmp_path):
+    camp = tmp_path / "legacy"
+    shutil.copytree(LEGACY, camp)
+    s = _run(_legacy_configs(), camp)
+    # the old release: trial 2 (dead owner, holds its row) completed, trial 3 re-enqueued
+    assert (s.recovered, s.requeued, s.measured_now, s.done, s.total) == (1, 1, 2, 5, 5)
+    rows = campaign_rows(camp)
+    assert len(rows) == 5 and rows["key"].is_unique and set(rows["status"]) == {"ok"}
+    assert _run(_legacy_configs(), camp).measured_now == 0
+
+
+# -- issue 19: torn journal, read-only commands, refused options -------------------------------
+@pytest.mark.parametrize("keep", ["one byte", "all but the newline"])
+def test_resume_after_a_torn_last_record_loses_no_complete_record(tmp_path, monkeypatch, keep):
+    import carb_nas.measure._campaign as campaign
+
+    out = tmp_path / "camp"
+    monkeypatch.setattr(campaign, "_owner", _dead_owner)  # the worker that will be "killed"
+    _run(_configs(1), out, max_configs=2)
+    monkeypatch.undo()
+    journal = out / JOURNAL
+    data = journal.read_bytes()
+    start = data.rstrip(b"\n").rfind(b"\n") + 1  # the last record
+    cut = start + 1 if keep == "one byte" else len(data) - 1
+    journal.write_bytes(data[:cut])
+    s = _run(_configs(1), out)
+    assert s.torn_bytes_cut == cut - start
+    assert journal.read_bytes()[:start] == data[:start]  # every complete record survived
+    rows = campaign_rows(out)
+    assert len(rows) == 3 and rows["key"].is_unique and set(rows["status"]) == {"ok"}
+    # the torn record completed the second trial, whose row was already written: that trial is
+    # recovered (not re-measured), and only the third config is measured
+    assert (s.recovered, s.measured_now) == (1, 1)
+    r = CliRunner().invoke(cli, ["dataset", "export", str(out), "-o", str(tmp_path / "r.csv")])
+    assert r.exit_code == 0, r.output
+
+
+def _one_line_error(r) -> None:
+    assert r.exit_code == 1, r.output
+    assert r.output.startswith("error:") and r.output.count("\n") == 1, r.output
+    assert "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("command", ["status", "export"])
+def test_read_only_commands_create_nothing(tmp_path, command):
+    runner = CliRunner()
+    extra = ["-o", str(tmp_path / "r.csv")] if command == "export" else []
+    missing = tmp_path / "nope"
+    r = runner.invoke(cli, ["dataset", command, str(missing), *extra])
+    _one_line_error(r)
+    assert "no such directory" in r.output and not missing.exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = runner.invoke(cli, ["dataset", command, str(empty), *extra])
+    _one_line_error(r)
+    assert list(empty.iterdir()) == []  # no journal.log
+    db = tmp_path / "new.db"
+    r = runner.invoke(cli, ["dataset", command, str(empty), "--storage", f"sqlite:///{db}", *extra])
+    _one_line_error(r)
+    assert not db.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["empty"]
+
+
+def test_status_text_and_json(tmp_path):
+    out = tmp_path / "camp"
+    _run(_configs(1), out, max_configs=2)
+    r = CliRunner().invoke(cli, ["dataset", "status", str(out)])
+    assert r.exit_code == 0 and r.stdout.startswith("cpu/torch/fp32: 2/3 configs done, 1 waiting")
+    r = CliRunner().invoke(cli, ["dataset", "status", str(out), "--json"])
+    assert json.loads(r.stdout)["done"] == 2
+    r = CliRunner().invoke(
+        cli, ["dataset", "export", str(out), "-o", str(tmp_path / "r.csv"), "--json"]
+    )
+    assert r.exit_code == 0
+    assert json.loads(r.stdout) == {
+        "output": str(tmp_path / "r.csv"),
+        "rows": 2,
+        "status_counts": {"ok": 2},
+    }
+    assert "wrote 2 rows" in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (["--max-attempts", "0"], "invalid --max-attempts: expected >= 1, got 0"),
+        (["--storage", "bogus://x"], "unsupported storage URL"),
+        (["--storage", "sqlite:///{tmp}/no/dir/c.db"], "directory does not exist"),
+        (["--time-cap-s", "0"], "invalid --time-cap-s: expected > 0 and >= 0.15 s"),
+        (["--time-cap-s", "0.05"], "minimum timing window"),
+        (["--remeasure-cv-above", "-1"], "invalid --remeasure-cv-above"),
+        (["--wait-quiet-s", "-1"], "invalid --wait-quiet-s: expected seconds >= 0"),
+        (["--threads", "1000"], "invalid --threads: expected 1 to"),
+        (["--limit", "0"], "invalid --limit"),
+        (["--max-host-mem-mb", "0"], "invalid --max-host-mem-mb"),
+        (["--target-ci", "0"], "invalid target_ci_rel"),
+        (["--cooldown-s", "-1"], "invalid cooldown_s"),
+    ],
+)
+def test_refused_profile_leaves_no_directory(tmp_path, args, match):
+    csv = tmp_path / "c.csv"
+    _configs(1).to_csv(csv, index=False)
+    before = csv.read_bytes()
+    out = tmp_path / "new" / "camp"
+    args = [a.format(tmp=tmp_path) for a in args]
+    r = CliRunner().invoke(cli, ["profile", str(csv), "-o", str(out), *args])
+    _one_line_error(r)
+    assert match in r.output
+    assert not (tmp_path / "new").exists() and csv.read_bytes() == before
+
+
+@pytest.mark.parametrize("args", [["--threads", "0"], ["--seed", "-1"], ["--meter", "bogus"]])
+def test_profile_option_out_of_click_range_leaves_no_directory(tmp_path, args):
+    csv = tmp_path / "c.csv"
+    _configs(1).to_csv(csv, index=False)
+    r = CliRunner().invoke(cli, ["profile", str(csv), "-o", str(tmp_path / "o"), *args])
+    assert r.exit_code != 0 and "Traceback" not in r.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_resume_with_another_storage_is_refused(tmp_path, monkeypatch):
+    out = tmp_path / "camp"
+    _run(_configs(1), out, max_configs=1)
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    with pytest.raises(CampaignError, match="another storage"):
+        _run(_configs(1), out, storage=url)
+    monkeypatch.setenv("CARB_NAS_STORAGE", url)  # the environment default counts the same
+    with pytest.raises(CampaignError, match="unset \\$CARB_NAS_STORAGE"):
+        _run(_configs(1), out)
+    assert not (tmp_path / "c.db").exists()
+    monkeypatch.delenv("CARB_NAS_STORAGE")
+    assert _run(_configs(1), out).done == 3
+
+
+def test_environment_storage_default_and_the_recorded_url(tmp_path, monkeypatch):
+    url = f"sqlite:///{tmp_path / 'env.db'}"
+    monkeypatch.setenv("CARB_NAS_STORAGE", url)
+    out = tmp_path / "camp"
+    _run(_configs(1), out, max_configs=2)
+    assert not (out / JOURNAL).exists() and (tmp_path / "env.db").is_file()
+    monkeypatch.delenv("CARB_NAS_STORAGE")
+    # the manifest records the URL: status and a resume find the store without --storage
+    r = CliRunner().invoke(cli, ["dataset", "status", str(out), "--json"])
+    assert r.exit_code == 0, r.output and json.loads(r.stdout)["done"] == 2
+    assert _run(_configs(1), out).done == 3
+    assert not (out / JOURNAL).exists()
+
+
+def test_help_shows_one_example_and_both_output_names(tmp_path):
+    runner = CliRunner()
+    for args in (["profile"], ["dataset", "export"], ["dataset", "status"]):
+        r = runner.invoke(cli, [*args, "--help"])
+        assert r.exit_code == 0 and r.output.count("Example:") == 1, args
+    r = runner.invoke(cli, ["profile", "--help"])
+    assert "-o, --output, --out" in r.output and "CARB_NAS_STORAGE" in r.output

@@ -514,7 +514,8 @@ def _queue_remeasures(
     from optuna.trial import TrialState
 
     trials = study.get_trials(deepcopy=False)
-    pending, attempts = set(), {}
+    pending: set[str] = set()
+    attempts: dict[str, int] = {}
     for t in trials:
         key = t.user_attrs.get("key")
         if key is None:
@@ -756,10 +757,11 @@ def run_campaign(
     url = campaign_storage_url(out_dir, storage)
     check_storage_url(url)
     journal = is_journal(url)
-    manifest = {
+    platform = platform_string(device, runtime, precision)
+    manifest: dict[str, Any] = {
         "format": FORMAT,
         "version": FORMAT_VERSION,
-        "platform": platform_string(device, runtime, precision),
+        "platform": platform,
         "device": device,
         "threads": threads,
         "protocol": proto.name,
@@ -840,12 +842,12 @@ def run_campaign(
             journal=journal,
             max_configs=max_configs,
             progress=progress,
-            desc=manifest["platform"],
+            desc=platform,
         )
         measure_s = counts.pop("measure_s")
         return CampaignSummary(
             out_dir=str(out_dir),
-            platform=manifest["platform"],
+            platform=platform,
             total=len(existing - {None}),
             recovered=recovered + counts.pop("recovered"),
             requeued=requeued,
@@ -1037,11 +1039,12 @@ def salvage_rows(out_dir: str | Path) -> pd.DataFrame:
                 continue
     best: dict[str, dict] = {}
     for row in rows:  # the same rule as _best_rows, in write order
-        old = best.get(row.get("key"))
+        key = str(row["key"])
+        old = best.get(key)
         if old is None or (
             row.get("status") == "ok" and (old.get("status") != "ok" or _cv(row) < _cv(old))
         ):
-            best[row.get("key")] = row
+            best[key] = row
     return _rows_frame(list(best.values()))
 
 

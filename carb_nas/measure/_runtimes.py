@@ -65,7 +65,7 @@ ORT_PEAK_METHOD = (
     "ort-profiler: initializer bytes + input bytes + CPU allocator in-use peak "
     "(mem_in_use_peak) of one run in a fresh profiled session"
 )
-CALIBRATION = {
+CALIBRATION: dict[str, Any] = {
     "method": "MinMax",
     "batches": 8,
     "batch_size": 1,
@@ -321,7 +321,7 @@ class _CalibrationReader:
     def __init__(self, input_name: str, resolution: int) -> None:
         self._batches = [
             {input_name: _seeded_randn((1, 3, resolution, resolution), 1234 + i).numpy()}
-            for i in range(CALIBRATION["batches"])
+            for i in range(int(CALIBRATION["batches"]))
         ]
         self._it = iter(self._batches)
 

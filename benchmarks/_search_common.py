@@ -74,7 +74,7 @@ def training_rows(platform: str, min_rows: int = 300) -> tuple[pd.DataFrame, str
     camp = ROOT / "campaigns" / platform.replace("/", "_")
     if (camp / "journal.log").exists():
         try:
-            from carb_nas.campaign import campaign_rows
+            from carb_nas.measure import campaign_rows
 
             rows = campaign_rows(camp, statuses=["ok"])
             if len(rows) >= min_rows:

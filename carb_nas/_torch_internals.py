@@ -8,3 +8,45 @@ upgrade. Other modules import from here, never from ``torch._*`` or ``torch.util
 from __future__ import annotations
 
 __all__: list[str] = []
+
+
+# -- measure: the CPU profiler's raw allocation events (carb_nas.measure._runtimes) ----------
+# ``torch_cpu_peak_bytes`` needs every CPU allocation and free of a forward pass in time order.
+# The public ``prof.events()`` / ``key_averages()`` views fold allocations into ops, so the raw
+# event tree of the kineto results is read; the tree, its event fields and the event-type enum
+# are all private. ``tests/test_torch_internals_measure.py`` checks each piece by name.
+
+__all__ += ["cpu_allocation_events"]
+
+
+def _event_tree(prof: object) -> list:
+    """Root events of a finished ``torch.profiler.profile``: private
+    ``prof.profiler.kineto_results.experimental_event_tree()``."""
+    return prof.profiler.kineto_results.experimental_event_tree()  # type: ignore[attr-defined]
+
+
+def _allocation_tag() -> object:
+    """The tag of allocation events: private ``torch._C._profiler._EventType.Allocation``."""
+    from torch._C._profiler import _EventType
+
+    return _EventType.Allocation
+
+
+def cpu_allocation_events(prof: object) -> list[tuple[int, int]]:
+    """``(start_time_ns, bytes)`` of every CPU allocation (bytes > 0) and free (bytes < 0)
+    recorded by a finished ``torch.profiler.profile(profile_memory=True)``, depth-first in
+    recorded order.
+
+    Raises ImportError or AttributeError when torch no longer has one of the private pieces
+    (the tree, ``_EventType.Allocation``, an event's ``tag`` / ``start_time_ns`` /
+    ``children`` / ``extra_fields.device.type`` / ``extra_fields.alloc_size``).
+    """
+    tag = _allocation_tag()
+    out: list[tuple[int, int]] = []
+    stack = list(reversed(_event_tree(prof)))
+    while stack:
+        ev = stack.pop()
+        if ev.tag == tag and ev.extra_fields.device.type == "cpu":
+            out.append((int(ev.start_time_ns), int(ev.extra_fields.alloc_size)))
+        stack.extend(reversed(ev.children))
+    return out

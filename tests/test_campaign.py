@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,20 +15,27 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from carb_nas.campaign import (
+from carb_nas.cli import cli
+from carb_nas.errors import CampaignError
+from carb_nas.measure import (
     JOURNAL,
     MANIFEST,
+    MAX_CRASHES,
+    STUDY_NAME,
+    Prepared,
+    Profiler,
+    Protocol,
+    TorchRuntime,
     campaign_rows,
     campaign_status,
+    group_of,
+    open_campaign_study,
     order_configs,
     run_campaign,
     salvage_rows,
     select_configs,
 )
-from carb_nas.cli import cli
-from carb_nas.errors import CampaignError
-from carb_nas.measure import Profiler, Protocol, TorchRuntime
-from carb_nas.measure._runtimes import Prepared, group_of
+from carb_nas.storage import open_storage
 from tests.measure.fakes import FakeMeter
 
 FAST = Protocol(time_cap_s=0.05, warmup_runs=1, warmup_min_s=0.0, min_runs=3)
@@ -214,27 +222,51 @@ def test_sqlite_storage_url(tmp_path):
     assert not (out / JOURNAL).exists()
 
 
+def _claim(out: Path, number: int, owner: dict) -> None:
+    """Make trial ``number`` RUNNING, owned by ``owner`` (a worker that died measuring it),
+    through the storage's public methods."""
+    from optuna.trial import TrialState
+
+    st = open_storage(f"journal:{out / JOURNAL}")
+    trial_id = st.get_trial_id_from_study_id_trial_number(
+        st.get_study_id_from_name(STUDY_NAME), number
+    )
+    assert st.set_trial_state_values(trial_id, TrialState.RUNNING)
+    st.set_trial_user_attr(trial_id, "_owner", owner)
+
+
+def _dead_owner() -> dict:
+    """A worker of this boot whose pid is gone (as the campaign records its owners)."""
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()[:8]
+    return {"pid": 999999, "start": 1.0, "boot": boot}
+
+
+def _first_waiting(out: Path, key: str | None = None):
+    from optuna.trial import TrialState
+
+    waiting = open_campaign_study(out).get_trials(states=(TrialState.WAITING,))
+    return next(t for t in waiting if key is None or t.user_attrs["key"] == key)
+
+
 def test_stale_running_trial_with_a_row_is_completed_not_remeasured(tmp_path):
     from optuna.trial import TrialState
 
-    from carb_nas.campaign import _pop_waiting, open_study
-
     out = tmp_path / "camp"
     _run(_configs(1), out, max_configs=1)
-    study, _ = open_study(out)
-    t = _pop_waiting(study)
-    st = study._storage
-    st.set_trial_user_attr(
-        t._trial_id,
-        "_owner",
-        {"pid": 999999, "start": 1.0, "boot": __import__("carb_nas.campaign").campaign._boot_id()},
-    )
+    t = _first_waiting(out)
+    _claim(out, t.number, _dead_owner())
     row = json.loads(campaign_rows(out).iloc[0].to_json())
     row["key"] = t.user_attrs["key"]
-    st.set_trial_user_attr(t._trial_id, "row", row)
+    study = open_campaign_study(out)
+    st = open_storage(f"journal:{out / JOURNAL}")
+    st.set_trial_user_attr(
+        st.get_trial_id_from_study_id_trial_number(st.get_study_id_from_name(STUDY_NAME), t.number),
+        "row",
+        row,
+    )
     s = _run(_configs(1), out)
     assert s.recovered == 1 and s.measured_now == 1 and s.done == 3
-    assert st.get_trial(t._trial_id).state == TrialState.COMPLETE
+    assert study.get_trials()[t.number].state == TrialState.COMPLETE
 
 
 def test_export_cli_and_errors(tmp_path):
@@ -295,7 +327,7 @@ def test_kill_9_mid_campaign_then_resume_measures_each_config_once(tmp_path):
         "--threads",
         "1",
         "--time-cap-s",
-        "0.05",
+        "0.15",
         "--no-progress",
     ]
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
@@ -329,9 +361,7 @@ def test_remeasure_noisy_rows_keeps_one_row_per_config(tmp_path):
     rows = campaign_rows(out).set_index("key")
     assert len(rows) == 3 and rows.index.is_unique and set(rows.index) == set(first.index)
     # the kept row is the attempt with the lower CV
-    from carb_nas.campaign import open_study
-
-    study, _ = open_study(out)
+    study = open_campaign_study(out)
     cvs: dict[str, list] = {}
     for t in study.get_trials(deepcopy=False):
         if "row" in t.user_attrs:
@@ -364,9 +394,7 @@ def test_two_concurrent_workers_measure_each_config_once(tmp_path, storage):
     assert not errors, errors
     rows = campaign_rows(tmp_path / "w0" if url else tmp_path / "camp", storage=url)
     assert len(rows) == 12 and rows["key"].is_unique
-    from carb_nas.campaign import open_study
-
-    study, _ = open_study(tmp_path / "w0" if url else tmp_path / "camp", url)
+    study = open_campaign_study(tmp_path / "w0" if url else tmp_path / "camp", url)
     measured = [
         t.user_attrs["key"] for t in study.get_trials(deepcopy=False) if "row" in t.user_attrs
     ]
@@ -375,28 +403,13 @@ def test_two_concurrent_workers_measure_each_config_once(tmp_path, storage):
 
 
 def test_a_config_that_keeps_killing_its_worker_becomes_an_error_row(tmp_path):
-    from carb_nas.campaign import MAX_CRASHES, _boot_id, _pop_waiting, open_study
-
     out = tmp_path / "camp"
     _run(_configs(1), out, max_configs=0)
-    study, _ = open_study(out)
-    dead = {"pid": 999999, "start": 1.0, "boot": _boot_id()}
     victim = None
-    from optuna.trial import TrialState
-
-    st = study._storage
     for _ in range(MAX_CRASHES):  # the same config "crashes" its worker every time
-        if victim is None:
-            t = _pop_waiting(study)
-            victim = t.user_attrs["key"]
-        else:  # its re-enqueued trial, wherever it sits in the queue
-            t = next(
-                w
-                for w in st.get_all_trials(study._study_id, states=(TrialState.WAITING,))
-                if w.user_attrs["key"] == victim
-            )
-            assert st.set_trial_state_values(t._trial_id, TrialState.RUNNING)
-        st.set_trial_user_attr(t._trial_id, "_owner", dead)
+        t = _first_waiting(out, victim)  # then its re-enqueued trial, wherever it sits
+        victim = t.user_attrs["key"]
+        _claim(out, t.number, _dead_owner())
         _run(_configs(1), out, max_configs=0)  # recovery only
     s = _run(_configs(1), out)
     assert s.done == 3 and s.measured_now == 2
@@ -404,3 +417,194 @@ def test_a_config_that_keeps_killing_its_worker_becomes_an_error_row(tmp_path):
     assert rows.loc[victim, "status"] == "error"
     assert "WorkerCrash" in rows.loc[victim, "error"]
     assert (rows.drop(index=victim)["status"] == "ok").all()
+
+
+# -- a campaign made by the release before the public-API rewrite ------------------------------
+LEGACY = Path(__file__).parent / "data" / "legacy_campaign"
+
+
+def _legacy_configs() -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            dict(family="basic", depth=d, width=0.1, resolution=32, batch_size=b)
+            for d, b in [(8, 1), (8, 2), (10, 1), (10, 2), (14, 1)]
+        ]
+    )
+
+
+def _snapshot(d: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(d.iterdir())}
+
+
+def test_legacy_campaign_status_and_export_read_it_unchanged(tmp_path):
+    camp = tmp_path / "legacy"
+    shutil.copytree(LEGACY, camp)
+    before = _snapshot(camp)
+    runner = CliRunner()
+    r = runner.invoke(cli, ["dataset", "status", str(camp), "--json"])
+    assert r.exit_code == 0, r.output
+    status = json.loads(r.stdout)
+    assert (status["total"], status["done"], status["waiting"], status["running"]) == (5, 2, 1, 2)
+    assert status["manifest"]["platform"] == "cpu/torch/fp32"
+    r = runner.invoke(cli, ["dataset", "export", str(camp), "-o", str(tmp_path / "r.csv")])
+    assert r.exit_code == 0, r.output
+    rows = pd.read_csv(tmp_path / "r.csv")
+    assert len(rows) == 2 and (rows["meter"] == "fake-counter").all()  # labelled as fake
+    assert _snapshot(camp) == before  # read-only: not a byte changed, nothing added
+    assert len(salvage_rows(camp)) == 3  # + the row of the dead worker's unfinished trial
+
+
+def test_legacy_campaign_resumes_as_the_old_release_did(tmp_path):
+    camp = tmp_path / "legacy"
+    shutil.copytree(LEGACY, camp)
+    s = _run(_legacy_configs(), camp)
+    # the old release: trial 2 (dead owner, holds its row) completed, trial 3 re-enqueued
+    assert (s.recovered, s.requeued, s.measured_now, s.done, s.total) == (1, 1, 2, 5, 5)
+    rows = campaign_rows(camp)
+    assert len(rows) == 5 and rows["key"].is_unique and set(rows["status"]) == {"ok"}
+    assert _run(_legacy_configs(), camp).measured_now == 0
+
+
+# -- issue 19: torn journal, read-only commands, refused options -------------------------------
+@pytest.mark.parametrize("keep", ["one byte", "all but the newline"])
+def test_resume_after_a_torn_last_record_loses_no_complete_record(tmp_path, monkeypatch, keep):
+    import carb_nas.measure._campaign as campaign
+
+    out = tmp_path / "camp"
+    monkeypatch.setattr(campaign, "_owner", _dead_owner)  # the worker that will be "killed"
+    _run(_configs(1), out, max_configs=2)
+    monkeypatch.undo()
+    journal = out / JOURNAL
+    data = journal.read_bytes()
+    start = data.rstrip(b"\n").rfind(b"\n") + 1  # the last record
+    cut = start + 1 if keep == "one byte" else len(data) - 1
+    journal.write_bytes(data[:cut])
+    s = _run(_configs(1), out)
+    assert s.torn_bytes_cut == cut - start
+    assert journal.read_bytes()[:start] == data[:start]  # every complete record survived
+    rows = campaign_rows(out)
+    assert len(rows) == 3 and rows["key"].is_unique and set(rows["status"]) == {"ok"}
+    # the torn record completed the second trial, whose row was already written: that trial is
+    # recovered (not re-measured), and only the third config is measured
+    assert (s.recovered, s.measured_now) == (1, 1)
+    r = CliRunner().invoke(cli, ["dataset", "export", str(out), "-o", str(tmp_path / "r.csv")])
+    assert r.exit_code == 0, r.output
+
+
+def _one_line_error(r) -> None:
+    assert r.exit_code == 1, r.output
+    assert r.output.startswith("error:") and r.output.count("\n") == 1, r.output
+    assert "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("command", ["status", "export"])
+def test_read_only_commands_create_nothing(tmp_path, command):
+    runner = CliRunner()
+    extra = ["-o", str(tmp_path / "r.csv")] if command == "export" else []
+    missing = tmp_path / "nope"
+    r = runner.invoke(cli, ["dataset", command, str(missing), *extra])
+    _one_line_error(r)
+    assert "no such directory" in r.output and not missing.exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = runner.invoke(cli, ["dataset", command, str(empty), *extra])
+    _one_line_error(r)
+    assert list(empty.iterdir()) == []  # no journal.log
+    db = tmp_path / "new.db"
+    r = runner.invoke(cli, ["dataset", command, str(empty), "--storage", f"sqlite:///{db}", *extra])
+    _one_line_error(r)
+    assert not db.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["empty"]
+
+
+def test_status_text_and_json(tmp_path):
+    out = tmp_path / "camp"
+    _run(_configs(1), out, max_configs=2)
+    r = CliRunner().invoke(cli, ["dataset", "status", str(out)])
+    assert r.exit_code == 0 and r.stdout.startswith("cpu/torch/fp32: 2/3 configs done, 1 waiting")
+    r = CliRunner().invoke(cli, ["dataset", "status", str(out), "--json"])
+    assert json.loads(r.stdout)["done"] == 2
+    r = CliRunner().invoke(
+        cli, ["dataset", "export", str(out), "-o", str(tmp_path / "r.csv"), "--json"]
+    )
+    assert r.exit_code == 0
+    assert json.loads(r.stdout) == {
+        "output": str(tmp_path / "r.csv"),
+        "rows": 2,
+        "status_counts": {"ok": 2},
+    }
+    assert "wrote 2 rows" in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (["--max-attempts", "0"], "invalid --max-attempts: expected >= 1, got 0"),
+        (["--storage", "bogus://x"], "unsupported storage URL"),
+        (["--storage", "sqlite:///{tmp}/no/dir/c.db"], "directory does not exist"),
+        (["--time-cap-s", "0"], "invalid --time-cap-s: expected > 0 and >= 0.15 s"),
+        (["--time-cap-s", "0.05"], "minimum timing window"),
+        (["--remeasure-cv-above", "-1"], "invalid --remeasure-cv-above"),
+        (["--wait-quiet-s", "-1"], "invalid --wait-quiet-s: expected seconds >= 0"),
+        (["--threads", "1000"], "invalid --threads: expected 1 to"),
+        (["--limit", "0"], "invalid --limit"),
+        (["--max-host-mem-mb", "0"], "invalid --max-host-mem-mb"),
+        (["--target-ci", "0"], "invalid target_ci_rel"),
+        (["--cooldown-s", "-1"], "invalid cooldown_s"),
+    ],
+)
+def test_refused_profile_leaves_no_directory(tmp_path, args, match):
+    csv = tmp_path / "c.csv"
+    _configs(1).to_csv(csv, index=False)
+    before = csv.read_bytes()
+    out = tmp_path / "new" / "camp"
+    args = [a.format(tmp=tmp_path) for a in args]
+    r = CliRunner().invoke(cli, ["profile", str(csv), "-o", str(out), *args])
+    _one_line_error(r)
+    assert match in r.output
+    assert not (tmp_path / "new").exists() and csv.read_bytes() == before
+
+
+@pytest.mark.parametrize("args", [["--threads", "0"], ["--seed", "-1"], ["--meter", "bogus"]])
+def test_profile_option_out_of_click_range_leaves_no_directory(tmp_path, args):
+    csv = tmp_path / "c.csv"
+    _configs(1).to_csv(csv, index=False)
+    r = CliRunner().invoke(cli, ["profile", str(csv), "-o", str(tmp_path / "o"), *args])
+    assert r.exit_code != 0 and "Traceback" not in r.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_resume_with_another_storage_is_refused(tmp_path, monkeypatch):
+    out = tmp_path / "camp"
+    _run(_configs(1), out, max_configs=1)
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    with pytest.raises(CampaignError, match="another storage"):
+        _run(_configs(1), out, storage=url)
+    monkeypatch.setenv("CARB_NAS_STORAGE", url)  # the environment default counts the same
+    with pytest.raises(CampaignError, match="unset \\$CARB_NAS_STORAGE"):
+        _run(_configs(1), out)
+    assert not (tmp_path / "c.db").exists()
+    monkeypatch.delenv("CARB_NAS_STORAGE")
+    assert _run(_configs(1), out).done == 3
+
+
+def test_environment_storage_default_and_the_recorded_url(tmp_path, monkeypatch):
+    url = f"sqlite:///{tmp_path / 'env.db'}"
+    monkeypatch.setenv("CARB_NAS_STORAGE", url)
+    out = tmp_path / "camp"
+    _run(_configs(1), out, max_configs=2)
+    assert not (out / JOURNAL).exists() and (tmp_path / "env.db").is_file()
+    monkeypatch.delenv("CARB_NAS_STORAGE")
+    # the manifest records the URL: status and a resume find the store without --storage
+    r = CliRunner().invoke(cli, ["dataset", "status", str(out), "--json"])
+    assert r.exit_code == 0, r.output and json.loads(r.stdout)["done"] == 2
+    assert _run(_configs(1), out).done == 3
+    assert not (out / JOURNAL).exists()
+
+
+def test_help_shows_one_example_and_both_output_names(tmp_path):
+    runner = CliRunner()
+    for args in (["profile"], ["dataset", "export"], ["dataset", "status"]):
+        r = runner.invoke(cli, [*args, "--help"])
+        assert r.exit_code == 0 and r.output.count("Example:") == 1, args
+    r = runner.invoke(cli, ["profile", "--help"])
+    assert "-o, --output, --out" in r.output and "CARB_NAS_STORAGE" in r.output

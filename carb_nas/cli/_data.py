@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import click
 
-from carb_nas.cli._options import echo_json
+from carb_nas.cli._options import (
+    echo_json,
+    example,
+    info,
+    json_option,
+    output_option,
+    storage_option,
+)
 
 __all__ = ["COMMANDS"]
 
@@ -16,19 +23,24 @@ def dataset_group() -> None:
 
 @dataset_group.command("export")
 @click.argument("campaign", type=click.Path(file_okay=False))
-@click.option("-o", "--output", required=True, help="rows.csv or rows.parquet")
-@click.option("--storage", default=None, help="Optuna storage URL if not the local journal.")
+@output_option("rows.csv or rows.parquet", required=True)
+@storage_option()
 @click.option("--ok-only", is_flag=True, help="Only rows with status ok.")
 @click.option(
     "--salvage",
     is_flag=True,
     help="Read rows line by line from a corrupted journal (skips broken lines).",
 )
+@json_option("Print what was written (rows, path, counts per status) as JSON on stdout.")
+@example("carb-nas dataset export campaigns/cpu -o rows.csv --ok-only")
 def export_cmd(
-    campaign: str, output: str, storage: str | None, ok_only: bool, salvage: bool
+    campaign: str, output: str, storage: str | None, ok_only: bool, salvage: bool, as_json: bool
 ) -> None:
-    """Write the measured rows of CAMPAIGN (columns per carb_nas.dataset.SCHEMA)."""
-    from carb_nas.campaign import campaign_rows, salvage_rows
+    """Write the measured rows of CAMPAIGN (columns per carb_nas.dataset.SCHEMA).
+
+    Reads the campaign only: nothing in CAMPAIGN or its storage is created or changed.
+    """
+    from carb_nas.measure import campaign_rows, salvage_rows
     from carb_nas.space import write_table
 
     if salvage:
@@ -38,11 +50,10 @@ def export_cmd(
     if ok_only:
         frame = frame[frame["status"] == "ok"].reset_index(drop=True)
     write_table(frame, output)
-    counts = frame["status"].value_counts().to_dict()
-    click.echo(
-        f"wrote {len(frame)} rows to {output} "
-        + ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))
-    )
+    counts = {str(k): int(v) for k, v in sorted(frame["status"].value_counts().items())}
+    info(f"wrote {len(frame)} rows to {output} " + ", ".join(f"{k}={v}" for k, v in counts.items()))
+    if as_json:
+        echo_json({"output": output, "rows": len(frame), "status_counts": counts})
 
 
 @dataset_group.command("merge")
@@ -64,12 +75,29 @@ def merge_cmd(passes: tuple[str, ...], output: str) -> None:
 
 @dataset_group.command("status")
 @click.argument("campaign", type=click.Path(file_okay=False))
-@click.option("--storage", default=None, help="Optuna storage URL if not the local journal.")
-def status_cmd(campaign: str, storage: str | None) -> None:
-    """Progress of a campaign as JSON (total, done, waiting, running, ok, oom, error)."""
-    from carb_nas.campaign import campaign_status
+@storage_option()
+@json_option("Print the counts and the manifest as JSON on stdout.")
+@example("carb-nas dataset status campaigns/cpu --json")
+def status_cmd(campaign: str, storage: str | None, as_json: bool) -> None:
+    """Progress of CAMPAIGN: total, done, waiting, running, ok, oom, error, latency CVs.
 
-    echo_json(campaign_status(campaign, storage))
+    Reads the campaign only: nothing in CAMPAIGN or its storage is created or changed.
+    """
+    from carb_nas.measure import campaign_status
+
+    status = campaign_status(campaign, storage)
+    if as_json:
+        echo_json(status)
+        return
+    platform = (status.get("manifest") or {}).get("platform", "?")
+    median = status["latency_cv_median"]
+    click.echo(
+        f"{platform}: {status['done']}/{status['total']} configs done, {status['waiting']} "
+        f"waiting, {status['running']} running; rows ok={status['ok']} oom={status['oom']} "
+        f"error={status['error']}; latency CV median "
+        + ("n/a" if median is None else f"{median:.3f}")
+        + f", {status['cv_above_0.10']} above 0.10"
+    )
 
 
 @dataset_group.command("list")

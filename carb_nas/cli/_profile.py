@@ -6,7 +6,15 @@ from pathlib import Path
 
 import click
 
-from carb_nas.cli._options import echo_json
+from carb_nas.cli._options import (
+    echo_json,
+    example,
+    info,
+    json_option,
+    seed_option,
+    storage_option,
+    threads_option,
+)
 
 __all__ = ["COMMANDS"]
 
@@ -21,7 +29,9 @@ __all__ = ["COMMANDS"]
     show_default=True,
     help="fp32 | fp16 | bf16 (cuda) | int8 (cpu onnxruntime, static QDQ).",
 )
-@click.option(
+@click.option(  # output_option's -o/--output, plus --out: the name older commands use
+    "-o",
+    "--output",
     "--out",
     "out_dir",
     required=True,
@@ -34,12 +44,10 @@ __all__ = ["COMMANDS"]
     default=None,
     help="Profile N configs sampled from the source (nested in N for a seed).",
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="Sampling/order seed.")
-@click.option(
-    "--threads",
-    type=int,
-    default=None,
-    help="Intra-op threads (torch.set_num_threads / ORT intra_op_num_threads).",
+@seed_option("Sampling/order seed (an integer >= 0).")
+@threads_option(
+    "Intra-op threads (torch.set_num_threads / ORT intra_op_num_threads), at most the CPUs "
+    "this process may use."
 )
 @click.option(
     "--protocol",
@@ -50,7 +58,12 @@ __all__ = ["COMMANDS"]
     "target or the time cap; carb: 10 warmups, 100 runs, 1 s cooldown.",
 )
 @click.option("--target-ci", type=float, default=None, help="Adaptive CI target (default 0.02).")
-@click.option("--time-cap-s", type=float, default=None, help="Adaptive time cap (default 2 s).")
+@click.option(
+    "--time-cap-s",
+    type=float,
+    default=None,
+    help="Adaptive time cap (default 2 s; at least the protocol's 0.15 s timing window).",
+)
 @click.option(
     "--cooldown-s",
     type=float,
@@ -64,11 +77,9 @@ __all__ = ["COMMANDS"]
     show_default=True,
     help="Energy meter; an explicit meter must be readable.",
 )
-@click.option(
-    "--storage",
-    default=None,
-    help="Optuna storage URL for many workers (sqlite:///x.db, postgresql://...); "
-    "default: a journal file in --out.",
+@storage_option(
+    "Optuna storage URL for many workers (journal:PATH, sqlite:///x.db, postgresql://...); "
+    "default $CARB_NAS_STORAGE, else the one the campaign recorded, else a journal file in -o."
 )
 @click.option(
     "--max-host-mem-mb",
@@ -120,7 +131,8 @@ __all__ = ["COMMANDS"]
     "per config.",
 )
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@json_option("Print the summary as JSON on stdout.")
+@example("carb-nas profile search_spaces/resnet.toml --limit 20 --threads 1 -o campaigns/cpu")
 def profile_cmd(
     configs: str,
     device: str,
@@ -147,16 +159,37 @@ def profile_cmd(
     no_progress: bool,
     as_json: bool,
 ) -> None:
-    """Profile CONFIGS (a configs table or a space file) into the campaign --out.
+    """Profile CONFIGS (a configs table or a space file) into the campaign directory -o.
 
     Killed at any moment, the same command continues where it stopped: no row is lost or
-    duplicated. Export the rows with `carb-nas dataset export DIR -o rows.csv`.
+    duplicated. Export the rows with `carb-nas dataset export DIR -o rows.csv`. Every option is
+    checked before anything is created: a refused command leaves no directory behind.
     """
-    from carb_nas.campaign import run_campaign
-    from carb_nas.measure._runtimes import check_platform
+    from carb_nas.errors import ConfigError
+    from carb_nas.measure import Protocol, check_campaign_args, check_platform, run_campaign
     from carb_nas.space import load_space, read_configs
+    from carb_nas.storage import check_storage_url
 
     check_platform(device, runtime, precision)  # before reading a large space
+    check_campaign_args(
+        threads=threads,
+        max_attempts=max_attempts,
+        remeasure_cv_above=remeasure_cv_above,
+        wait_quiet_s=wait_quiet_s,
+        max_configs=max_configs,
+        limit=limit,
+        max_host_mem_mb=max_host_mem_mb,
+        lock_sm_clock_mhz=lock_sm_clock_mhz,
+    )
+    window_s = Protocol.named(protocol).min_time_s
+    if time_cap_s is not None and not (time_cap_s > 0 and time_cap_s >= window_s):
+        raise ConfigError(
+            f"invalid --time-cap-s: expected > 0 and >= {window_s:g} s (the {protocol} "
+            f"protocol's minimum timing window), got {time_cap_s:g}. Use --time-cap-s "
+            f"{max(window_s, 0.15):g} or more, or drop it (default 2 s)."
+        )
+    if storage:  # its form, before a space is read or anything measured or made
+        check_storage_url(storage)
     frame = read_configs(configs)
     p = Path(configs)
     if p.suffix == ".toml" or not p.exists():
@@ -188,6 +221,11 @@ def profile_cmd(
         fresh_process=fresh_process,
         progress=not no_progress,
     )
+    if summary.torn_bytes_cut:
+        info(
+            f"note: cut a torn last journal record ({summary.torn_bytes_cut} bytes, left by a "
+            f"killed worker; kept in {out_dir}/journal.log.torn) before resuming"
+        )
     if as_json:
         echo_json(summary.as_dict())
         return

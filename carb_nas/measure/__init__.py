@@ -1,10 +1,27 @@
 """The profiler: measure latency, peak memory and energy of configs on a platform.
 
 A platform is device x runtime x precision x threads. ``profile_config`` measures one config;
-``Profiler`` measures many and reuses prepared models; campaigns (``carb_nas.campaign``) make
-it resumable. Hardware sits behind ``Meter`` (energy) and ``Runtime`` (model execution).
+``Profiler`` measures many and reuses prepared models; campaigns (``run_campaign``, on an
+Optuna study) make it resumable. Hardware sits behind ``Meter`` (energy) and ``Runtime``
+(model execution).
 """
 
+from carb_nas.measure._campaign import (
+    JOURNAL,
+    MANIFEST,
+    MAX_CRASHES,
+    STUDY_NAME,
+    CampaignSummary,
+    campaign_rows,
+    campaign_status,
+    campaign_storage_url,
+    check_campaign_args,
+    open_campaign_study,
+    order_configs,
+    run_campaign,
+    salvage_rows,
+    select_configs,
+)
 from carb_nas.measure._meters import (
     METER_NAMES,
     NO_METER_REASON,
@@ -32,11 +49,28 @@ from carb_nas.measure._runtimes import (
     TorchRuntime,
     check_platform,
     get_runtime,
+    group_of,
     torch_cpu_peak_bytes,
 )
 
 __all__ = [
     "CALIBRATION",
+    "CampaignSummary",
+    "JOURNAL",
+    "MANIFEST",
+    "MAX_CRASHES",
+    "STUDY_NAME",
+    "campaign_rows",
+    "campaign_status",
+    "campaign_storage_url",
+    "check_campaign_args",
+    "open_campaign_study",
+    "order_configs",
+    "run_campaign",
+    "salvage_rows",
+    "select_configs",
+    "Prepared",
+    "group_of",
     "EnergyWindow",
     "METER_NAMES",
     "Meter",
@@ -46,7 +80,6 @@ __all__ = [
     "ORT_PEAK_METHOD",
     "OnnxRuntime",
     "PROTOCOLS",
-    "Prepared",
     "Profiler",
     "Protocol",
     "RAPLMeter",

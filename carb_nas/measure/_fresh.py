@@ -1,23 +1,26 @@
-"""Measure each config in a new process: ``Profiler(fresh_process=True)``.
+"""Measure each config in a new process: ``Profiler(fresh_process=True)``, the parent's side.
 
-A server process (``python -m carb_nas.measure._fresh``) imports torch and the profiler once,
+A server process (``python -m carb_nas.measure._fresh_server``) imports torch and the profiler once,
 warms them up on a tiny model, then forks one child per request. The child starts from the
 server's heap, clean of large freed buffers, builds a :class:`~carb_nas.measure.Profiler`,
 measures the one config and sends its row back, so no measurement inherits freed buffers
 from an earlier one (see ``Profiler``). Requests and rows travel as JSON lines over the
-server's stdin/stdout; the children write to stderr only.
+server's stdin/stdout; the children write to stderr only. This module never imports the
+profiler (the profiler imports it); the server, ``_fresh_server``, does.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import subprocess
 import sys
 from typing import Any
 
 from carb_nas.space import Config
+
+#: the module run as the server (by name: importing it here would import the profiler)
+SERVER_MODULE = "carb_nas.measure._fresh_server"
 
 
 class FreshProcessServer:
@@ -33,7 +36,7 @@ class FreshProcessServer:
         """
         if self._proc is None or self._proc.poll() is not None:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", __name__],
+                [sys.executable, "-m", SERVER_MODULE],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 text=True,
@@ -63,81 +66,3 @@ class FreshProcessServer:
             except subprocess.TimeoutExpired:
                 self._proc.kill()
             self._proc = None
-
-
-def _measure(request: dict[str, Any]) -> dict[str, Any]:
-    from carb_nas.measure._profiler import Profiler
-    from carb_nas.measure._protocol import Protocol
-
-    args = {**request["args"], "protocol": Protocol(**request["args"]["protocol"])}
-    prof = Profiler(**args)
-    try:
-        return {"row": prof.profile(Config(**request["config"]))}
-    finally:
-        prof.close()
-
-
-_LARGEST_DYNAMIC_MMAP_BYTES = 32 * 2**20 - 2**16  # just under glibc's 32 MiB maximum
-
-
-def _warm_up() -> None:
-    """Bring the server to a long-running process's steady state, minus its freed buffers.
-
-    - glibc starts with 128 KiB mmap and trim thresholds and raises them (up to 32 MiB and
-      64 MiB) when it frees a mapped buffer. A process that has not yet seen a large buffer
-      maps, unmaps or trims its mid-size buffers on every call: fresh children measured
-      without this 18 % slower (median) on the 418 shipped configs that then faulted > 1,000
-      pages per run. Allocating and freeing one buffer just under 32 MiB raises both, as
-      any big model does in a shared profiling process; buffers of 32 MiB and more are still
-      mapped anew on every call (``mmap_mb``), which no threshold changes.
-    - A fresh process spends ~0.9 s in its first memory profile (PyTorch's profiler) and
-      JITs oneDNN on its first convolution: a tiny model pays that once here.
-    The tiny model frees only small buffers, so the heap holds no free chunk that a large
-    request could reuse.
-    """
-    import torch
-
-    from carb_nas.measure._profiler import Profiler
-    from carb_nas.measure._protocol import Protocol
-
-    buf = torch.ones(_LARGEST_DYNAMIC_MMAP_BYTES // 4)  # mapped (above 128 KiB), touched
-    del buf  # freed: glibc raises its mmap threshold to this size, the trim threshold to 2x
-
-    quick = Protocol(warmup_runs=1, warmup_min_s=0.0, min_runs=1, max_runs=1, target_ci_rel=None)
-    prof = Profiler("cpu", "torch", "fp32", threads=1, protocol=quick, meter="none", idle_s=0)
-    try:
-        prof.profile(Config("basic", 8, 0.1, 32, 2))
-    finally:
-        prof.close()
-
-
-def _serve() -> None:
-    _warm_up()
-    replies = sys.stdout
-    for line in sys.stdin:
-        read_end, write_end = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: measure, write the reply, exit without cleanup handlers
-            os.close(read_end)
-            os.dup2(2, 1)  # anything printed goes to stderr, never into the replies
-            try:
-                reply = _measure(json.loads(line))
-            except BaseException as e:  # noqa: BLE001 - every failure is a reply
-                reply = {"error": f"{type(e).__name__}: {e}"}
-            with os.fdopen(write_end, "w") as f:
-                f.write(json.dumps(reply))
-            os._exit(0)
-        os.close(write_end)
-        with os.fdopen(read_end) as f:
-            data = f.read()
-        _, status = os.waitpid(pid, 0)
-        if not data:
-            data = json.dumps(
-                {"error": f"measuring process ended without a result (wait status {status})"}
-            )
-        replies.write(data + "\n")
-        replies.flush()
-
-
-if __name__ == "__main__":
-    _serve()

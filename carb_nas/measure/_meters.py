@@ -63,7 +63,7 @@ class Meter(ABC):
     def __init__(self) -> None:
         self._last_raw: float | None = None
         self._origin_raw: float | None = None  # energy_j() counts from the first reading
-        self._offset_raw = 0
+        self._offset_raw: float = 0
         self._lock = threading.Lock()
 
     @classmethod
@@ -166,7 +166,7 @@ class NVMLMeter(Meter):
 
     name = "nvml-counter"
     update_period_s = 0.1  # replaced by observe_update_period_s when measured
-    max_raw = 2**64  # unsigned long long millijoules
+    max_raw: float | None = 2**64  # unsigned long long millijoules
 
     def __init__(self, index: int = 0, poll_interval_s: float = 0.01) -> None:
         super().__init__()
@@ -428,7 +428,11 @@ def _nvml_index(cuda_index: int) -> int:
         import torch
 
         props = torch.cuda.get_device_properties(cuda_index)
-        bus = f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"
+        # the PCI fields exist on CUDA builds; torch's type stubs do not declare them
+        domain, bus_id, dev = (
+            getattr(props, name) for name in ("pci_domain_id", "pci_bus_id", "pci_device_id")
+        )
+        bus = f"{domain:08X}:{bus_id:02X}:{dev:02X}.0"
         pynvml.nvmlInit()
         return int(pynvml.nvmlDeviceGetIndex(pynvml.nvmlDeviceGetHandleByPciBusId(bus)))
     except Exception:  # noqa: BLE001 - no torch CUDA, old torch or NVML: keep the index

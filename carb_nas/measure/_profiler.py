@@ -370,6 +370,8 @@ class Profiler:
         """Mean NVML SM and memory utilization over a training-mode fwd+bwd window (CARB)."""
         from carb_nas.models import build_model
 
+        if not isinstance(self.meter, NVMLMeter):  # utilization is NVML's
+            return {}
         try:
             model = build_model(config.replace(precision="fp32"), self.device).train()
             x = torch.randn(

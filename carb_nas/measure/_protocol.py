@@ -219,7 +219,9 @@ def time_runs(run_once_s: Callable[[], float], protocol: Protocol) -> TimingResu
         latency_ci_rel=None if len(s) < n_ci else (hi - lo) / 2 / med if med > 0 else math.inf,
         n_runs=len(s),
         timing_s=timing_s,
-        minor_faults_per_run=None if faults is None else (faults - faults_before) / len(s),
+        minor_faults_per_run=(
+            None if faults is None or faults_before is None else (faults - faults_before) / len(s)
+        ),
     )
 
 

@@ -38,6 +38,8 @@ def others_cpu_cores(interval_s: float = 0.25) -> float | None:
         return None
     time.sleep(interval_s)
     b1, o1, t1 = _busy_s(), _own_s(), time.perf_counter()
+    if b1 is None:  # /proc/stat became unreadable meanwhile
+        return None
     return max(0.0, ((b1 - b0) - (o1 - o0)) / (t1 - t0))
 
 

@@ -65,7 +65,7 @@ ORT_PEAK_METHOD = (
     "ort-profiler: initializer bytes + input bytes + CPU allocator in-use peak "
     "(mem_in_use_peak) of one run in a fresh profiled session"
 )
-CALIBRATION = {
+CALIBRATION: dict[str, Any] = {
     "method": "MinMax",
     "batches": 8,
     "batch_size": 1,
@@ -237,23 +237,19 @@ def torch_cpu_peak_bytes(model: torch.nn.Module, x: torch.Tensor) -> int:
 
 
 def _peak_from_allocations(prof) -> int:
-    try:
-        from torch._C._profiler import _EventType
+    from carb_nas._torch_internals import cpu_allocation_events
 
-        tree = prof.profiler.kineto_results.experimental_event_tree()
+    try:
+        allocations = cpu_allocation_events(prof)
     except (ImportError, AttributeError) as e:
         raise MeasurementError(
             "cannot read the PyTorch profiler's allocation events: expected "
-            "kineto_results.experimental_event_tree() (torch 2.13/2.14), got "
-            f"{type(e).__name__}: {e}. Use a supported torch version."
+            "kineto_results.experimental_event_tree() and torch._C._profiler._EventType "
+            f"(torch 2.13/2.14; see carb_nas._torch_internals), got {type(e).__name__}: {e}. "
+            "Use a supported torch version."
         ) from e
-    events: list[tuple[int, int, int]] = []
-    stack = list(reversed(tree))
-    while stack:  # depth-first in recorded order; the index breaks timestamp ties
-        ev = stack.pop()
-        if ev.tag == _EventType.Allocation and ev.extra_fields.device.type == "cpu":
-            events.append((ev.start_time_ns, len(events), int(ev.extra_fields.alloc_size)))
-        stack.extend(reversed(ev.children))
+    # the index breaks timestamp ties in recorded order
+    events = [(start_ns, i, size) for i, (start_ns, size) in enumerate(allocations)]
     events.sort()
     running = peak = 0
     for _, _, size in events:
@@ -325,7 +321,7 @@ class _CalibrationReader:
     def __init__(self, input_name: str, resolution: int) -> None:
         self._batches = [
             {input_name: _seeded_randn((1, 3, resolution, resolution), 1234 + i).numpy()}
-            for i in range(CALIBRATION["batches"])
+            for i in range(int(CALIBRATION["batches"]))
         ]
         self._it = iter(self._batches)
 

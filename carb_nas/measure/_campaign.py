@@ -1,0 +1,1081 @@
+"""Resumable profiling campaigns on an Optuna study (local journal file, SQLite or PostgreSQL).
+
+A campaign is a directory holding ``manifest.json`` (platform + config source fingerprint) and,
+by default, ``journal.log`` (an Optuna journal file). Each config to measure is an enqueued trial
+(``study.enqueue_trial`` with the config as params and its key as a user attr). A worker takes
+the next one with ``study.ask()``, records its owner (pid, process start time, boot id) as a user
+attr, measures the config, stores the row as the trial's ``row`` user attr and ``tell``s the
+trial complete. Only Optuna's public API is used: ``enqueue_trial``, ``ask``/``tell``,
+``get_trials``, ``add_trial`` and the storage's public methods.
+
+Crash safety: killed at any moment (``kill -9`` included), the same command continues. On start
+a worker cuts a record torn by the kill from the journal (``storage.repair_journal``), then looks
+for RUNNING trials whose owner is dead (same boot, pid gone or reused; or a journal written
+before a reboot), and on an RDB storage for trials whose heartbeat is stale
+(``optuna.storages.fail_stale_trials``; ``RetryHeartbeatStaleTrialCallback`` re-enqueues them).
+A stale trial that already holds its row is completed (nothing measured is lost); otherwise it is
+failed and its config re-enqueued. Export keeps one row per key, so no row is ever duplicated.
+
+Many workers: pass the same ``--storage`` URL (``postgresql://...``, or ``sqlite:///x.db`` on one
+host) to every worker, or run several workers on one local journal (its file lock makes ``ask``
+atomic). An RDB storage gets heartbeats (60 s) so a crashed host's trials are retried by the
+others. SQLite has no row locks, so two workers may now and then measure the same config; the
+campaign still holds one row per config.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import math
+import os
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from carb_nas._io import atomic_write_json
+from carb_nas.dataset import SCHEMA
+from carb_nas.errors import CampaignError, ConfigError, MissingFileError, StorageError
+from carb_nas.measure._profiler import Profiler, platform_string
+from carb_nas.measure._protocol import Protocol
+from carb_nas.measure._runtimes import check_platform
+from carb_nas.space import CONFIG_COLUMNS, Config, frame_to_configs
+from carb_nas.storage import (
+    GRACE_S,
+    HEARTBEAT_S,
+    check_storage_url,
+    is_journal,
+    journal_path,
+    open_storage,
+    repair_journal,
+    resolve_storage_url,
+)
+
+__all__ = [
+    "run_campaign",
+    "campaign_rows",
+    "salvage_rows",
+    "campaign_status",
+    "campaign_storage_url",
+    "open_campaign_study",
+    "select_configs",
+    "order_configs",
+    "check_campaign_args",
+    "CampaignSummary",
+    "MANIFEST",
+    "JOURNAL",
+    "STUDY_NAME",
+    "MAX_CRASHES",
+]
+
+MANIFEST = "manifest.json"
+JOURNAL = "journal.log"
+STUDY_NAME = "carb-nas-campaign"
+FORMAT = "carb-nas-campaign"
+FORMAT_VERSION = 1
+ARCH_COLUMNS = ("family", "depth", "width", "resolution", "batch_size")
+#: a config whose measurement killed its worker this many times becomes an error row
+MAX_CRASHES = 2
+
+
+# -- selecting and ordering configs ----------------------------------------------------------
+def _platform_frame(frame: pd.DataFrame, runtime: str, precision: str) -> pd.DataFrame:
+    """Configs with the platform's runtime and precision, deduplicated, canonical order."""
+    out = frame[list(ARCH_COLUMNS)].copy()
+    out["precision"] = precision
+    out["runtime"] = runtime
+    out = out.drop_duplicates(list(ARCH_COLUMNS)).reset_index(drop=True)
+    return out[list(CONFIG_COLUMNS)]
+
+
+def source_fingerprint(frame: pd.DataFrame) -> str:
+    """Hash of the set of architectures+batch sizes in a configs table (order-free)."""
+    keys = sorted(
+        f"{r.family};{r.depth};{float(r.width):g};{r.resolution};{r.batch_size}"
+        for r in frame[list(ARCH_COLUMNS)].itertuples(index=False)
+    )
+    return hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16]
+
+
+def select_configs(frame: pd.DataFrame, limit: int | None = None, seed: int = 0) -> pd.DataFrame:
+    """``limit`` configs drawn without replacement, deterministic in ``seed``, nested in
+    ``limit``: the first N of one seeded permutation, so ``--limit 1000`` is a subset of
+    ``--limit 2000`` with the same seed (paired campaigns across platforms).
+    """
+    frame = frame.sort_values(list(ARCH_COLUMNS), kind="stable").reset_index(drop=True)
+    if limit is None or limit >= len(frame):
+        return frame
+    if limit <= 0:
+        raise ConfigError(f"invalid --limit: expected >= 1, got {limit}. Ask for at least 1.")
+    perm = np.random.default_rng(seed).permutation(len(frame))
+    return frame.iloc[np.sort(perm[:limit])].reset_index(drop=True)
+
+
+def order_configs(frame: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
+    """Measurement order: models (family, depth, width, resolution) in a seeded random order,
+    each model's batch sizes consecutive and ascending, so a prepared model (an exported or
+    quantized ONNX file) serves all its batch sizes.
+    """
+    groups = ["family", "depth", "width", "resolution"]
+    g = frame.groupby(groups, sort=True).ngroup().to_numpy()
+    rank = np.random.default_rng(seed + 1).permutation(g.max() + 1 if len(g) else 0)
+    out = frame.assign(_g=rank[g] if len(g) else g).sort_values(["_g", "batch_size"])
+    return out.drop(columns="_g").reset_index(drop=True)
+
+
+# -- storage -----------------------------------------------------------------------------------
+def campaign_storage_url(out_dir: str | Path, storage: str | None = None) -> str:
+    """The storage URL of the campaign ``out_dir``.
+
+    ``storage``, else ``$CARB_NAS_STORAGE``, else the URL its manifest records (a campaign
+    started with ``--storage URL`` resumes without it), else ``journal:OUT_DIR/journal.log``.
+    """
+    out_dir = Path(out_dir)
+    url = resolve_storage_url(storage)
+    if url is None:
+        recorded = (_read_manifest(out_dir) or {}).get("storage")
+        url = recorded if recorded and recorded != JOURNAL else f"journal:{out_dir / JOURNAL}"
+    return url
+
+
+def _recorded_storage(out_dir: Path, url: str) -> str:
+    """How the manifest names ``url``: ``journal.log`` for the directory's own journal."""
+    if is_journal(url) and journal_path(url).absolute() == (out_dir / JOURNAL).absolute():
+        return JOURNAL
+    return url
+
+
+def _open(out_dir: Path, url: str, *, read_only: bool) -> Any:
+    """The campaign's storage; a corrupted journal names the salvage command."""
+    import optuna
+
+    callback = None
+    if not read_only and not is_journal(url):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            # a crashed host's trial comes back once; the next crash makes it an error row
+            callback = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=MAX_CRASHES - 1)
+    try:
+        return open_storage(
+            url,
+            read_only=read_only,
+            heartbeat_interval_s=None if read_only else HEARTBEAT_S,
+            grace_period_s=GRACE_S,
+            stale_trial_callback=callback,
+        )
+    except StorageError as e:
+        if is_journal(url) and str(e).startswith("corrupted journal"):
+            raise CampaignError(
+                f"corrupted campaign store {str(journal_path(url))!r}: {e} Recover the measured "
+                f"rows with `carb-nas dataset export {out_dir} -o rows.csv --salvage`, then "
+                "start a new campaign directory."
+            ) from e
+        raise
+
+
+def _load(storage: Any, out_dir: Path, url: str) -> Any:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        return optuna.load_study(
+            study_name=STUDY_NAME, storage=storage, sampler=optuna.samplers.RandomSampler(0)
+        )
+    except KeyError:
+        raise CampaignError(
+            f"no campaign in {url!r}: expected a study {STUDY_NAME!r} in its store, got none. "
+            f"Run `carb-nas profile ... -o {out_dir}` first, or pass the --storage it used."
+        ) from None
+
+
+def _check_readable(out_dir: Path, url: str) -> None:
+    """A read-only command creates nothing: its campaign must exist."""
+    if not is_journal(url):
+        return
+    path = journal_path(url)
+    if not out_dir.is_dir() and path.parent == out_dir:
+        raise MissingFileError(
+            f"no campaign store: expected a campaign directory made by `carb-nas profile -o "
+            f"DIR`, got no such directory {str(out_dir)!r}. Check the path."
+        )
+    if not path.is_file():
+        raise MissingFileError(
+            f"no campaign store: expected {str(path)!r} (made by `carb-nas profile -o DIR`), "
+            "got no such file. Check the directory, or pass --storage URL."
+        )
+
+
+def open_campaign_study(out_dir: str | Path, storage: str | None = None) -> Any:
+    """The Optuna study of an existing campaign, opened read-only (nothing is created)."""
+    out_dir = Path(out_dir)
+    url = campaign_storage_url(out_dir, storage)
+    _check_readable(out_dir, url)
+    return _load(_open(out_dir, url, read_only=True), out_dir, url)
+
+
+# -- owners of running trials ------------------------------------------------------------------
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()[:8]
+    except OSError:
+        return "unknown"
+
+
+def _process_start(pid: int) -> float | None:
+    try:
+        import psutil
+
+        return round(psutil.Process(pid).create_time(), 2)
+    except Exception:  # noqa: BLE001 - no such process or no psutil
+        return None
+
+
+def _owner() -> dict[str, Any]:
+    return {"pid": os.getpid(), "start": _process_start(os.getpid()), "boot": _boot_id()}
+
+
+def _owner_alive(owner: dict | None, journal: bool) -> bool:
+    if not owner:
+        return False
+    if owner.get("boot") != _boot_id():
+        # A local journal outlived a reboot: its owner is gone. Another host on a shared
+        # RDB: leave it to heartbeats.
+        return not journal
+    start = _process_start(int(owner.get("pid", -1)))
+    return start is not None and (owner.get("start") is None or abs(start - owner["start"]) < 1)
+
+
+# -- manifest --------------------------------------------------------------------------------
+def _read_manifest(out_dir: Path) -> dict | None:
+    path = out_dir / MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        doc = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CampaignError(
+            f"corrupted campaign manifest {str(path)!r}: expected JSON, got {e}. Nothing was "
+            "changed; restore the file or start a new campaign directory."
+        ) from None
+    if (
+        not isinstance(doc, dict)
+        or doc.get("format") != FORMAT
+        or doc.get("version") != FORMAT_VERSION
+    ):
+        got = doc if not isinstance(doc, dict) else (doc.get("format"), doc.get("version"))
+        raise CampaignError(
+            f"{path}: expected a {FORMAT} manifest version {FORMAT_VERSION}, got (format, "
+            f"version) {got!r}. Use a new directory."
+        )
+    return doc
+
+
+_CHECKED_FIELDS = (
+    "platform",
+    "threads",
+    "protocol",
+    "protocol_params",
+    "meter",
+    "source",
+    "lock_sm_clock_mhz",
+    "fresh_process",
+    "storage",
+)
+
+
+def _check_manifest(old: dict, new: dict, where: str) -> None:
+    for field in _CHECKED_FIELDS:
+        if field == "storage" and "storage" not in old:
+            continue
+        if old.get(field) != new.get(field):
+            fix = "Run the same command as before to resume, or use a new -o directory."
+            if field == "storage":
+                fix = (
+                    f"Pass --storage {old.get(field)} (or unset $CARB_NAS_STORAGE) to resume, "
+                    "or use a new -o directory."
+                )
+            raise CampaignError(
+                f"campaign {where} was started with another {field}: expected "
+                f"{old.get(field)!r} (as recorded in its manifest), got {new.get(field)!r}. {fix}"
+            )
+
+
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def check_campaign_args(
+    *,
+    threads: int | None = None,
+    max_attempts: int = 3,
+    remeasure_cv_above: float | None = None,
+    wait_quiet_s: float = 0.0,
+    max_configs: int | None = None,
+    limit: int | None = None,
+    max_host_mem_mb: float | None = None,
+    lock_sm_clock_mhz: int | None = None,
+) -> None:
+    """Refuse a campaign argument out of range with one line (before anything is created).
+
+    ``threads`` may not exceed the CPUs this process may run on: more intra-op threads than
+    cores time the machine's oversubscription, not the platform.
+    """
+    cpus = _usable_cpus()
+
+    def bad(name: str, expected: str, got: object, fix: str) -> ConfigError:
+        return ConfigError(f"invalid {name}: expected {expected}, got {got!r}. {fix}")
+
+    if threads is not None and not 1 <= threads <= cpus:
+        raise bad(
+            "--threads",
+            f"1 to {cpus} (the CPUs this process may use)",
+            threads,
+            "More threads than cores measure oversubscription; use at most the core count.",
+        )
+    if max_attempts < 1:
+        raise bad("--max-attempts", ">= 1", max_attempts, "Use 1 (no re-measures) or more.")
+    if remeasure_cv_above is not None and not (
+        math.isfinite(remeasure_cv_above) and remeasure_cv_above >= 0
+    ):
+        raise bad(
+            "--remeasure-cv-above",
+            "a CV >= 0 (e.g. 0.10)",
+            remeasure_cv_above,
+            "Drop it or give a CV >= 0.",
+        )
+    if not (math.isfinite(wait_quiet_s) and wait_quiet_s >= 0):
+        raise bad("--wait-quiet-s", "seconds >= 0", wait_quiet_s, "Use 0 (no wait) or more.")
+    if max_configs is not None and max_configs < 0:
+        raise bad("--max-configs", ">= 0", max_configs, "Use 0 (recovery only) or more.")
+    if limit is not None and limit < 1:
+        raise bad("--limit", ">= 1", limit, "Ask for at least 1.")
+    if max_host_mem_mb is not None and not max_host_mem_mb > 0:
+        raise bad("--max-host-mem-mb", "> 0", max_host_mem_mb, "Give a positive cap in MB.")
+    if lock_sm_clock_mhz is not None and lock_sm_clock_mhz <= 0:
+        raise bad("--lock-sm-clock-mhz", "> 0 MHz", lock_sm_clock_mhz, "Give a supported SM clock.")
+
+
+@contextmanager
+def _new_dir_removed_on_failure(out_dir: Path) -> Iterator[None]:
+    """Create ``out_dir`` (and parents); a failure before the block ends removes what it made."""
+    missing = []
+    p = out_dir
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        # unique per worker: concurrent workers on one directory must not race on the probe
+        probe = out_dir / f".write-probe.{os.getpid()}.{threading.get_ident()}"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as e:
+        raise CampaignError(
+            f"campaign directory {str(out_dir)!r} is not writable: expected a directory this "
+            f"user can create files in, got {type(e).__name__}: {e}. Choose another -o."
+        ) from None
+    try:
+        yield
+    except BaseException:
+        import shutil
+
+        if missing:  # made by this call: nothing of another run is inside
+            shutil.rmtree(missing[-1], ignore_errors=True)
+        raise
+
+
+# -- trials ----------------------------------------------------------------------------------
+def _trial_config(t: Any, configs: Mapping[str, Config]) -> Config:
+    """A trial's config: by key among this call's configs (the source is checked to match)."""
+    key = t.user_attrs.get("key")
+    if key in configs:
+        return configs[key]
+    # a key outside this call's configs: the params enqueue_trial fixed
+    params = t.system_attrs.get("fixed_params") or t.params
+    try:
+        return Config(**{k: params[k] for k in CONFIG_COLUMNS})
+    except (KeyError, TypeError) as e:
+        raise CampaignError(
+            f"campaign trial {t.number} has no config: expected params {list(CONFIG_COLUMNS)} "
+            f"or a key among the configs given, got key {key!r}. Use a new campaign directory."
+        ) from e
+
+
+def _crashes(trials: Sequence[Any]) -> dict[str, int]:
+    """Failed trials per key that were not duplicates: each one's worker died measuring it."""
+    from optuna.trial import TrialState
+
+    out: dict[str, int] = {}
+    for t in trials:
+        key = t.user_attrs.get("key")
+        if key is not None and t.state == TrialState.FAIL and not t.user_attrs.get("duplicate"):
+            out[key] = out.get(key, 0) + 1
+    return out
+
+
+def _recover_stale(
+    study: Any, journal: bool, configs: Mapping[str, Config], error_row: Any = None
+) -> tuple[int, int]:
+    """Complete stale RUNNING trials that hold a row; fail the rest and re-enqueue them.
+
+    A config whose measurement killed its worker ``MAX_CRASHES`` times (a segfault in a
+    runtime, the kernel's OOM killer) is not retried again: ``error_row(config, message)``
+    makes it an error row, so a campaign always finishes. Returns (completed, re-enqueued).
+    """
+    import optuna
+    from optuna.exceptions import UpdateFinishedTrialError
+    from optuna.trial import TrialState
+
+    if not journal:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            optuna.storages.fail_stale_trials(study)
+    completed = 0
+    now = datetime.now(UTC)
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        owner = t.user_attrs.get("_owner")
+        if owner is None and t.datetime_start is not None:
+            age = (now - t.datetime_start.astimezone(UTC)).total_seconds()
+            if age < 60:
+                continue  # a worker between popping and recording its owner
+        if _owner_alive(owner, journal):
+            continue
+        row = t.user_attrs.get("row")
+        try:
+            if row is not None:
+                study.tell(t.number, _trial_value(row))
+                completed += 1
+            else:
+                study.tell(t.number, state=TrialState.FAIL)
+        except (UpdateFinishedTrialError, ValueError):  # another worker got there first
+            continue
+    # Re-enqueue every key that has neither a completed, a waiting nor a running trial.
+    trials = study.get_trials(deepcopy=False)
+    by_key: dict[str, set] = {}
+    failed: dict[str, Any] = {}
+    for t in trials:
+        key = t.user_attrs.get("key")
+        if key is None:
+            continue
+        by_key.setdefault(key, set()).add(t.state)
+        if t.state == TrialState.FAIL:
+            failed.setdefault(key, t)
+    crashes = _crashes(trials)
+    requeued = 0
+    live = {TrialState.COMPLETE, TrialState.WAITING, TrialState.RUNNING}
+    for key, t in failed.items():
+        if by_key[key] & live:
+            continue
+        cfg = _trial_config(t, configs)
+        if error_row is not None and crashes.get(key, 0) >= MAX_CRASHES:
+            message = (
+                f"WorkerCrash: the measurement killed its worker {crashes[key]} times "
+                "(segfault or the kernel's OOM killer); not retried"
+            )
+            study.add_trial(
+                optuna.trial.create_trial(
+                    state=TrialState.COMPLETE,
+                    value=math.inf,
+                    user_attrs={
+                        "key": key,
+                        "row": _clean_row(error_row(cfg, message)),
+                        "attempt": _attempt(t),
+                    },
+                )
+            )
+            continue
+        study.enqueue_trial(cfg.as_dict(), user_attrs={"key": key, "attempt": _attempt(t)})
+        requeued += 1
+    return completed, requeued
+
+
+def _queue_remeasures(
+    study: Any,
+    configs: Mapping[str, Config],
+    cv_above: float | None,
+    retry_errors: bool,
+    max_attempts: int,
+) -> int:
+    """Enqueue another attempt for keys whose kept row is noisy (cv > cv_above) or an error."""
+    from optuna.trial import TrialState
+
+    trials = study.get_trials(deepcopy=False)
+    pending: set[str] = set()
+    attempts: dict[str, int] = {}
+    for t in trials:
+        key = t.user_attrs.get("key")
+        if key is None:
+            continue
+        attempts[key] = max(attempts.get(key, 0), _attempt(t))
+        if t.state in (TrialState.WAITING, TrialState.RUNNING):
+            pending.add(key)
+    done = [t for t in trials if t.state == TrialState.COMPLETE]
+    queued = 0
+    for key, (t, row) in _best_rows(done).items():
+        if key in pending or attempts.get(key, 0) + 1 >= max_attempts:
+            continue
+        noisy = cv_above is not None and row.get("status") == "ok" and _cv(row) > cv_above
+        broken = retry_errors and row.get("status") == "error"
+        if noisy or broken:
+            study.enqueue_trial(
+                _trial_config(t, configs).as_dict(),
+                user_attrs={"key": key, "attempt": attempts.get(key, 0) + 1},
+            )
+            queued += 1
+    return queued
+
+
+def _trial_value(row: dict) -> float:
+    v = row.get("latency_ms")
+    return float(v) if row.get("status") == "ok" and v is not None else math.inf
+
+
+def _is_duplicate(trials: Sequence[Any], trial: Any) -> bool:
+    """An earlier live trial of the same key and attempt, or a completed one of the same or a
+    later attempt, exists (two workers enqueued the same config at once)."""
+    from optuna.trial import TrialState
+
+    key, attempt = trial.user_attrs.get("key"), _attempt(trial)
+    live = (TrialState.WAITING, TrialState.RUNNING, TrialState.COMPLETE)
+    for t in trials:
+        if t.number == trial.number or t.user_attrs.get("key") != key:
+            continue
+        if t.state == TrialState.COMPLETE and _attempt(t) >= attempt:
+            return True
+        if t.state in live and _attempt(t) == attempt and t.number < trial.number:
+            return True
+    return False
+
+
+def _ask(study: Any) -> Any:
+    with warnings.catch_warnings():  # heartbeats are recorded by _Heartbeat, not optimize()
+        warnings.filterwarnings("ignore", message="Heartbeat of storage")
+        return study.ask()
+
+
+def _next_trial(study: Any) -> tuple[Any, Any] | None:
+    """The oldest waiting trial, now RUNNING and ours (``study.ask``), and its frozen view;
+    None when none is left.
+
+    A duplicate (see ``_is_duplicate``) is failed with a ``duplicate`` user attr, never measured.
+    """
+    from optuna.trial import TrialState
+
+    while study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        trial = _ask(study)
+        if trial.user_attrs.get("key") is None:
+            # another worker took the last waiting trial meanwhile; ask() made a new, empty one
+            study.tell(trial, state=TrialState.FAIL)
+            return None
+        trials = study.get_trials(deepcopy=False)
+        if _is_duplicate(trials, trial):
+            trial.set_user_attr("duplicate", True)
+            study.tell(trial, state=TrialState.FAIL)
+            continue
+        return trial, next(t for t in trials if t.number == trial.number)
+    return None
+
+
+class _Heartbeat(threading.Thread):
+    """Records an RDB storage's heartbeat for one trial until stopped."""
+
+    def __init__(self, storage: Any, trial_id: int) -> None:
+        super().__init__(daemon=True)
+        self.storage, self.trial_id = storage, trial_id
+        self.stop_event = threading.Event()
+        self.storage.record_heartbeat(trial_id)
+
+    def run(self) -> None:
+        while not self.stop_event.wait(HEARTBEAT_S / 2):
+            try:
+                self.storage.record_heartbeat(self.trial_id)
+            except Exception:  # noqa: BLE001 - a missed beat is retried
+                pass
+
+
+def _attempt(t) -> int:
+    return int(t.user_attrs.get("attempt", 0))
+
+
+def _best_rows(trials) -> dict[str, tuple[Any, dict]]:
+    """The row kept per key among completed trials holding one.
+
+    A key has several rows only when it was re-measured (``--remeasure-cv-above``,
+    ``--retry-errors``): the ok row with the lowest ``latency_cv`` wins (the first on ties);
+    without an ok row, the first row. Selection is on measurement quality, never on the value.
+    """
+    best: dict[str, tuple[Any, dict]] = {}
+    for t in sorted(trials, key=lambda t: t.number):
+        row = t.user_attrs.get("row")
+        if row is None:
+            continue
+        key = row.get("key")
+        if key not in best:
+            best[key] = (t, row)
+            continue
+        old = best[key][1]
+        if row.get("status") != "ok":
+            continue
+        if old.get("status") != "ok" or _cv(row) < _cv(old):
+            best[key] = (t, row)
+    return best
+
+
+def _cv(row: dict) -> float:
+    v = row.get("latency_cv")
+    return math.inf if v is None else float(v)
+
+
+def _clean_row(row: dict) -> dict:
+    """JSON-safe row: NaN/inf -> None, numpy scalars -> Python."""
+    out = {}
+    for k, v in row.items():
+        if isinstance(v, np.generic):
+            v = v.item()
+        if isinstance(v, float) and not math.isfinite(v):
+            v = None
+        out[k] = v
+    return out
+
+
+@dataclass
+class CampaignSummary:
+    out_dir: str
+    platform: str
+    total: int
+    done: int
+    measured_now: int
+    ok: int
+    failed: int
+    recovered: int
+    requeued: int
+    added: int
+    remeasures_queued: int
+    wall_s: float
+    mean_s_per_config: float | None
+    #: bytes of a torn last journal record cut before resuming (kept in ``journal.log.torn``)
+    torn_bytes_cut: int = 0
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _configs_frame(
+    configs: pd.DataFrame | Sequence[Config], runtime: str, precision: str
+) -> pd.DataFrame:
+    frame = (
+        configs
+        if isinstance(configs, pd.DataFrame)
+        else pd.DataFrame([c.as_dict() for c in configs], columns=list(CONFIG_COLUMNS))
+    )
+    if frame.empty:
+        raise ConfigError("no configs to profile: expected at least one config, got none.")
+    return _platform_frame(frame, runtime, precision)
+
+
+def run_campaign(
+    configs: pd.DataFrame | Sequence[Config],
+    out_dir: str | Path,
+    *,
+    device: str = "cpu",
+    runtime: str = "torch",
+    precision: str = "fp32",
+    threads: int | None = None,
+    protocol: str = "adaptive",
+    protocol_overrides: dict | None = None,
+    meter: str = "auto",
+    storage: str | None = None,
+    source: str | None = None,
+    limit: int | None = None,
+    seed: int = 0,
+    max_host_mem_mb: float | None = None,
+    max_configs: int | None = None,
+    remeasure_cv_above: float | None = None,
+    retry_errors: bool = False,
+    max_attempts: int = 3,
+    lock_sm_clock_mhz: int | None = None,
+    wait_quiet_s: float = 0.0,
+    fresh_process: bool = False,
+    progress: bool = True,
+    profiler: Any = None,
+) -> CampaignSummary:
+    """Profile ``configs`` on one platform into the campaign ``out_dir``; resumable.
+
+    ``storage`` is an Optuna storage URL (``carb_nas.storage.open_storage`` forms; default
+    ``$CARB_NAS_STORAGE``, else the one the manifest records, else ``OUT_DIR/journal.log``).
+    ``source`` names the config source in the manifest (defaults to the configs' fingerprint);
+    resuming with another platform, source or storage raises CampaignError. ``limit``/``seed``
+    sample configs (``select_configs``); ``max_configs`` stops this call after that many
+    measurements (the campaign stays resumable). ``remeasure_cv_above`` (e.g. 0.10) queues
+    another attempt for done configs whose kept row has a larger ``latency_cv``;
+    ``retry_errors`` does the same for error rows; at most ``max_attempts`` measurements per
+    config. Export keeps one row per config (``_best_rows``). ``fresh_process`` measures each
+    config in a process of its own (``Profiler``), recorded in the manifest: a resume must keep
+    it. ``profiler`` injects a ready ``Profiler`` (tests).
+
+    Every argument, the platform and the meter are checked before anything is created: a call
+    that fails leaves no directory behind.
+    """
+    t_start = time.perf_counter()
+    out_dir = Path(out_dir)
+    # -- everything checked before anything is written ------------------------------------
+    check_platform(device, runtime, precision)
+    check_campaign_args(
+        threads=threads,
+        max_attempts=max_attempts,
+        remeasure_cv_above=remeasure_cv_above,
+        wait_quiet_s=wait_quiet_s,
+        max_configs=max_configs,
+        limit=limit,
+        max_host_mem_mb=max_host_mem_mb,
+        lock_sm_clock_mhz=lock_sm_clock_mhz,
+    )
+    frame = _configs_frame(configs, runtime, precision)
+    src_fp = source_fingerprint(frame)
+    proto = Protocol.named(protocol, **(protocol_overrides or {}))
+    selected = order_configs(select_configs(frame, limit, seed), seed)
+    by_key = {cfg.key: cfg for cfg in frame_to_configs(frame)}
+    if out_dir.exists() and not out_dir.is_dir():
+        raise CampaignError(
+            f"campaign directory {str(out_dir)!r} is not writable: expected a directory, got "
+            "a file. Choose another -o."
+        )
+    url = campaign_storage_url(out_dir, storage)
+    check_storage_url(url)
+    journal = is_journal(url)
+    platform = platform_string(device, runtime, precision)
+    manifest: dict[str, Any] = {
+        "format": FORMAT,
+        "version": FORMAT_VERSION,
+        "platform": platform,
+        "device": device,
+        "threads": threads,
+        "protocol": proto.name,
+        "protocol_params": proto.params(),
+        "meter": meter,
+        "source": source or f"configs:{src_fp}",
+        "source_fingerprint": src_fp,
+        "storage": _recorded_storage(out_dir, url),
+    }
+    if lock_sm_clock_mhz is not None:  # absent (= clocks as found) in older manifests
+        manifest["lock_sm_clock_mhz"] = lock_sm_clock_mhz
+    if fresh_process:  # absent (= one process for all configs) in older manifests
+        manifest["fresh_process"] = True
+    if wait_quiet_s:  # hygiene only: may change between sittings, not checked on resume
+        manifest["wait_quiet_s"] = wait_quiet_s
+    old = _read_manifest(out_dir) if out_dir.is_dir() else None
+    if old is not None:
+        _check_manifest(old, manifest, str(out_dir))
+    elif (out_dir / JOURNAL).exists():
+        raise CampaignError(
+            f"campaign directory {str(out_dir)!r} has a journal but no {MANIFEST}: expected "
+            "both (or an empty directory). Restore the manifest or use a new -o."
+        )
+    # the platform (device, meter) is validated by building the profiler
+    prof = profiler or Profiler(
+        device,
+        runtime,
+        precision,
+        threads,
+        proto,
+        meter,
+        max_host_mem_mb=max_host_mem_mb,
+        lock_sm_clock_mhz=lock_sm_clock_mhz,
+        wait_quiet_s=wait_quiet_s,
+        idle_s=1.0,
+        fresh_process=fresh_process,
+    )
+    try:
+        if prof.platform != manifest["platform"]:
+            raise CampaignError(
+                f"profiler platform mismatch: expected {manifest['platform']!r}, got "
+                f"{prof.platform!r}."
+            )
+        st = None if journal else _open(out_dir, url, read_only=False)  # reachable, first
+        with _new_dir_removed_on_failure(out_dir):
+            torn = repair_journal(journal_path(url)) if journal else 0
+            if old is None:  # the manifest before the store: a store never exists without one
+                created = datetime.now(UTC).isoformat(timespec="seconds")
+                atomic_write_json(
+                    out_dir / MANIFEST, {**manifest, "created": created}, indent=2, sort_keys=True
+                )
+            if st is None:
+                st = _open(out_dir, url, read_only=False)
+            study = _create(st)
+            study_manifest = study.user_attrs.get("manifest")
+            if study_manifest is not None:
+                _check_manifest(study_manifest, manifest, str(out_dir) if journal else url)
+            else:
+                study.set_user_attr("manifest", manifest)
+        recovered, requeued = _recover_stale(study, journal, by_key, prof.error_row)
+        existing = {t.user_attrs.get("key") for t in study.get_trials(deepcopy=False)}
+        added = 0
+        for cfg in frame_to_configs(selected):
+            if cfg.key not in existing:
+                study.enqueue_trial(cfg.as_dict(), user_attrs={"key": cfg.key})
+                existing.add(cfg.key)
+                added += 1
+        remeasures = 0
+        if remeasure_cv_above is not None or retry_errors:
+            remeasures = _queue_remeasures(
+                study, by_key, remeasure_cv_above, retry_errors, max_attempts
+            )
+        counts = _measure_queue(
+            study,
+            st,
+            prof,
+            by_key,
+            journal=journal,
+            max_configs=max_configs,
+            progress=progress,
+            desc=platform,
+        )
+        measure_s = counts.pop("measure_s")
+        return CampaignSummary(
+            out_dir=str(out_dir),
+            platform=platform,
+            total=len(existing - {None}),
+            recovered=recovered + counts.pop("recovered"),
+            requeued=requeued,
+            added=added,
+            remeasures_queued=remeasures,
+            wall_s=time.perf_counter() - t_start,
+            mean_s_per_config=measure_s / counts["measured_now"]
+            if counts["measured_now"]
+            else None,
+            torn_bytes_cut=torn,
+            **counts,
+        )
+    finally:
+        if profiler is None:
+            prof.close()
+
+
+def _create(storage: Any) -> Any:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.create_study(
+        study_name=STUDY_NAME,
+        storage=storage,
+        load_if_exists=True,
+        direction="minimize",
+        sampler=optuna.samplers.RandomSampler(0),
+    )
+
+
+def _measure_queue(
+    study: Any,
+    storage: Any,
+    prof: Any,
+    configs: Mapping[str, Config],
+    *,
+    journal: bool,
+    max_configs: int | None,
+    progress: bool,
+    desc: str,
+) -> dict[str, Any]:
+    """Measure waiting trials until none is left (or ``max_configs``); returns the counts."""
+    from optuna.exceptions import UpdateFinishedTrialError
+    from optuna.trial import TrialState
+
+    done_keys = set()
+    n_waiting = 0
+    for t in study.get_trials(deepcopy=False):
+        if t.state == TrialState.COMPLETE:
+            done_keys.add(t.user_attrs.get("key"))
+        elif t.state == TrialState.WAITING:
+            n_waiting += 1
+    done_keys.discard(None)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(
+            total=len(done_keys) + n_waiting,
+            initial=len(done_keys),
+            unit="cfg",
+            file=sys.stderr,
+            desc=desc,
+            dynamic_ncols=True,
+            smoothing=0.05,
+        )
+    heartbeat = not journal and hasattr(storage, "record_heartbeat")
+    study_id = storage.get_study_id_from_name(STUDY_NAME) if heartbeat else None
+    measured = ok = failed = recovered = 0
+    t_measure = time.perf_counter()
+    # The store's trials and the imported libraries are long-lived: freeze them so the
+    # per-config gc.collect() (hygiene) scans only what each measurement creates.
+    gc.collect()
+    gc.freeze()
+    try:
+        while max_configs is None or measured < max_configs:
+            popped = _next_trial(study)
+            if popped is None:
+                break
+            trial, frozen = popped
+            key = trial.user_attrs.get("key")
+            row = trial.user_attrs.get("row")  # a retried stale trial that was measured
+            if row is not None:
+                study.tell(trial, _trial_value(row), skip_if_finished=True)
+                done_keys.add(key)
+                recovered += 1
+                continue
+            trial.set_user_attr("_owner", _owner())
+            beat = None
+            if heartbeat:
+                trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
+                beat = _Heartbeat(storage, trial_id)
+                beat.start()
+            try:
+                row = _clean_row(prof.profile(_trial_config(frozen, configs)))
+            finally:
+                if beat is not None:
+                    beat.stop_event.set()
+            try:
+                trial.set_user_attr("row", row)
+                study.tell(trial, _trial_value(row), skip_if_finished=True)
+            except UpdateFinishedTrialError:
+                # SQLite has no row locks: two workers can pop the same trial. The other
+                # one finished it first; its row is kept (export keeps one row per config).
+                continue
+            done_keys.add(key)
+            measured += 1
+            ok += row["status"] == "ok"
+            failed += row["status"] != "ok"
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix_str(f"{row['status']} {key}", refresh=False)
+    finally:
+        gc.unfreeze()
+        if bar is not None:
+            bar.close()
+    return {
+        "done": len(done_keys),
+        "measured_now": measured,
+        "ok": ok,
+        "failed": failed,
+        "recovered": recovered,
+        "measure_s": time.perf_counter() - t_measure,
+    }
+
+
+# -- reading a campaign ----------------------------------------------------------------------
+def _rows_frame(rows: list[dict]) -> pd.DataFrame:
+    frame = pd.DataFrame(rows, columns=list(SCHEMA))
+    for col, (kind, _, _) in SCHEMA.items():
+        if kind == "float":
+            frame[col] = pd.to_numeric(frame[col], errors="coerce").astype(float)
+        elif kind == "int":
+            frame[col] = pd.to_numeric(frame[col], errors="coerce").astype("Int64")
+    return frame
+
+
+def campaign_rows(
+    out_dir: str | Path, storage: str | None = None, statuses: Sequence[str] | None = None
+) -> pd.DataFrame:
+    """The measured rows of a campaign, one per key (see ``_best_rows``), columns per SCHEMA.
+
+    Read-only: nothing is created or changed, even for a directory or database that does not
+    exist (that is a MissingFileError / StorageError).
+    """
+    from optuna.trial import TrialState
+
+    study = open_campaign_study(out_dir, storage)
+    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    frame = _rows_frame([row for _, row in _best_rows(trials).values()])
+    if statuses is not None:
+        frame = frame[frame["status"].isin(list(statuses))].reset_index(drop=True)
+    return frame
+
+
+_ROW_FIELDS = frozenset(("key", "status", "platform", *CONFIG_COLUMNS))
+
+
+def _rows_in(value: Any) -> Iterator[dict]:
+    """Every measured row inside a decoded JSON value, found by the row's own fields."""
+    if isinstance(value, dict):
+        if _ROW_FIELDS <= value.keys():
+            yield value
+            return
+        for v in value.values():
+            yield from _rows_in(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _rows_in(v)
+
+
+def salvage_rows(out_dir: str | Path) -> pd.DataFrame:
+    """Rows read line by line from a (possibly corrupted) journal, skipping broken lines.
+
+    Every row that was written is recovered (one per key, the same rule as ``campaign_rows``),
+    whether or not the trial's completion made it to the file. Rows are found by their own
+    fields (key, status, platform, the config columns) in each JSON line, not by the layout of
+    Optuna's journal records, which Optuna may change.
+    """
+    path = Path(out_dir) / JOURNAL
+    if not path.is_file():
+        raise MissingFileError(f"no campaign journal: expected {str(path)!r}, got no such file.")
+    rows: list[dict] = []
+    with open(path, "rb") as f:
+        for line in f:
+            try:
+                rows.extend(_rows_in(json.loads(line)))
+            except ValueError:  # JSONDecodeError, UnicodeDecodeError: a broken line
+                continue
+    best: dict[str, dict] = {}
+    for row in rows:  # the same rule as _best_rows, in write order
+        key = str(row["key"])
+        old = best.get(key)
+        if old is None or (
+            row.get("status") == "ok" and (old.get("status") != "ok" or _cv(row) < _cv(old))
+        ):
+            best[key] = row
+    return _rows_frame(list(best.values()))
+
+
+def campaign_status(out_dir: str | Path, storage: str | None = None) -> dict:
+    """Counts of a campaign: total configs, done, waiting, running, failed rows, ok rows.
+
+    Read-only, as ``campaign_rows``.
+    """
+    from optuna.trial import TrialState
+
+    study = open_campaign_study(out_dir, storage)
+    trials = study.get_trials(deepcopy=False)  # one snapshot
+    counts: dict[str, set] = {}
+    for t in trials:
+        key = t.user_attrs.get("key")
+        if key is not None:
+            counts.setdefault(t.state.name.lower(), set()).add(key)
+    done = counts.get("complete", set())
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    rows = _rows_frame([row for _, row in _best_rows(complete).values()])
+    cv = rows.loc[rows["status"] == "ok", "latency_cv"].dropna()
+    return {
+        "manifest": study.user_attrs.get("manifest"),
+        "total": len(set().union(*counts.values())) if counts else 0,
+        "done": len(done),
+        "waiting": len(counts.get("waiting", set()) - done),
+        "running": len(counts.get("running", set()) - done),
+        "ok": int((rows["status"] == "ok").sum()),
+        "oom": int((rows["status"] == "oom").sum()),
+        "error": int((rows["status"] == "error").sum()),
+        "latency_cv_median": float(cv.median()) if len(cv) else None,
+        "latency_cv_p90": float(cv.quantile(0.9)) if len(cv) else None,
+        "cv_above_0.10": int((cv > 0.10).sum()),
+    }

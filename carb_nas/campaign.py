@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from carb_nas.dataset import SCHEMA
+from carb_nas.datasets import SCHEMA
 from carb_nas.errors import CampaignError, ConfigError, MissingFileError
 from carb_nas.space import CONFIG_COLUMNS, Config, frame_to_configs
 

@@ -29,7 +29,7 @@ def export_cmd(
 ) -> None:
     """Write the measured rows of CAMPAIGN (columns per carb_nas.dataset.SCHEMA)."""
     from carb_nas.campaign import campaign_rows, salvage_rows
-    from carb_nas.space import write_table
+    from carb_nas.datasets import write_table
 
     if salvage:
         frame = salvage_rows(campaign)
@@ -54,8 +54,7 @@ def merge_cmd(passes: tuple[str, ...], output: str) -> None:
     For example three exports of campaigns that measured the same configs at different times:
     with three passes each config keeps its middle measurement (a real row).
     """
-    from carb_nas.datasets import median_of_passes
-    from carb_nas.space import read_table, write_table
+    from carb_nas.datasets import median_of_passes, read_table, write_table
 
     frame = median_of_passes([read_table(p) for p in passes], list(passes))
     write_table(frame, output)

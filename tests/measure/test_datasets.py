@@ -178,7 +178,7 @@ def test_shipped_torch_dataset_is_the_median_of_its_stored_passes():
     from pathlib import Path
 
     from carb_nas.datasets import median_of_passes
-    from carb_nas.space import read_table
+    from carb_nas.datasets import read_table
 
     d = Path(__file__).resolve().parents[2] / "docs" / "passes" / "cpu_torch_fp32"
     paths = sorted(d.glob("*.parquet"))

@@ -1,4 +1,4 @@
-"""Tests of carb_nas.report (characterize, transfer, calibrate) and its CLI verbs.
+"""Tests of carb_nas.reports (characterize, transfer), carb_nas.calibration and their CLI verbs.
 
 All frames here are SYNTHETIC (built in the tests, labelled device="synthetic"): costs are
 exact functions of the config so every statistic has a known answer.
@@ -17,10 +17,9 @@ from click.testing import CliRunner
 
 from carb_nas.cli import cli
 from carb_nas.errors import InputFileError, MissingFileError, ModelError
-from carb_nas.report import (
-    CalibratedModel,
+from carb_nas.calibration import CalibratedModel, calibrate
+from carb_nas.reports import (
     batch_tier,
-    calibrate,
     characterize,
     load_measurements,
     transfer,
@@ -293,7 +292,7 @@ def test_characterize_report_files_and_cli_json(tmp_path):
 
     run = CliRunner().invoke(cli, ["characterize", a, b, "--json"])
     assert run.exit_code == 0, run.output
-    data = json.loads(run.output)
+    data = json.loads(run.stdout)
     assert {
         "knob_ranges",
         "width_asymmetry",
@@ -362,7 +361,7 @@ def test_transfer_cli_json_keys(tmp_path):
     b = _write(bf, tmp_path / "b.csv")
     run = CliRunner().invoke(cli, ["transfer", a, b, "--json", "--few-shot", "none"])
     assert run.exit_code == 0, run.output
-    data = json.loads(run.output)
+    data = json.loads(run.stdout)
     for t in ("latency_ms", "peak_mem_mb"):
         assert {"slope", "intercept", "r2", "spearman", "top100_overlap"} <= set(data[t])
     assert data["latency_ms"]["slope"] == pytest.approx(3.0)
@@ -504,7 +503,7 @@ def test_calibrate_function_and_few_shot_transfer(tmp_path):
 
     out = tmp_path / "transfer"
     res = write_transfer_report(
-        a, b, out, few_shot=(10, 25), seeds=2, source_model=source, n_jobs=1
+        a, b, out, few_shot=(10, 25), repeats=2, source_model=source, n_jobs=1
     )
     fs = res["few_shot"]
     assert set(fs["runs"]) == {"10", "25"}
@@ -544,6 +543,6 @@ def test_calibrate_function_and_few_shot_transfer(tmp_path):
         ],
     )
     assert run.exit_code == 0, run.output
-    fs = json.loads(run.output)["few_shot"]
+    fs = json.loads(run.stdout)["few_shot"]
     assert fs["source_model"] == "given source model"
     assert fs["runs"]["25"]["calibrated"]["latency_ms"]["r2_mean"] > 0.9

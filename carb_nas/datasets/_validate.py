@@ -183,8 +183,9 @@ def validate_rows(
         lat = out.loc[ok, "latency_ms"]
         if lat.notna().any() and not math.isfinite(float(lat.sum())):
             raise _fail(source, "non-finite latency", "finite values", "inf/nan", "Fix the rows.")
-    if partial:
+    if partial:  # absent columns stay absent; config columns keep their normalized dtypes
         out = out[[c for c in out.columns if c in given]]
+        out[list(CONFIG_COLUMNS)] = frame[list(CONFIG_COLUMNS)]
     return out
 
 

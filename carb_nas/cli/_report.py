@@ -95,9 +95,7 @@ def characterize_command(datasets: tuple[str, ...], report_dir: str | None, as_j
     show_default=True,
     help="CostModel preset for the models trained here.",
 )
-@example(
-    "carb-nas transfer cpu/torch/fp32 cpu/onnxruntime/fp32 --few-shot 10,25 --repeats 3"
-)
+@example("carb-nas transfer cpu/torch/fp32 cpu/onnxruntime/fp32 --few-shot 10,25 --repeats 3")
 def transfer_command(
     dataset_a: str,
     dataset_b: str,

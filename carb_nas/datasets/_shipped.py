@@ -76,13 +76,13 @@ def _describe(path: Path) -> dict[str, Any]:
     missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
     if missing:
         raise InputFileError(
-            f"{path.name}: not a dataset: expected the required columns of SCHEMA, missing "
+            f"{path}: not a dataset: expected the required columns of SCHEMA, missing "
             f"{missing[:4]}{' ...' if len(missing) > 4 else ''}. Remove or fix the file."
         )
     platforms = sorted(frame["platform"].dropna().astype(str).unique())
     if len(platforms) > 1:
         raise InputFileError(
-            f"{path.name}: mixed platforms: expected one platform per dataset, got {platforms}. "
+            f"{path}: mixed platforms: expected one platform per dataset, got {platforms}. "
             "Split the file by its 'platform' column."
         )
     first = frame.iloc[0] if len(frame) else None
@@ -113,7 +113,7 @@ def list_datasets() -> list[dict[str, Any]]:
         try:
             out.append(_describe(p))
         except CarbNasError as e:
-            warnings.warn(f"skipped {p}: {e}", DatasetWarning, stacklevel=2)
+            warnings.warn(f"{e} Skipped it.", DatasetWarning, stacklevel=2)
     return out
 
 

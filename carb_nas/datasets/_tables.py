@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 import pandas as pd
@@ -26,6 +27,7 @@ def read_table(path: str | Path) -> pd.DataFrame:
         if p.suffix == ".parquet":
             return pd.read_parquet(p)
         if p.suffix == ".csv":
+            _check_last_row(p)
             return pd.read_csv(p)
     except (
         pd.errors.ParserError,
@@ -42,6 +44,34 @@ def read_table(path: str | Path) -> pd.DataFrame:
         f"{p}: unsupported table format: expected a .csv or .parquet file, got {p.suffix!r}. "
         "Convert the file or rename it."
     )
+
+
+def _fields(line: bytes) -> int:
+    return len(next(csv.reader([line.decode("utf-8", errors="replace")]), []))
+
+
+def _check_last_row(p: Path) -> None:
+    """Refuse a CSV whose last line was cut short (no final newline, fewer fields than the
+    header): an interrupted write must never be parsed as a row with empty cells."""
+    with p.open("rb") as f:
+        f.seek(0, 2)
+        size = f.tell()
+        if size == 0:
+            return
+        f.seek(size - 1)
+        if f.read(1) in (b"\n", b"\r"):
+            return
+        f.seek(0)
+        header = f.readline().rstrip(b"\r\n")
+        f.seek(max(0, size - (1 << 16)))
+        last = f.read().rsplit(b"\n", 1)[-1]
+    expected, got = _fields(header), _fields(last)
+    if got < expected:
+        raise InputFileError(
+            f"{p}: torn last row: expected every row to have the header's {expected} fields, got "
+            f"{got} in the last line, which has no final newline (an interrupted write). Delete "
+            "that line or restore the file."
+        )
 
 
 def write_table(frame: pd.DataFrame, path: str | Path) -> Path:

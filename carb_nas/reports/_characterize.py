@@ -395,4 +395,3 @@ def characterize_frames(
             "several variants but no two share a device and config: no precision/runtime ratios"
         )
     return jsonable(result), pooled
-

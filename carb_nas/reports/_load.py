@@ -126,7 +126,6 @@ def tier_order(labels: Iterable[str]) -> list[str]:
     return [lab for lab in known if lab in present]
 
 
-
 def same_dataset(a: str | Path | pd.DataFrame, b: str | Path | pd.DataFrame) -> bool:
     """True when ``a`` and ``b`` name the same file (or are the same DataFrame object)."""
     if isinstance(a, pd.DataFrame) or isinstance(b, pd.DataFrame):

@@ -199,7 +199,6 @@ def characterization_markdown(result: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-
 def transfer_markdown(result: Mapping[str, Any]) -> str:
     """The Markdown summary of a ``transfer`` result."""
     meta = result["meta"]
@@ -300,5 +299,3 @@ def transfer_markdown(result: Mapping[str, Any]) -> str:
         for note in fs["notes"]:
             lines.append(f"- note: {note}")
     return "\n".join(lines) + "\n"
-
-

@@ -42,7 +42,6 @@ def _maybe_log(ax: Any, values: Iterable[float], axis: str = "y") -> None:
         (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
 
 
-
 def plot_characterization(result: Mapping[str, Any], frame: pd.DataFrame) -> dict[str, bytes]:
     targets = result["targets"]
     files: dict[str, bytes] = {}
@@ -192,10 +191,7 @@ def plot_characterization(result: Mapping[str, Any], frame: pd.DataFrame) -> dic
     return files
 
 
-
-def plot_transfer(
-    result: Mapping[str, Any], a: pd.DataFrame, b: pd.DataFrame
-) -> dict[str, bytes]:
+def plot_transfer(result: Mapping[str, Any], a: pd.DataFrame, b: pd.DataFrame) -> dict[str, bytes]:
     targets = result["meta"]["targets"]
     files: dict[str, bytes] = {}
     shared = aggregate(a, targets).merge(
@@ -259,5 +255,3 @@ def plot_transfer(
         fig.suptitle("few-shot calibration (mean +- std over draws; R2 below -1 not shown)")
         files["few_shot.png"] = _png(fig)
     return files
-
-

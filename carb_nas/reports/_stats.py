@@ -70,4 +70,3 @@ def json_key(value: Any) -> str:
     if isinstance(value, (float, np.floating)):
         return format(float(value), "g")
     return str(value)
-

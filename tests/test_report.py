@@ -19,6 +19,7 @@ from carb_nas.calibration import CalibratedModel, calibrate
 from carb_nas.cli import cli
 from carb_nas.errors import InputFileError, MissingFileError, ModelError
 from carb_nas.reports import (
+    JOIN_COLUMNS,
     batch_tier,
     characterize,
     load_measurements,
@@ -26,6 +27,7 @@ from carb_nas.reports import (
     write_characterization_report,
     write_transfer_report,
 )
+from carb_nas.space import CONFIG_COLUMNS
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -194,12 +196,7 @@ def test_efficiency_by_batch_tier_and_flops_r2():
     from carb_nas.features import compute_features
 
     frame = synthetic_rows()
-    gflops = (
-        compute_features(
-            frame[["family", "depth", "width", "resolution", "batch_size", "precision", "runtime"]]
-        )["flops"].to_numpy()
-        / 1e9
-    )
+    gflops = compute_features(frame[list(CONFIG_COLUMNS)])["flops"].to_numpy() / 1e9
     per_tier = {"1-4": 8.0, "5-16": 4.0, "17-64": 2.0, "65-256": 3.0}
     frame["latency_ms"] = gflops * [per_tier[t] for t in batch_tier(frame["batch_size"])]
     frame["energy_j"] = 0.5 * gflops
@@ -378,13 +375,13 @@ class ExactSourceModel:
     targets_ = ["peak_mem_mb", "latency_ms"]
 
     def predict(self, X: pd.DataFrame) -> pd.DataFrame:
-        a = synthetic_rows().set_index(["family", "depth", "width", "resolution", "batch_size"])
-        idx = pd.MultiIndex.from_frame(X[["family", "depth", "width", "resolution", "batch_size"]])
+        a = synthetic_rows().set_index(list(JOIN_COLUMNS))
+        idx = pd.MultiIndex.from_frame(X[list(JOIN_COLUMNS)])
         return a.loc[idx, self.targets_].set_index(X.index)
 
 
 def _inputs(frame: pd.DataFrame) -> pd.DataFrame:
-    return frame[["family", "depth", "width", "resolution", "batch_size", "precision", "runtime"]]
+    return frame[list(CONFIG_COLUMNS)]
 
 
 def test_calibration_recovers_scale_and_power_law():

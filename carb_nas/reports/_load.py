@@ -24,7 +24,7 @@ __all__ = [
     "same_dataset",
 ]
 
-JOIN_COLUMNS = ("family", "depth", "width", "resolution", "batch_size")
+JOIN_COLUMNS = tuple(c for c in CONFIG_COLUMNS if c not in ("precision", "runtime"))
 """Config columns that identify "the same network and batch" across platforms."""
 KNOBS = ("depth", "width", "batch_size", "resolution", "precision", "runtime")
 BATCH_TIERS = ((1, 4, "1-4"), (5, 16, "5-16"), (17, 64, "17-64"), (65, 256, "65-256"))

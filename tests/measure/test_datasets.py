@@ -12,7 +12,7 @@ from carb_nas.cli import cli
 from carb_nas.datasets import list_datasets, load_dataset, validate_rows
 from carb_nas.errors import InputFileError, MissingFileError
 from carb_nas.measure import Profiler, Protocol, cpu_model_name
-from carb_nas.space import Config
+from carb_nas.space import CONFIG_COLUMNS, Config
 
 SHIPPED = list_datasets()
 
@@ -244,7 +244,7 @@ def test_dataset_list_skips_a_stray_file_with_a_warning(real_rows, tmp_path, mon
 
 def test_one_loader_partial_rule(real_rows):
     """Analysis inputs: the same value checks, no provenance or completeness requirement."""
-    synthetic = real_rows[["family", "depth", "width", "resolution", "batch_size", "latency_ms"]]
+    synthetic = real_rows[[*CONFIG_COLUMNS[:5], "latency_ms"]]
     synthetic = synthetic.assign(device="synthetic", status="ok")
     out = load_dataset(synthetic, partial=True, name="mine")
     assert list(out.columns) == list(synthetic.columns) + ["precision", "runtime"]

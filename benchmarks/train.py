@@ -32,10 +32,10 @@ def main() -> None:
     args = ap.parse_args()
 
     from carb_nas.costmodel import CostModel, model_inputs
-    from carb_nas.dataset import TARGETS
+    from carb_nas.datasets import TARGETS
 
     if args.data:
-        from carb_nas.space import read_table
+        from carb_nas.datasets import read_table
 
         frame = read_table(args.data)
         frame = frame[frame["status"] == "ok"].reset_index(drop=True)

@@ -70,7 +70,7 @@ import pandas as pd
 from sklearn.base import BaseEstimator, RegressorMixin
 
 from carb_nas._json import jsonable as _jsonable
-from carb_nas.dataset import SCHEMA, TARGETS
+from carb_nas.datasets import SCHEMA, TARGETS
 from carb_nas.errors import ModelError
 
 __all__ = [
@@ -111,6 +111,7 @@ HEAVY_TAILED = (
 _SKEW_LOG = 2.0
 _MIN_SPLIT = 10  # rows in the validation and calibration parts
 _MIN_TRAIN = 20
+MIN_TRAIN_ROWS = _MIN_TRAIN
 _MIN_CORRECTOR = 20  # low-batch validation rows needed to fit a corrector
 _MIN_CONFORMAL = 20  # calibration rows needed for a regime of its own
 _LEARNERS = ("xgb", "lgbm", "et")

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from carb_nas.dataset import TARGETS
+from carb_nas.datasets import TARGETS
 from carb_nas.errors import BudgetError, ConfigError, ModelError
 from carb_nas.space import CONFIG_COLUMNS, Space, load_space, normalize_config_frame
 

@@ -44,7 +44,6 @@ __all__ = [
     "CONFIG_COLUMNS",
     "stage_layout",
     "read_configs",
-    "write_table",
     "configs_to_frame",
     "frame_to_configs",
 ]
@@ -646,74 +645,14 @@ def normalize_config_frame(frame: pd.DataFrame, source: str = "<table>") -> pd.D
     return out
 
 
-def read_table(path: str | Path) -> pd.DataFrame:
-    """Read a CSV or Parquet file with clear errors."""
-    p = Path(path)
-    if not p.exists():
-        raise MissingFileError(
-            f"file not found: expected an existing .csv or .parquet file, got {str(path)!r}. "
-            "Check the path."
-        )
-    try:
-        if p.suffix == ".parquet":
-            return pd.read_parquet(p)
-        if p.suffix == ".csv":
-            return pd.read_csv(p)
-    except (
-        pd.errors.ParserError,
-        pd.errors.EmptyDataError,
-        UnicodeDecodeError,
-        OSError,
-        ValueError,
-    ) as e:
-        raise InputFileError(
-            f"{p}: unreadable table: expected a valid {p.suffix[1:].upper()} file, got an error "
-            f"({e}). Check the file's content."
-        ) from None
-    raise InputFileError(
-        f"{p}: unsupported table format: expected a .csv or .parquet file, got {p.suffix!r}. "
-        "Convert the file or rename it."
-    )
-
-
 def read_configs(path: str | Path) -> pd.DataFrame:
     """Configs from a CSV/Parquet table or a space TOML (all its configs), validated."""
     p = Path(path)
     if p.suffix == ".toml" or (not p.exists() and bundled_space_path(str(path)) is not None):
         return load_space(path).grid()
+    from carb_nas.datasets import read_table  # TODO(lead): read_configs belongs in datasets
+
     return normalize_config_frame(read_table(p), source=str(p))
-
-
-def write_table(frame: pd.DataFrame, path: str | Path) -> Path:
-    """Write CSV or Parquet atomically: a failure leaves no partial file behind."""
-    p = Path(path)
-    if p.suffix not in (".csv", ".parquet"):
-        raise InputFileError(
-            f"unsupported output format: expected a path ending in .csv or .parquet, got "
-            f"{str(path)!r}. Rename the output."
-        )
-    if not p.parent.exists():
-        raise MissingFileError(
-            f"output directory does not exist: expected an existing directory, got "
-            f"{str(p.parent)!r}. Create it first."
-        )
-    tmp = p.with_name(f".{p.name}.tmp")
-    try:
-        if p.suffix == ".parquet":
-            frame.to_parquet(tmp, index=False)
-        else:
-            frame.to_csv(tmp, index=False)
-        tmp.replace(p)
-    except OSError as e:  # permission denied, disk full, a directory in the way, ...
-        tmp.unlink(missing_ok=True)
-        raise InputFileError(
-            f"cannot write {str(p)!r}: expected a writable location, got "
-            f"{e.strerror or e}. Choose another output path or free the space."
-        ) from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return p
 
 
 def config_fields() -> list[str]:

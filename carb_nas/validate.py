@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from carb_nas.dataset import SCHEMA
+from carb_nas.datasets import SCHEMA, read_table, write_table
 from carb_nas.errors import CampaignError, InputFileError, ModelError
 from carb_nas.screen import (
     _base_target,
@@ -49,7 +49,7 @@ from carb_nas.screen import (
     parse_budgets,
     predict_frame,
 )
-from carb_nas.space import CONFIG_COLUMNS, frame_to_configs, read_table, write_table
+from carb_nas.space import CONFIG_COLUMNS, frame_to_configs
 
 __all__ = [
     "validate",

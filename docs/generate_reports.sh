@@ -13,7 +13,7 @@ done
 "$CARB" characterize "${present[@]}" --report docs/characterization/cpu
 pair() {  # source target
   if [[ -f "$D/$1.csv" && -f "$D/$2.csv" ]]; then
-    "$CARB" transfer "$D/$1.csv" "$D/$2.csv" --few-shot 10,25,50,100 --seeds 5 \
+    "$CARB" transfer "$D/$1.csv" "$D/$2.csv" --few-shot 10,25,50,100 --repeats 5 \
       --report "docs/transfer/${1}__to__${2}"
   else
     echo "skip transfer $1 -> $2: dataset missing" >&2

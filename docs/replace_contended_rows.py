@@ -23,7 +23,7 @@ import sys
 
 import pandas as pd
 
-from carb_nas.space import write_table
+from carb_nas.datasets import write_table
 
 prefix, platforms = sys.argv[1], sys.argv[2:]
 for p in platforms:

@@ -1,4 +1,4 @@
-"""Tests of carb_nas.report (characterize, transfer, calibrate) and its CLI verbs.
+"""Tests of carb_nas.reports (characterize, transfer), carb_nas.calibration and their CLI verbs.
 
 All frames here are SYNTHETIC (built in the tests, labelled device="synthetic"): costs are
 exact functions of the config so every statistic has a known answer.
@@ -15,18 +15,19 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+from carb_nas.calibration import CalibratedModel, calibrate
 from carb_nas.cli import cli
 from carb_nas.errors import InputFileError, MissingFileError, ModelError
-from carb_nas.report import (
-    CalibratedModel,
+from carb_nas.reports import (
+    JOIN_COLUMNS,
     batch_tier,
-    calibrate,
     characterize,
     load_measurements,
     transfer,
     write_characterization_report,
     write_transfer_report,
 )
+from carb_nas.space import CONFIG_COLUMNS
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -195,12 +196,7 @@ def test_efficiency_by_batch_tier_and_flops_r2():
     from carb_nas.features import compute_features
 
     frame = synthetic_rows()
-    gflops = (
-        compute_features(
-            frame[["family", "depth", "width", "resolution", "batch_size", "precision", "runtime"]]
-        )["flops"].to_numpy()
-        / 1e9
-    )
+    gflops = compute_features(frame[list(CONFIG_COLUMNS)])["flops"].to_numpy() / 1e9
     per_tier = {"1-4": 8.0, "5-16": 4.0, "17-64": 2.0, "65-256": 3.0}
     frame["latency_ms"] = gflops * [per_tier[t] for t in batch_tier(frame["batch_size"])]
     frame["energy_j"] = 0.5 * gflops
@@ -293,7 +289,7 @@ def test_characterize_report_files_and_cli_json(tmp_path):
 
     run = CliRunner().invoke(cli, ["characterize", a, b, "--json"])
     assert run.exit_code == 0, run.output
-    data = json.loads(run.output)
+    data = json.loads(run.stdout)
     assert {
         "knob_ranges",
         "width_asymmetry",
@@ -362,7 +358,7 @@ def test_transfer_cli_json_keys(tmp_path):
     b = _write(bf, tmp_path / "b.csv")
     run = CliRunner().invoke(cli, ["transfer", a, b, "--json", "--few-shot", "none"])
     assert run.exit_code == 0, run.output
-    data = json.loads(run.output)
+    data = json.loads(run.stdout)
     for t in ("latency_ms", "peak_mem_mb"):
         assert {"slope", "intercept", "r2", "spearman", "top100_overlap"} <= set(data[t])
     assert data["latency_ms"]["slope"] == pytest.approx(3.0)
@@ -379,13 +375,13 @@ class ExactSourceModel:
     targets_ = ["peak_mem_mb", "latency_ms"]
 
     def predict(self, X: pd.DataFrame) -> pd.DataFrame:
-        a = synthetic_rows().set_index(["family", "depth", "width", "resolution", "batch_size"])
-        idx = pd.MultiIndex.from_frame(X[["family", "depth", "width", "resolution", "batch_size"]])
+        a = synthetic_rows().set_index(list(JOIN_COLUMNS))
+        idx = pd.MultiIndex.from_frame(X[list(JOIN_COLUMNS)])
         return a.loc[idx, self.targets_].set_index(X.index)
 
 
 def _inputs(frame: pd.DataFrame) -> pd.DataFrame:
-    return frame[["family", "depth", "width", "resolution", "batch_size", "precision", "runtime"]]
+    return frame[list(CONFIG_COLUMNS)]
 
 
 def test_calibration_recovers_scale_and_power_law():
@@ -504,7 +500,7 @@ def test_calibrate_function_and_few_shot_transfer(tmp_path):
 
     out = tmp_path / "transfer"
     res = write_transfer_report(
-        a, b, out, few_shot=(10, 25), seeds=2, source_model=source, n_jobs=1
+        a, b, out, few_shot=(10, 25), repeats=2, source_model=source, n_jobs=1
     )
     fs = res["few_shot"]
     assert set(fs["runs"]) == {"10", "25"}
@@ -544,6 +540,125 @@ def test_calibrate_function_and_few_shot_transfer(tmp_path):
         ],
     )
     assert run.exit_code == 0, run.output
-    fs = json.loads(run.output)["few_shot"]
+    fs = json.loads(run.stdout)["few_shot"]
     assert fs["source_model"] == "given source model"
     assert fs["runs"]["25"]["calibrated"]["latency_ms"]["r2_mean"] > 0.9
+
+
+# ---------------------------------------------------------------------------------------
+# bad inputs (issue 19): one line, exit code 1, nothing written
+# ---------------------------------------------------------------------------------------
+def _one_line_error(run, *fragments: str) -> None:
+    assert run.exit_code == 1, run.output
+    lines = run.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), run.output
+    assert "Traceback" not in run.output and "np.float64" not in run.output
+    for f in fragments:
+        assert f in lines[0], lines[0]
+
+
+def test_characterize_accepts_a_shipped_platform_name():
+    frame = load_measurements("cpu/torch/fp32")
+    assert frame.attrs["source"].endswith("cpu_torch_fp32.csv")
+    assert set(frame["variant"]) == {"cpu/torch/fp32"}
+    run = CliRunner().invoke(cli, ["characterize", "cpu/onnxruntime/int8", "--json"])
+    assert run.exit_code == 0, run.output
+    data = json.loads(run.stdout)
+    assert data["datasets"][0]["source"].endswith("cpu_onnxruntime_int8.csv")
+    assert set(data["variants"]) == {"cpu/onnxruntime/int8"}
+    bad = CliRunner().invoke(cli, ["characterize", "tpu/jax/fp8"])
+    _one_line_error(bad, "no shipped dataset", "dataset list")
+
+
+def test_characterize_too_few_rows_says_the_minimum(tmp_path):
+    from carb_nas.reports import MIN_CHARACTERIZE_ROWS
+
+    path = _write(synthetic_rows().head(5), tmp_path / "five.csv")
+    before = (tmp_path / "five.csv").read_bytes()
+    run = CliRunner().invoke(cli, ["characterize", path, "--report", str(tmp_path / "out")])
+    _one_line_error(run, "too few rows", f"at least {MIN_CHARACTERIZE_ROWS}", "got 5")
+    assert not (tmp_path / "out").exists()
+    assert (tmp_path / "five.csv").read_bytes() == before
+
+
+def test_characterize_a_family_with_very_few_rows():
+    # two bottleneck rows among many basic ones: that family has no adjusted model (was a
+    # KeyError 'effects'), the rest is characterized
+    frame = synthetic_rows()
+    frame = pd.concat([frame[frame["family"] == "basic"], frame[frame["family"] != "basic"][:2]])
+    res = characterize(frame)
+    bottleneck = res["knob_ranges"]["synthetic/torch/fp32"]["by_family"]["bottleneck"]
+    assert bottleneck["_model"]["latency_ms"]["log_r2"] is None
+    basic = res["knob_ranges"]["synthetic/torch/fp32"]["by_family"]["basic"]
+    assert basic["batch_size"]["latency_ms"]["adjusted_range"] == pytest.approx(128.0)
+
+
+def test_the_same_dataset_twice(tmp_path):
+    a = _write(synthetic_rows(), tmp_path / "a.csv")
+    run = CliRunner().invoke(cli, ["characterize", a, str(tmp_path / "." / "a.csv")])
+    _one_line_error(run, "the same dataset given twice")
+    frame = synthetic_rows()
+    with pytest.raises(InputFileError, match="twice"):
+        characterize([frame, frame])
+    # transfer A A is a legitimate sanity check: it runs, with a warning and a note
+    run = CliRunner().invoke(cli, ["transfer", a, a, "--few-shot", "none", "--json"])
+    assert run.exit_code == 0, run.output
+    assert "warning: A and B are the same dataset" in run.stderr
+    data = json.loads(run.stdout)
+    assert any("same dataset" in n for n in data["meta"]["notes"])
+    assert data["latency_ms"]["r2"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("verb", ["characterize", "transfer"])
+def test_unwritable_report_dir_is_refused_before_any_work(tmp_path, monkeypatch, verb):
+    import carb_nas.reports._write as write
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("work started before the report directory was checked")
+
+    monkeypatch.setattr(write, "characterize_frames", no_work)
+    monkeypatch.setattr(write, "transfer_frames", no_work)
+    a = _write(synthetic_rows(), tmp_path / "a.csv")
+    b = _write(synthetic_rows(runtime="onnxruntime"), tmp_path / "b.csv")
+    datasets = [a] if verb == "characterize" else [a, b]
+    run = CliRunner().invoke(cli, [verb, *datasets, "--report", "/proc/x/report"])
+    _one_line_error(run, "cannot write report directory", "/proc/x/report")
+    (tmp_path / "file").write_text("x")
+    run = CliRunner().invoke(cli, [verb, *datasets, "--report", str(tmp_path / "file" / "r")])
+    _one_line_error(run, "cannot create report directory", "in the way")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.csv", "b.csv", "file"]
+
+
+def test_report_files_written_atomically_leave_other_files_alone(tmp_path):
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    write_characterization_report(synthetic_rows(), out)
+    assert (out / "notes.txt").read_text() == "mine"
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporaries left
+
+
+def test_few_shot_larger_than_the_target_dataset_says_the_maximum(tmp_path):
+    from carb_nas.reports import MIN_EVALUATION_ROWS
+
+    a = _write(synthetic_rows(), tmp_path / "a.csv")
+    b = _write(synthetic_rows(runtime="onnxruntime"), tmp_path / "b.csv")
+    n = len(synthetic_rows())
+    run = CliRunner().invoke(cli, ["transfer", a, b, "--few-shot", "10,100000"])
+    _one_line_error(run, f"<= {n - MIN_EVALUATION_ROWS}", "got 100000", "--few-shot")
+    assert "training" not in run.output  # refused before the source model was trained
+    with pytest.raises(ModelError, match="invalid repeats"):
+        transfer(a, b, repeats=0)
+    bad = CliRunner().invoke(cli, ["transfer", a, b, "--repeats", "0"])
+    assert bad.exit_code in (1, 2) and "--repeats" in bad.output  # a usage error
+
+
+def test_analysis_inputs_are_validated_by_the_dataset_rules(tmp_path):
+    frame = synthetic_rows()
+    frame.loc[3, "latency_ms"] = -1.0
+    with pytest.raises(InputFileError, match="latency_ms.*data row 4.*got -1.0"):
+        characterize(frame)
+    frame = synthetic_rows()
+    frame.loc[2, "status"] = "great"
+    with pytest.raises(InputFileError, match="status"):
+        load_measurements(frame)

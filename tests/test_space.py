@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from carb_nas.datasets import write_table
 from carb_nas.errors import ConfigError, InputFileError, SpaceError
 from carb_nas.features import compute_features
 from carb_nas.models import build_model, round_channels, stage_channels
@@ -22,7 +23,6 @@ from carb_nas.space import (
     load_space,
     read_configs,
     stage_layout,
-    write_table,
 )
 
 GOLDEN = Config("bottleneck", 50, 1.0, 224, 1, "fp32", "torch")

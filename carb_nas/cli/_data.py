@@ -36,12 +36,12 @@ def dataset_group() -> None:
 def export_cmd(
     campaign: str, output: str, storage: str | None, ok_only: bool, salvage: bool, as_json: bool
 ) -> None:
-    """Write the measured rows of CAMPAIGN (columns per carb_nas.dataset.SCHEMA).
+    """Write the measured rows of CAMPAIGN (columns per carb_nas.datasets.SCHEMA).
 
     Reads the campaign only: nothing in CAMPAIGN or its storage is created or changed.
     """
     from carb_nas.measure import campaign_rows, salvage_rows
-    from carb_nas.space import write_table
+    from carb_nas.datasets import write_table
 
     if salvage:
         frame = salvage_rows(campaign)
@@ -65,8 +65,7 @@ def merge_cmd(passes: tuple[str, ...], output: str) -> None:
     For example three exports of campaigns that measured the same configs at different times:
     with three passes each config keeps its middle measurement (a real row).
     """
-    from carb_nas.datasets import median_of_passes
-    from carb_nas.space import read_table, write_table
+    from carb_nas.datasets import median_of_passes, read_table, write_table
 
     frame = median_of_passes([read_table(p) for p in passes], list(passes))
     write_table(frame, output)

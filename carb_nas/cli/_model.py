@@ -1,6 +1,6 @@
 """``carb-nas train``, ``carb-nas evaluate`` and ``carb-nas predict`` (the cost-model stage).
 
-DATASET is a CSV/Parquet table: either measured rows following ``carb_nas.dataset.SCHEMA``
+DATASET is a CSV/Parquet table: either measured rows following ``carb_nas.datasets.SCHEMA``
 (config columns, targets, fingerprint; only ``status == ok`` rows are used and rows from fake
 meters or devices are refused) or any generic table with target columns (e.g. a published
 benchmark with flops, params, batch_size and resolution columns; name the targets with
@@ -22,7 +22,7 @@ from carb_nas._json import jsonable as _jsonable
 from carb_nas.cli._options import echo_json
 from carb_nas.costmodel import physical_offsets as _physical_offsets
 from carb_nas.costmodel import prepare_table
-from carb_nas.dataset import TARGETS
+from carb_nas.datasets import TARGETS
 from carb_nas.errors import ModelError
 
 
@@ -178,7 +178,8 @@ def train_cmd(
     """Train a cost model on DATASET (holding out a seeded test split) and evaluate it."""
     from carb_nas import evaluation as ev
     from carb_nas.costmodel import CostModel, frame_sha256
-    from carb_nas.space import load_space, read_table
+    from carb_nas.datasets import read_table
+    from carb_nas.space import load_space
 
     data = prepare_table(read_table(dataset), dataset, targets)
     X, Y = data["X"], data["Y"]
@@ -272,7 +273,7 @@ def evaluate_cmd(
     """Score the model in MODEL_DIR on the measured rows of DATASET."""
     from carb_nas import evaluation as ev
     from carb_nas.costmodel import CostModel
-    from carb_nas.space import read_table
+    from carb_nas.datasets import read_table
 
     model = CostModel.load(model_dir)
     frame = read_table(dataset)
@@ -341,7 +342,8 @@ def evaluate_cmd(
 def predict_cmd(model_dir: str, configs: str, output: str, alpha: float | None) -> None:
     """Predict costs for CONFIGS (CSV/Parquet of configs, or a space TOML: all its configs)."""
     from carb_nas.costmodel import CostModel, model_inputs
-    from carb_nas.space import CONFIG_COLUMNS, Config, read_configs, read_table, write_table
+    from carb_nas.datasets import read_table, write_table
+    from carb_nas.space import CONFIG_COLUMNS, Config, read_configs
 
     model = CostModel.load(model_dir)
     p = Path(configs)

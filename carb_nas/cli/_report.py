@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import click
 
-from carb_nas.cli._options import echo_json
+from carb_nas.cli._options import echo_json, example, info, json_option, report_option, seed_option
 from carb_nas.errors import ConfigError
+
+__all__ = ["COMMANDS"]
 
 
 def _parse_sizes(text: str) -> list[int]:
@@ -27,44 +29,36 @@ def _parse_sizes(text: str) -> list[int]:
 
 @click.command("characterize")
 @click.argument("datasets", nargs=-1, required=True)
-@click.option(
-    "--report",
-    "report_dir",
-    type=click.Path(file_okay=False),
-    help="Write README.md, characterization.json and PNG plots into this directory.",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@report_option("Write README.md, characterization.json and PNG plots into this directory.")
+@json_option()
+@example("carb-nas characterize cpu/torch/fp32 cpu/onnxruntime/int8 --report out/char")
 def characterize_command(datasets: tuple[str, ...], report_dir: str | None, as_json: bool) -> None:
-    """How cost scales with each knob in measured DATASETS (.csv/.parquet).
+    """How cost scales with each knob in measured DATASETS.
 
-    Only rows with status ok count. Give several datasets (e.g. cpu/torch/fp32 and
-    cpu/onnxruntime/int8) to get precision/runtime ratios on the configs they share.
-    Without --report or --json the Markdown summary is printed.
+    Each DATASET is a .csv/.parquet rows file or a shipped platform name (cpu/torch/fp32; see
+    `carb-nas dataset list`). Only rows with status ok count. Give several datasets (e.g.
+    cpu/torch/fp32 and cpu/onnxruntime/int8) to get precision/runtime ratios on the configs
+    they share. Without --report or --json the Markdown summary is printed.
     """
-    from carb_nas import report
+    from carb_nas import reports
 
     if report_dir:
-        result = report.write_characterization_report(list(datasets), report_dir)
+        result = reports.write_characterization_report(list(datasets), report_dir)
     else:
-        result = report.characterize(list(datasets))
+        result = reports.characterize(list(datasets))
     if as_json:
         echo_json(result)
     elif report_dir:
-        click.echo(f"wrote {len(result['files'])} files to {report_dir}")
+        info(f"wrote {len(result['files'])} files to {report_dir}")
     else:
-        click.echo(report.characterization_markdown(result))
+        click.echo(reports.characterization_markdown(result))
 
 
 @click.command("transfer")
 @click.argument("dataset_a")
 @click.argument("dataset_b")
-@click.option(
-    "--report",
-    "report_dir",
-    type=click.Path(file_okay=False),
-    help="Write README.md, transfer.json and PNG plots into this directory.",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@report_option("Write README.md, transfer.json and PNG plots into this directory.")
+@json_option()
 @click.option(
     "--few-shot",
     "few_shot",
@@ -73,18 +67,21 @@ def characterize_command(datasets: tuple[str, ...], report_dir: str | None, as_j
     help="Target-measurement counts N for few-shot calibration ('none' to skip).",
 )
 @click.option(
+    "--repeats",
     "--seeds",
-    type=int,
+    "repeats",
+    type=click.IntRange(min=1),
     default=5,
     show_default=True,
-    help="Random draws of the N calibration rows per size.",
+    help="Random draws of the N calibration rows per size (--seeds: the old name).",
 )
+@seed_option("Seed of the first draw (draw i uses seed + i) and of the models trained here.")
 @click.option(
     "--method",
     type=click.Choice(["auto", "scale", "loglinear", "features"]),
     default="auto",
     show_default=True,
-    help="Calibration map (see calibrate()).",
+    help="Calibration map (see carb_nas.calibration.calibrate).",
 )
 @click.option(
     "--source-model",
@@ -98,49 +95,57 @@ def characterize_command(datasets: tuple[str, ...], report_dir: str | None, as_j
     show_default=True,
     help="CostModel preset for the models trained here.",
 )
+@example("carb-nas transfer cpu/torch/fp32 cpu/onnxruntime/fp32 --few-shot 10,25 --repeats 3")
 def transfer_command(
     dataset_a: str,
     dataset_b: str,
     report_dir: str | None,
     as_json: bool,
     few_shot: str,
-    seeds: int,
+    repeats: int,
+    seed: int,
     method: str,
     source_model: str | None,
     preset: str,
 ) -> None:
     """How well platform A's costs predict platform B's, on the configs both measured.
 
-    Per target: linear fit B = slope*A + intercept with R2, Spearman rank correlation and
-    the overlap of the two top-100 (cheapest) lists; then few-shot calibration of A's cost
-    model with N measurements of B against a model trained on those N rows alone.
+    DATASET_A and DATASET_B are .csv/.parquet rows files or shipped platform names. Per
+    target: linear fit B = slope*A + intercept with R2, Spearman rank correlation and the
+    overlap of the two top-100 (cheapest) lists; then few-shot calibration of A's cost model
+    with N measurements of B against a model trained on those N rows alone.
     """
-    from carb_nas import report
+    from carb_nas import reports
 
+    sizes = _parse_sizes(few_shot)
+    if report_dir:
+        reports.check_report_dir(report_dir)
+    if reports.same_dataset(dataset_a, dataset_b):
+        info(f"warning: A and B are the same dataset ({dataset_a}): every fit is trivially perfect")
     model = None
     if source_model:
         from carb_nas.costmodel import CostModel
 
         model = CostModel.load(source_model)
-    progress = None if as_json else (lambda msg: click.echo(msg, err=True))
     kwargs = dict(
-        few_shot=_parse_sizes(few_shot),
-        seeds=seeds,
+        few_shot=sizes,
+        repeats=repeats,
+        seed=seed,
         method=method,
         source_model=model,
         preset=preset,
-        progress=progress,
+        progress=info,
     )
     if report_dir:
-        result = report.write_transfer_report(dataset_a, dataset_b, report_dir, **kwargs)
+        result = reports.write_transfer_report(dataset_a, dataset_b, report_dir, **kwargs)
     else:
-        result = report.transfer(dataset_a, dataset_b, **kwargs)
+        result = reports.transfer(dataset_a, dataset_b, **kwargs)
     if as_json:
         echo_json(result)
     elif report_dir:
-        click.echo(f"wrote {len(result['meta']['files'])} files to {report_dir}")
+        info(f"wrote {len(result['meta']['files'])} files to {report_dir}")
     else:
-        click.echo(report.transfer_markdown(result))
+        click.echo(reports.transfer_markdown(result))
 
 
 COMMANDS: list = [characterize_command, transfer_command]

@@ -173,8 +173,8 @@ def screen_command(
     re-scores the shortlist with the target model, keeps the configs within every budget and
     extracts their Pareto set.
     """
+    from carb_nas.datasets import write_table
     from carb_nas.screen import KNOWN_METRICS, _check_confidence, parse_budgets, screen
-    from carb_nas.space import write_table
 
     parsed = parse_budgets(budgets)  # validate before loading anything heavy
     _check_confidence(confidence)
@@ -356,9 +356,10 @@ def search_command(
     With no arguments: the shipped CPU models, the `cpu` space, the default budget, and the
     final Pareto set profiled on this machine.
     """
+    from carb_nas.datasets import write_table
     from carb_nas.screen import check_budgets, parse_budgets
     from carb_nas.search import check_objectives, load_quality, open_storage, search
-    from carb_nas.space import load_space, write_table
+    from carb_nas.space import load_space
 
     embedded = model_spec is None
     parsed = parse_budgets(budgets if budgets or not embedded else DEFAULT_BUDGETS)

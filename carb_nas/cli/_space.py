@@ -8,13 +8,13 @@ import click
 import pandas as pd
 
 from carb_nas.cli._options import echo_json
+from carb_nas.datasets import write_table
 from carb_nas.errors import ConfigError
 from carb_nas.space import (
     CONFIG_COLUMNS,
     configs_to_frame,
     load_space,
     read_configs,
-    write_table,
 )
 
 

@@ -45,7 +45,7 @@ import numpy as np
 import pandas as pd
 
 from carb_nas._io import atomic_write_json
-from carb_nas.dataset import SCHEMA
+from carb_nas.datasets import SCHEMA
 from carb_nas.errors import CampaignError, ConfigError, MissingFileError, StorageError
 from carb_nas.measure._profiler import Profiler, platform_string
 from carb_nas.measure._protocol import Protocol

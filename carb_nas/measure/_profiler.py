@@ -1,4 +1,4 @@
-"""One measurement: a config on a platform -> one row following ``carb_nas.dataset.SCHEMA``."""
+"""One measurement: a config on a platform -> one row following ``carb_nas.datasets.SCHEMA``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from carb_nas.dataset import SCHEMA
+from carb_nas.datasets import SCHEMA
 from carb_nas.errors import ConfigError
 from carb_nas.measure._meters import (
     NO_METER_REASON,

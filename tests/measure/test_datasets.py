@@ -12,7 +12,7 @@ from carb_nas.cli import cli
 from carb_nas.datasets import list_datasets, load_dataset, validate_rows
 from carb_nas.errors import InputFileError, MissingFileError
 from carb_nas.measure import Profiler, Protocol, cpu_model_name
-from carb_nas.space import Config
+from carb_nas.space import CONFIG_COLUMNS, Config
 
 SHIPPED = list_datasets()
 
@@ -177,8 +177,7 @@ def test_shipped_torch_dataset_is_the_median_of_its_stored_passes():
     pytest.importorskip("pyarrow")
     from pathlib import Path
 
-    from carb_nas.datasets import median_of_passes
-    from carb_nas.space import read_table
+    from carb_nas.datasets import median_of_passes, read_table
 
     d = Path(__file__).resolve().parents[2] / "docs" / "passes" / "cpu_torch_fp32"
     paths = sorted(d.glob("*.parquet"))
@@ -191,3 +190,88 @@ def test_shipped_torch_dataset_is_the_median_of_its_stored_passes():
     # every config has three independent ok passes
     counts = pd.concat([read_table(p)[["key"]] for p in paths])["key"].value_counts()
     assert (counts == 3).all()
+
+
+def _one_line_error(run, *fragments: str) -> None:
+    assert run.exit_code == 1, run.output
+    lines = run.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), run.output
+    assert "Traceback" not in run.output and "np.float64" not in run.output
+    for f in fragments:
+        assert f in lines[0], lines[0]
+
+
+def test_messages_show_plain_numbers(real_rows):
+    bad = real_rows.copy()
+    bad.loc[1, "latency_ms"] = -2.5
+    with pytest.raises(InputFileError) as info:
+        validate_rows(bad, "bad.csv")
+    assert "got -2.5." in str(info.value) and "np.float64" not in str(info.value)
+
+
+def test_merge_refuses_passes_of_different_platforms(real_rows, tmp_path):
+    """Issue 19 #7: passes of two platforms (no key in common) are refused, naming both."""
+    cuda = real_rows.assign(platform="cuda/torch/fp32", device="cuda")
+    cuda["key"] = [
+        Config("basic", 10, 0.1, 32, b).key for b in (1, 2)
+    ]  # other configs: the per-key check alone would not see the mix
+    cuda[["depth"]] = 10
+    paths = [tmp_path / "cpu.csv", tmp_path / "cuda.csv"]
+    real_rows.to_csv(paths[0], index=False)
+    cuda.to_csv(paths[1], index=False)
+    out = tmp_path / "merged.csv"
+    run = CliRunner().invoke(cli, ["dataset", "merge", *map(str, paths), "-o", str(out)])
+    _one_line_error(run, "different platforms", "cpu/torch/fp32", "cuda/torch/fp32")
+    assert not out.exists()
+
+
+def test_dataset_list_skips_a_stray_file_with_a_warning(real_rows, tmp_path, monkeypatch):
+    """Issue 19 #17: one bad file in the data folder does not break the list."""
+    import carb_nas.datasets._shipped as shipped
+    from carb_nas.datasets import DatasetWarning
+
+    real_rows.to_csv(tmp_path / "cpu_torch_fp32.csv", index=False)
+    (tmp_path / "notes.csv").write_text("a,b\n1,2\n")
+    monkeypatch.setattr(shipped, "datasets_dir", lambda: tmp_path)
+    with pytest.warns(DatasetWarning, match="notes.csv"):
+        items = list_datasets()
+    assert [d["platform"] for d in items] == ["cpu/torch/fp32"]
+    with pytest.warns(DatasetWarning, match="notes.csv: not a dataset"):
+        run = CliRunner().invoke(cli, ["dataset", "list", "--json"])
+    assert run.exit_code == 0, run.output
+    assert [d["platform"] for d in json.loads(run.stdout)] == ["cpu/torch/fp32"]
+
+
+def test_one_loader_partial_rule(real_rows):
+    """Analysis inputs: the same value checks, no provenance or completeness requirement."""
+    synthetic = real_rows[[*CONFIG_COLUMNS[:5], "latency_ms"]]
+    synthetic = synthetic.assign(device="synthetic", status="ok")
+    out = load_dataset(synthetic, partial=True, name="mine")
+    assert list(out.columns) == list(synthetic.columns) + ["precision", "runtime"]
+    assert out.attrs["source"] == "mine" and out["depth"].dtype.kind == "i"
+    with pytest.raises(InputFileError, match="device"):
+        load_dataset(synthetic)  # a dataset: required columns and real devices
+    bad = synthetic.assign(latency_ms=[1.0, 0.0])
+    with pytest.raises(InputFileError, match="mine: bad value in column 'latency_ms'"):
+        load_dataset(bad, partial=True, name="mine")
+
+
+def test_append_rows_replaces_duplicates_and_refuses_other_platforms(real_rows, tmp_path):
+    from carb_nas.datasets import append_rows, check_appendable, read_table
+
+    path = tmp_path / "rows.csv"
+    assert append_rows(real_rows.iloc[:1], path) == (path, 0)
+    assert append_rows(real_rows, path) == (path, 1)  # the first config again: replaced
+    again = read_table(path)
+    assert len(again) == 2 and again["key"].is_unique
+    before = path.read_bytes()
+    with pytest.raises(InputFileError, match="another platform"):
+        check_appendable(path, "cuda/torch/fp32")
+    # a torn last row (truncated write) is never parsed as data
+    torn = tmp_path / "torn.csv"
+    torn.write_bytes(before[: before.rindex(b",") - 1])
+    with pytest.raises(InputFileError, match="torn.csv"):
+        append_rows(real_rows, torn)
+    with pytest.raises(InputFileError, match="existing directory"):
+        check_appendable(tmp_path / "nowhere" / "rows.csv", "cpu/torch/fp32")
+    assert path.read_bytes() == before

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from carb_nas.dataset import SCHEMA
+from carb_nas.datasets import SCHEMA
 from carb_nas.errors import ConfigError, DeviceUnavailableError, InputFileError
 from carb_nas.measure import (
     ORT_PEAK_METHOD,

@@ -1,4 +1,4 @@
-"""Measurement datasets: one table per platform, CSV or Parquet, with a documented schema.
+"""The row schema of measurement datasets: one table per platform, CSV or Parquet.
 
 A row is one measured config on one platform. ``SCHEMA`` below is the contract between the
 profiler (which writes rows), the cost model, the screen/search stages and the reports.
@@ -8,10 +8,13 @@ when the platform has no energy meter, with the reason in ``energy_reason``.
 
 from __future__ import annotations
 
-__all__ = ["SCHEMA", "TARGETS", "REQUIRED_COLUMNS", "STATUSES"]
+__all__ = ["SCHEMA", "TARGETS", "REQUIRED_COLUMNS", "STATUSES", "REAL_METERS", "DEVICES"]
 
 TARGETS = ("peak_mem_mb", "energy_j", "latency_ms")  # cascade order
 STATUSES = ("ok", "oom", "error")
+REAL_METERS = ("nvml-counter", "nvml-power", "rapl", "none")
+"""Meters whose rows may enter a dataset (rows of test doubles never do)."""
+DEVICES = ("cpu", "cuda")
 
 # column -> (kind, required, description). kind: str | int | float | bool | json
 SCHEMA: dict[str, tuple[str, bool, str]] = {

@@ -1,0 +1,298 @@
+"""Few-shot calibration: a source platform's cost model adapted to a new platform.
+
+``calibrate(source_model, rows)`` fits, per target, a small map of the residual
+``log(y) - log(source prediction)`` on a few measured rows of the new platform (10-100) and
+returns a ``CalibratedModel`` that predicts like a ``CostModel``. Used by ``carb-nas transfer``
+(``carb_nas.reports``) to measure how many target rows a transfer needs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from carb_nas._json import jsonable
+from carb_nas.costmodel import model_inputs
+from carb_nas.datasets import TARGETS, load_dataset
+from carb_nas.errors import ModelError
+from carb_nas.space import CONFIG_COLUMNS
+
+__all__ = [
+    "CALIBRATION_FEATURES",
+    "CALIBRATION_METHODS",
+    "CalibratedModel",
+    "calibrate",
+    "calibration_feature_names",
+    "calibration_features",
+    "penalized_fit",
+]
+
+CALIBRATION_METHODS = ("auto", "scale", "loglinear", "features")
+CALIBRATION_FEATURES = (
+    "log_flops",
+    "log_batch_size",
+    "log_resolution",
+    "log_width",
+    "log_depth",
+    "is_bottleneck",
+)
+
+
+def calibration_features(X: pd.DataFrame, names: Sequence[str] | None = None) -> np.ndarray:
+    """Columns ``names`` (default: all of ``CALIBRATION_FEATURES`` that X can give)."""
+    if names is None:
+        names = calibration_feature_names(X)
+    cols = []
+    for name in names:
+        if name == "is_bottleneck":
+            cols.append((X["family"].astype(str).to_numpy() == "bottleneck").astype(float))
+        else:
+            v = pd.to_numeric(X[name[4:]]).to_numpy(float)
+            cols.append(np.log(np.maximum(v, 1e-12)))
+    return np.column_stack(cols)
+
+
+def calibration_feature_names(X: pd.DataFrame) -> list[str]:
+    return [n for n in CALIBRATION_FEATURES if n != "log_flops" or "flops" in X.columns]
+
+
+def penalized_fit(design: np.ndarray, r: np.ndarray, lam: float) -> tuple[np.ndarray, np.ndarray]:
+    """Penalized least squares (intercept column 0 unpenalized): coefficients, LOO residuals."""
+    penalty = lam * np.eye(design.shape[1])
+    penalty[0, 0] = 0.0
+    gram_inv = np.linalg.pinv(design.T @ design + penalty)
+    coef = gram_inv @ design.T @ r
+    hat = np.einsum("ij,jk,ik->i", design, gram_inv, design)
+    resid = r - design @ coef
+    with np.errstate(divide="ignore", invalid="ignore"):
+        loo = np.where(hat < 1 - 1e-9, resid / (1 - hat), np.inf)
+    return coef, loo
+
+
+class CalibratedModel:
+    """A source platform's cost model adapted to a target platform with a few measurements.
+
+    Per target, the map works in log space on the residual ``r = log(y) - log(source)``
+    (so "no change" is the zero map and every method shrinks toward it):
+
+    - ``scale``: ``r = a`` -- one multiplicative factor (1 parameter);
+    - ``loglinear``: ``r = a + b*log(source)`` -- a power law ``y = e^a * source^(1+b)``;
+    - ``features``: ``r = a + w . [log source, log FLOPs, log batch, log resolution,
+      log width, log depth, is_bottleneck]`` (standardized; log FLOPs when X has ``flops``),
+      ridge-penalized, penalty picked by leave-one-out error;
+    - ``auto`` (default): the method with the lowest leave-one-out RMSE of ``log(y)`` on the
+      calibration rows, per target.
+
+    Every map's correction is clipped to the range of ``r`` seen on the calibration rows:
+    fitted on a handful of noisy points, a trend must not be extrapolated into factors it
+    never observed (beyond the data the nearest observed correction holds).
+
+    ``predict(X)`` takes the same ``X`` as the source ``CostModel`` (``model_inputs(frame)``)
+    and returns a DataFrame of the calibrated targets. Prediction intervals are not
+    calibrated: ask the source model for them only as a rough guide.
+
+    The source model is asked what each config costs *on the source platform*: ``runtime``
+    and ``precision`` of ``X`` are replaced by ``source_runtime``/``source_precision`` (by
+    default read from ``source_model.platform_``, e.g. ``"cpu/torch/fp32"``) and the inputs
+    rebuilt, so a PyTorch FP32 model can be calibrated to ONNX Runtime INT8 rows.
+    """
+
+    def __init__(
+        self,
+        source_model: Any,
+        method: str = "auto",
+        source_runtime: str | None = None,
+        source_precision: str | None = None,
+    ) -> None:
+        self.source_model = source_model
+        self.method = method
+        self.source_runtime = source_runtime
+        self.source_precision = source_precision
+
+    def _source_platform(self) -> dict[str, str]:
+        platform = getattr(self.source_model, "platform_", None) or {}
+        out = {}
+        for col, given in (("runtime", self.source_runtime), ("precision", self.source_precision)):
+            value = given or (platform.get(col) if isinstance(platform, Mapping) else None)
+            if value:
+                out[col] = str(value)
+        return out
+
+    def source_predict(self, X: pd.DataFrame) -> pd.DataFrame:
+        override = self._source_platform()
+        if override and all(c in X.columns for c in CONFIG_COLUMNS):
+            differs = any((X[c].astype(str) != v).any() for c, v in override.items())
+            if differs:
+                X = model_inputs(X.assign(**override))
+        return self.source_model.predict(X)
+
+    def fit(self, X: pd.DataFrame, Y: pd.DataFrame) -> CalibratedModel:
+        if self.method not in CALIBRATION_METHODS:
+            raise ModelError(
+                f"unknown calibration method: expected one of {list(CALIBRATION_METHODS)}, got "
+                f"{self.method!r}. Pick one of those."
+            )
+        source_targets = list(getattr(self.source_model, "targets_", []) or [])
+        targets = [t for t in Y.columns if t in source_targets and Y[t].notna().any()]
+        if not targets:
+            raise ModelError(
+                f"nothing to calibrate: expected target rows for at least one of the source "
+                f"model's targets {source_targets}, got columns {list(Y.columns)} with values. "
+                "Measure a target the source model predicts."
+            )
+        base = self.source_predict(X)
+        self.feature_names_ = calibration_feature_names(X)
+        feats = calibration_features(X, self.feature_names_)
+        self.maps_: dict[str, dict[str, Any]] = {}
+        for t in targets:
+            y = Y[t].to_numpy(float)
+            s = base[t].to_numpy(float)
+            ok = np.isfinite(y) & (y > 0) & np.isfinite(s)
+            if ok.sum() < 1:
+                raise ModelError(
+                    f"cannot calibrate {t}: expected at least 1 positive measurement, got "
+                    f"{int(ok.sum())}. Measure more target rows."
+                )
+            self.maps_[t] = self._fit_target(
+                np.log(np.maximum(s[ok], 1e-12)), np.log(y[ok]), feats[ok]
+            )
+        self.targets_ = targets
+        self.n_calibration_rows_ = int(len(Y))
+        return self
+
+    def _fit_target(self, z: np.ndarray, logy: np.ndarray, feats: np.ndarray) -> dict[str, Any]:
+        n = len(z)
+        r = logy - z
+        full = np.column_stack([z, feats])
+        mean, std = full.mean(axis=0), full.std(axis=0)
+        std[std == 0] = 1.0
+        candidates: dict[str, tuple[dict[str, Any], float]] = {}
+        coef, loo = penalized_fit(np.ones((n, 1)), r, 0.0)
+        candidates["scale"] = (
+            {"method": "scale", "intercept": float(coef[0])},
+            float(np.sqrt(np.mean(loo**2))) if n > 1 else math.inf,
+        )
+        if n >= 3 and np.ptp(z) > 0:
+            zs = (z - mean[0]) / std[0]
+            coef, loo = penalized_fit(np.column_stack([np.ones(n), zs]), r, 0.0)
+            candidates["loglinear"] = (
+                {
+                    "method": "loglinear",
+                    "intercept": float(coef[0]),
+                    "weights": [float(coef[1])],
+                    "mean": [float(mean[0])],
+                    "std": [float(std[0])],
+                },
+                float(np.sqrt(np.mean(loo**2))),
+            )
+        if n >= 4:
+            design = np.column_stack([np.ones(n), (full - mean) / std])
+            best = None
+            for lam in (0.3, 1.0, 3.0, 10.0, 30.0, 100.0):
+                coef, loo = penalized_fit(design, r, lam * n / 10)
+                err = float(np.sqrt(np.mean(loo**2)))
+                if best is None or err < best[1]:
+                    best = (
+                        {
+                            "method": "features",
+                            "intercept": float(coef[0]),
+                            "weights": [float(c) for c in coef[1:]],
+                            "mean": mean.tolist(),
+                            "std": std.tolist(),
+                            "penalty": lam,
+                        },
+                        err,
+                    )
+            candidates["features"] = best
+        if self.method == "auto":
+            name = min(candidates, key=lambda k: candidates[k][1])
+        elif self.method in candidates:
+            name = self.method
+        else:  # too few rows for the asked method: fall back to the one-parameter map
+            name = "scale"
+        spec, err = candidates[name]
+        # corrections stay inside the range seen on the calibration rows: a map fitted on a
+        # handful of (noisy) points must not extrapolate a trend into factors it never
+        # observed; beyond the data the nearest observed correction holds (like isotonic
+        # regression's flat ends)
+        return spec | {
+            "clip": [float(r.min()), float(r.max())],
+            "loo_rmse_log": err,
+            "n": int(n),
+            "candidates_loo_rmse_log": {k: v[1] for k, v in candidates.items()},
+        }
+
+    def predict(self, X: pd.DataFrame) -> pd.DataFrame:
+        if not hasattr(self, "maps_"):
+            raise ModelError(
+                "calibrated model not fitted: expected fit() or calibrate() before predict(), "
+                "got an unfitted CalibratedModel. Call calibrate(source_model, rows) first."
+            )
+        base = self.source_predict(X)
+        feats = calibration_features(X, self.feature_names_)
+        out = {}
+        for t, spec in self.maps_.items():
+            z = np.log(np.maximum(base[t].to_numpy(float), 1e-12))
+            r = np.full(len(z), spec["intercept"])
+            if spec["method"] == "loglinear":
+                r = r + spec["weights"][0] * (z - spec["mean"][0]) / spec["std"][0]
+            elif spec["method"] == "features":
+                full = np.column_stack([z, feats])
+                r = r + ((full - np.asarray(spec["mean"])) / np.asarray(spec["std"])) @ np.asarray(
+                    spec["weights"]
+                )
+            r = np.clip(r, *spec["clip"])  # see _fit_target
+            out[t] = np.exp(z + r)
+        return pd.DataFrame(out, index=X.index)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fitted maps as plain JSON-ready data (the source model is saved separately)."""
+        return jsonable(
+            {
+                "method": self.method,
+                "source_runtime": self.source_runtime,
+                "source_precision": self.source_precision,
+                "targets": list(self.targets_),
+                "feature_names": list(self.feature_names_),
+                "n_calibration_rows": self.n_calibration_rows_,
+                "maps": self.maps_,
+            }
+        )
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source_model: Any) -> CalibratedModel:
+        model = cls(
+            source_model,
+            method=data["method"],
+            source_runtime=data.get("source_runtime"),
+            source_precision=data.get("source_precision"),
+        )
+        model.maps_ = {t: dict(m) for t, m in data["maps"].items()}
+        model.targets_ = list(data["targets"])
+        model.feature_names_ = list(data["feature_names"])
+        model.n_calibration_rows_ = int(data["n_calibration_rows"])
+        return model
+
+
+def calibrate(
+    source_model: Any,
+    target_rows: pd.DataFrame,
+    method: str = "auto",
+    source_runtime: str | None = None,
+    source_precision: str | None = None,
+) -> CalibratedModel:
+    """Adapt ``source_model`` (a fitted CostModel) to a new platform from a few measured rows.
+
+    ``target_rows`` holds the config columns and the measured targets of the new platform
+    (e.g. 10-100 rows of a dataset). Returns a ``CalibratedModel`` whose
+    ``predict(model_inputs(frame))`` gives that platform's costs. See ``CalibratedModel``
+    for the methods and for ``source_runtime``/``source_precision``.
+    """
+    rows = load_dataset(target_rows, ok_only=True, partial=True, name="target rows")
+    targets = [t for t in TARGETS if t in rows.columns and rows[t].notna().any()]
+    model = CalibratedModel(source_model, method, source_runtime, source_precision)
+    return model.fit(model_inputs(rows), rows[targets])

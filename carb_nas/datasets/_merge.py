@@ -1,0 +1,112 @@
+"""Merging independent measurement passes, and appending rows to a dataset file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from carb_nas.datasets._tables import TABLE_SUFFIXES, read_table, write_table
+from carb_nas.datasets._validate import validate_rows
+from carb_nas.errors import InputFileError
+
+__all__ = ["median_of_passes", "check_appendable", "append_rows"]
+
+
+def _platforms(frame: pd.DataFrame) -> list[str]:
+    return sorted(frame["platform"].dropna().astype(str).unique())
+
+
+def median_of_passes(frames: list[pd.DataFrame], sources: list[str] | None = None) -> pd.DataFrame:
+    """One row per config from independent measurement passes: the median-latency ok row.
+
+    Each frame holds the rows of one pass (e.g. ``carb-nas dataset export`` of one campaign, or
+    a shipped dataset). On a shared machine one pass's latency moves by several % from the
+    next; the middle of three passes is a real row (its own fingerprint, timestamp and CV) much
+    less likely to be an outlier than any single pass. With an even number of ok rows the
+    lower middle one is kept; a config without any ok row keeps its first row. Every pass must
+    be of one and the same platform (a dataset holds one platform). Order: the first frame's
+    keys, then new keys in order.
+    """
+    sources = sources or [f"pass {i + 1}" for i in range(len(frames))]
+    if len(sources) != len(frames):
+        raise InputFileError(
+            f"one source name per pass: expected {len(frames)} names, got {len(sources)}. "
+            "Pass sources=None or one name per frame."
+        )
+    if len(frames) < 2:
+        raise InputFileError(
+            f"merging passes needs at least two row tables: expected 2 or more, got "
+            f"{len(frames)}. Pass every pass's rows (e.g. three exported campaigns)."
+        )
+    checked = [validate_rows(f, s) for f, s in zip(frames, sources)]
+    seen = {s: _platforms(f) for f, s in zip(checked, sources)}
+    every = sorted({p for plats in seen.values() for p in plats})
+    if len(every) > 1:
+        got = "; ".join(f"{s}: {', '.join(p)}" for s, p in seen.items())
+        raise InputFileError(
+            f"passes of different platforms: expected every pass of one platform, got {got}. "
+            "Merge the passes of one platform only."
+        )
+    rows = pd.concat(
+        [f.assign(_pass=i) for i, f in enumerate(checked)], ignore_index=True, sort=False
+    )
+    ok = rows["status"] == "ok"
+    # within each key: ok rows by latency first, failed rows after them
+    rows = rows.assign(_failed=~ok, _lat=rows["latency_ms"].where(ok))
+    rows = rows.sort_values(["key", "_failed", "_lat", "_pass"], kind="stable")
+    n_ok = rows.groupby("key")["_failed"].transform(lambda f: int((~f).sum()))
+    rank = rows.groupby("key").cumcount()
+    pick = np.where(n_ok > 0, rank == (n_ok - 1) // 2, rank == 0)
+    chosen = rows[pick]
+    order = pd.unique(pd.concat([f["key"] for f in checked], ignore_index=True))
+    chosen = chosen.set_index("key").loc[order].reset_index()
+    return chosen.drop(columns=["_pass", "_failed", "_lat"])[list(checked[0].columns)]
+
+
+def check_appendable(path: str | Path, platform: str) -> pd.DataFrame | None:
+    """The rows of dataset ``path`` (validated, as read) if rows of ``platform`` may join it.
+
+    None when ``path`` does not exist yet (its directory must). Call it before measuring: a
+    file of another platform, an unreadable or invalid one is refused up front.
+    """
+    p = Path(path)
+    if not p.exists():
+        if p.suffix not in TABLE_SUFFIXES or not p.parent.is_dir():
+            raise InputFileError(
+                f"cannot append to {str(p)!r}: expected a .csv or .parquet path in an existing "
+                "directory. Choose another --append path."
+            )
+        return None
+    old = read_table(p)
+    others = [x for x in _platforms(validate_rows(old, str(p))) if x != platform]
+    if others:
+        raise InputFileError(
+            f"{p}: dataset of another platform: expected rows of {platform}, got {others}. A "
+            "dataset holds one platform; append to that platform's file."
+        )
+    return old
+
+
+def append_rows(rows: pd.DataFrame, path: str | Path) -> tuple[Path, int]:
+    """Append measured rows to dataset ``path`` (created if absent), atomically.
+
+    Rows whose key is already in the file replace the old rows (one row per config); returns
+    the path and how many rows were replaced.
+    """
+    new = rows
+    platforms = _platforms(validate_rows(rows, "appended rows"))
+    if len(platforms) != 1:
+        raise InputFileError(
+            f"appended rows: expected rows of one platform, got {platforms}. Append one "
+            "platform's rows at a time."
+        )
+    old = check_appendable(path, platforms[0])
+    replaced = 0
+    if old is not None:
+        dup = old["key"].isin(set(new["key"]))
+        replaced = int(dup.sum())
+        cols = list(old.columns) + [c for c in new.columns if c not in old.columns]
+        new = pd.concat([old[~dup], new.reindex(columns=cols)], ignore_index=True)
+    return write_table(new, path), replaced

@@ -1,0 +1,143 @@
+"""Shipped measurement datasets and the one loader of rows tables.
+
+Datasets live in ``carb_nas/data/datasets/<platform with / replaced by _>.csv`` (or .parquet),
+one per platform, rows following ``SCHEMA``. ``load_dataset`` is the one way to read measured
+rows -- a shipped platform name, a path or a DataFrame -- and validates every table it returns
+with ``validate_rows`` (see ``carb_nas.datasets._validate`` for the strictness rule).
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from carb_nas.datasets._schema import REQUIRED_COLUMNS
+from carb_nas.datasets._tables import TABLE_SUFFIXES, read_table
+from carb_nas.datasets._validate import validate_rows
+from carb_nas.errors import CarbNasError, InputFileError, MissingFileError
+
+__all__ = [
+    "DatasetWarning",
+    "datasets_dir",
+    "dataset_path",
+    "list_datasets",
+    "load_dataset",
+]
+
+
+class DatasetWarning(UserWarning):
+    """A file in the shipped-data folder that is not a dataset (skipped by ``list_datasets``)."""
+
+
+def datasets_dir() -> Path:
+    return Path(__file__).resolve().parent.parent / "data" / "datasets"
+
+
+def _files() -> list[Path]:
+    d = datasets_dir()
+    if not d.is_dir():
+        return []
+    return sorted(p for p in d.iterdir() if p.suffix in TABLE_SUFFIXES)
+
+
+def dataset_path(platform_or_path: str | Path) -> Path:
+    """The file of a shipped platform (``cpu/torch/fp32``), or ``platform_or_path`` as a path.
+
+    An existing file is returned as is; a name without a .csv/.parquet suffix is looked up
+    among the shipped datasets; anything else is a ``MissingFileError``.
+    """
+    text = str(platform_or_path)
+    p = Path(text)
+    if p.exists():
+        return p
+    if p.suffix in TABLE_SUFFIXES:
+        names = [f.stem.replace("_", "/") for f in _files()]
+        raise MissingFileError(
+            f"dataset not found: expected an existing .csv or .parquet file of measured rows "
+            f"or a shipped platform name ({', '.join(names) or 'none shipped'}), got {text!r}. "
+            "Check the path (`carb-nas dataset list` shows the shipped datasets)."
+        )
+    stem = text.replace("/", "_")
+    found = [f for f in _files() if f.stem == stem]
+    if not found:
+        names = [f.stem.replace("_", "/") for f in _files()]
+        raise MissingFileError(
+            f"no shipped dataset for platform {text!r}: expected one of {names or '(none)'}"
+            ", or a path to a .csv/.parquet rows file. See `carb-nas dataset list`."
+        )
+    return found[0]
+
+
+def _describe(path: Path) -> dict[str, Any]:
+    frame = read_table(path)
+    missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
+    if missing:
+        raise InputFileError(
+            f"{path}: not a dataset: expected the required columns of SCHEMA, missing "
+            f"{missing[:4]}{' ...' if len(missing) > 4 else ''}. Remove or fix the file."
+        )
+    platforms = sorted(frame["platform"].dropna().astype(str).unique())
+    if len(platforms) > 1:
+        raise InputFileError(
+            f"{path}: mixed platforms: expected one platform per dataset, got {platforms}. "
+            "Split the file by its 'platform' column."
+        )
+    first = frame.iloc[0] if len(frame) else None
+    platform = platforms[0] if platforms else path.stem.replace("_", "/")
+    device, runtime, precision = (platform.split("/") + ["", "", ""])[:3]
+    return {
+        "platform": platform,
+        "device": device,
+        "device_name": str(first["device_name"]) if first is not None else None,
+        "runtime": runtime,
+        "precision": precision,
+        "path": str(path.resolve()),
+        "rows": int(len(frame)),
+        "ok_rows": int((frame["status"] == "ok").sum()),
+        "energy_j": bool("energy_j" in frame and frame["energy_j"].notna().any()),
+    }
+
+
+def list_datasets() -> list[dict[str, Any]]:
+    """One dict per shipped dataset: platform, device, device_name, runtime, precision,
+    path (absolute), rows, ok_rows, energy_j (True when the dataset has measured energy).
+
+    A file of the data folder that is not a dataset is skipped with a ``DatasetWarning``
+    naming it; the others are still listed.
+    """
+    out = []
+    for p in _files():
+        try:
+            out.append(_describe(p))
+        except CarbNasError as e:
+            warnings.warn(f"{e} Skipped it.", DatasetWarning, stacklevel=2)
+    return out
+
+
+def load_dataset(
+    source: str | Path | pd.DataFrame,
+    ok_only: bool = False,
+    *,
+    partial: bool = False,
+    name: str | None = None,
+) -> pd.DataFrame:
+    """Measured rows, validated: a shipped platform (``cpu/torch/fp32``), a path or a frame.
+
+    ``partial=False``: a complete dataset (every required column, real devices only);
+    ``partial=True``: an analysis input (config columns plus what is present; see
+    ``validate_rows``). ``ok_only`` keeps the rows with status ok. ``name`` labels the
+    source in messages (default: the path). ``frame.attrs["source"]`` holds that label.
+    """
+    if isinstance(source, pd.DataFrame):
+        raw, label = source, name or "<frame>"
+    else:
+        p = dataset_path(source)
+        raw, label = read_table(p), name or str(p)
+    frame = validate_rows(raw, label, partial=partial)
+    if ok_only and "status" in frame.columns:
+        frame = frame[frame["status"] == "ok"].reset_index(drop=True)
+    frame.attrs = {"source": label}
+    return frame

@@ -1,0 +1,362 @@
+"""``transfer``: how well platform A's costs predict platform B's, and few-shot calibration."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from carb_nas._json import jsonable
+from carb_nas.calibration import (
+    CALIBRATION_METHODS,
+    CalibratedModel,
+    calibration_features,
+    penalized_fit,
+)
+from carb_nas.costmodel import MIN_TRAIN_ROWS, CostModel, model_inputs
+from carb_nas.datasets import TARGETS
+from carb_nas.errors import InputFileError, ModelError
+from carb_nas.reports._characterize import aggregate, variant_parts
+from carb_nas.reports._load import (
+    JOIN_COLUMNS,
+    batch_tier,
+    load_measurements,
+    same_dataset,
+    tier_order,
+)
+from carb_nas.reports._stats import linear_fit, mdape, r2, spearman
+
+__all__ = ["transfer", "transfer_frames", "FEW_SHOT_SIZES", "MIN_EVALUATION_ROWS"]
+
+FEW_SHOT_SIZES = (10, 25, 50, 100)
+MIN_EVALUATION_ROWS = 11
+"""Rows of B each few-shot draw leaves out for evaluation at least (N + 11 usable rows)."""
+
+
+def _single_variant(frame: pd.DataFrame) -> str:
+    variants = sorted(frame["variant"].unique())
+    if len(variants) != 1:
+        raise InputFileError(
+            f"{frame.attrs['source']}: mixed platforms: expected one device/runtime/precision "
+            f"per transfer dataset, got {variants}. Split the dataset by its 'platform' column."
+        )
+    return variants[0]
+
+
+def _summary(runs: Sequence[tuple[float, float]]) -> dict[str, Any]:
+    r2 = np.array([r for r, _ in runs], float)
+    mdape = np.array([m for _, m in runs], float)
+    any_ = np.isfinite(r2).any()
+    return {
+        "r2_mean": float(np.nanmean(r2)) if any_ else math.nan,
+        "r2_std": float(np.nanstd(r2)) if any_ else math.nan,
+        "mdape_pct_mean": float(np.nanmean(mdape)) if any_ else math.nan,
+        "r2_runs": r2.tolist(),
+    }
+
+
+def _linear_baseline(X_train: pd.DataFrame, y: np.ndarray, X_test: pd.DataFrame) -> np.ndarray:
+    """Ridge regression of log(y) on log FLOPs and the log config knobs (LOO-picked penalty):
+    the simplest model one could fit to N target rows alone."""
+
+    def feats(X: pd.DataFrame) -> np.ndarray:
+        flops = np.log(np.maximum(pd.to_numeric(X["flops"]).to_numpy(float), 1.0))
+        return np.column_stack([flops, calibration_features(X)])
+
+    F, Ft = feats(X_train), feats(X_test)
+    mean, std = F.mean(axis=0), F.std(axis=0)
+    std[std == 0] = 1.0
+    design = np.column_stack([np.ones(len(F)), (F - mean) / std])
+    logy = np.log(y)
+    best = None
+    for lam in (0.01, 0.1, 1.0, 10.0, 100.0):
+        coef, loo = penalized_fit(design, logy, lam)
+        err = float(np.mean(loo**2))
+        if best is None or err < best[1]:
+            best = (coef, err)
+    return np.exp(np.column_stack([np.ones(len(Ft)), (Ft - mean) / std]) @ best[0])
+
+
+def _few_shot(
+    a: pd.DataFrame,
+    b: pd.DataFrame,
+    targets: Sequence[str],
+    sizes: Sequence[int],
+    repeats: int,
+    seed: int,
+    method: str,
+    source_model: Any,
+    preset: str,
+    progress: Callable[[str], None] | None,
+    n_jobs: int | None,
+) -> dict[str, Any]:
+    say = progress or (lambda _msg: None)
+    notes = []
+    _, runtime_a, precision_a = variant_parts(a["variant"].iloc[0])
+    if source_model is None:
+        a_targets = [t for t in targets if a[t].notna().any()]
+        train = a.dropna(subset=a_targets)
+        say(f"training the source model ({preset} preset) on {len(train)} rows of A")
+        source_model = CostModel(preset=preset, n_jobs=n_jobs, random_state=seed).fit(
+            model_inputs(train), train[a_targets], platform=a["variant"].iloc[0]
+        )
+        source_desc = f"CostModel(preset={preset!r}) trained on all {len(train)} ok rows of A"
+    else:
+        source_desc = "given source model"
+    targets = [t for t in targets if t in list(source_model.targets_)]
+    pool = b.dropna(subset=targets).reset_index(drop=True)
+    X_pool = model_inputs(pool)
+    probe = CalibratedModel(source_model, method, runtime_a, precision_a)
+    zero = probe.source_predict(X_pool)
+    kinds = ("source_only", "calibrated", "target_only", "target_only_linear")
+    runs: dict[str, Any] = {}
+    for n in sizes:  # transfer() checked n + MIN_EVALUATION_ROWS <= len(pool)
+        say(f"few-shot N={n}: {repeats} draws")
+        rec = {k: {t: [] for t in targets} for k in kinds}
+        methods: dict[str, int] = {}
+        errors: list[str] = []
+        if n < MIN_TRAIN_ROWS:
+            errors.append(f"CostModel needs at least {MIN_TRAIN_ROWS} rows to train; N={n}")
+        for draw in range(seed, seed + repeats):
+            rng = np.random.default_rng(draw)
+            idx = rng.choice(len(pool), size=n, replace=False)
+            test = np.setdiff1d(np.arange(len(pool)), idx)
+            train_rows, X_train, X_test = pool.iloc[idx], X_pool.iloc[idx], X_pool.iloc[test]
+            cal = CalibratedModel(source_model, method, runtime_a, precision_a)
+            pred_cal = cal.fit(X_train, train_rows[targets]).predict(X_test)
+            for t in targets:
+                methods[cal.maps_[t]["method"]] = methods.get(cal.maps_[t]["method"], 0) + 1
+            pred_own = None
+            if n >= MIN_TRAIN_ROWS:
+                try:
+                    own = CostModel(
+                        preset=preset,
+                        n_jobs=n_jobs,
+                        validation_fraction=0.0,
+                        calibration_fraction=0.0,
+                        random_state=draw,
+                    )
+                    pred_own = own.fit(X_train, train_rows[targets]).predict(X_test)
+                except ModelError as e:
+                    errors.append(f"seed {draw}: {e}")
+            for t in targets:
+                y = pool[t].to_numpy(float)[test]
+                preds = {
+                    "calibrated": pred_cal[t].to_numpy(float),
+                    "source_only": zero[t].to_numpy(float)[test],
+                    "target_only": None if pred_own is None else pred_own[t].to_numpy(float),
+                    "target_only_linear": _linear_baseline(
+                        X_train, train_rows[t].to_numpy(float), X_test
+                    ),
+                }
+                for kind, p in preds.items():
+                    rec[kind][t].append(
+                        (math.nan, math.nan) if p is None else (r2(y, p), mdape(y, p))
+                    )
+        runs[str(n)] = {
+            kind: {t: _summary(v) for t, v in per.items()} for kind, per in rec.items()
+        } | {"methods_chosen": methods, "target_only_errors": errors[:3]}
+    return {
+        "sizes": [int(n) for n in sizes],
+        "seeds": int(repeats),
+        "method": method,
+        "source_model": source_desc,
+        "source_platform": f"{runtime_a}/{precision_a}",
+        "evaluation": "R2 on every usable row of B not drawn for calibration",
+        "targets": list(targets),
+        "runs": runs,
+        "notes": notes,
+    }
+
+
+def _side_meta(frame: pd.DataFrame, variant: Any) -> dict[str, Any]:
+    """What a transfer report records about one of its two datasets."""
+    keys = ("ok_rows", "rows", "peak_mem_methods", "latency_cv_median")
+    return {
+        "source": frame.attrs["source"],
+        "variant": variant,
+        **{k: frame.attrs[k] for k in keys},
+    }
+
+
+def transfer(
+    dataset_a: str | Path | pd.DataFrame,
+    dataset_b: str | Path | pd.DataFrame,
+    *,
+    few_shot: Sequence[int] | None = FEW_SHOT_SIZES,
+    repeats: int = 5,
+    seed: int = 0,
+    method: str = "auto",
+    source_model: Any = None,
+    preset: str = "fast",
+    top_k: int = 100,
+    progress: Callable[[str], None] | None = None,
+    n_jobs: int | None = None,
+) -> dict[str, Any]:
+    """Compare platform B with platform A on the configs both measured.
+
+    Returns a JSON-ready dict with one entry per shared target, ``{"slope", "intercept",
+    "r2", "spearman", "top100_overlap", ...}`` (fit ``B = slope * A + intercept``; top-k
+    overlap as a fraction of k, k = min(top_k, shared configs)), plus ``"meta"`` and,
+    unless ``few_shot`` is empty/None, ``"few_shot"`` (see ``carb_nas.calibration``): the
+    source model (``source_model``, or a ``CostModel(preset)`` trained on all of A) adapted
+    with N random rows of B, ``repeats`` draws per N (seeds ``seed``, ``seed + 1``, ...;
+    recorded as ``few_shot["seeds"]``), against a ``CostModel(preset)`` trained on the N rows
+    alone; R2 on the rows of B not drawn. Every N must leave ``MIN_EVALUATION_ROWS`` usable
+    rows of B. ``n_jobs``: threads per learner (None: 1).
+    """
+    return transfer_frames(
+        dataset_a,
+        dataset_b,
+        few_shot=few_shot,
+        repeats=repeats,
+        seed=seed,
+        method=method,
+        source_model=source_model,
+        preset=preset,
+        top_k=top_k,
+        progress=progress,
+        n_jobs=n_jobs,
+    )[0]
+
+
+def transfer_frames(
+    dataset_a: str | Path | pd.DataFrame,
+    dataset_b: str | Path | pd.DataFrame,
+    *,
+    few_shot: Sequence[int] | None = FEW_SHOT_SIZES,
+    repeats: int = 5,
+    seed: int = 0,
+    method: str = "auto",
+    source_model: Any = None,
+    preset: str = "fast",
+    top_k: int = 100,
+    progress: Callable[[str], None] | None = None,
+    n_jobs: int | None = None,
+) -> tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]:
+    """``transfer`` and the two loaded datasets (for plotting without reading them again)."""
+    if method not in CALIBRATION_METHODS:
+        raise ModelError(
+            f"unknown calibration method: expected one of {list(CALIBRATION_METHODS)}, got "
+            f"{method!r}. Pick one of those."
+        )
+    if isinstance(repeats, bool) or not isinstance(repeats, (int, np.integer)) or repeats < 1:
+        raise ModelError(
+            f"invalid repeats: expected a whole number >= 1 of random draws per few-shot size, "
+            f"got {repeats!r}. Use --repeats 1 or more."
+        )
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ModelError(
+            f"invalid seed: expected a whole number >= 0, got {seed!r}. Use --seed 0 or more."
+        )
+    sizes = sorted({int(n) for n in few_shot}) if few_shot else []
+    if sizes and sizes[0] < 1:
+        raise ModelError(
+            f"invalid few-shot size: expected sizes >= 1, got {sizes}. Use e.g. 10,25,50,100."
+        )
+    a, b = load_measurements(dataset_a), load_measurements(dataset_b)
+    va, vb = _single_variant(a), _single_variant(b)
+    targets = [t for t in TARGETS if t in a.attrs["targets"] and t in b.attrs["targets"]]
+    if not targets:
+        raise InputFileError(
+            f"no common target: expected both datasets to measure one of {list(TARGETS)}, got "
+            f"A: {a.attrs['targets']}, B: {b.attrs['targets']}. Compare datasets that share a "
+            "target."
+        )
+    shared = aggregate(a, targets).merge(
+        aggregate(b, targets), on=list(JOIN_COLUMNS), suffixes=("_a", "_b")
+    )
+    if len(shared) == 0:
+        raise InputFileError(
+            f"no shared configs: expected configs (family, depth, width, resolution, "
+            f"batch_size) measured in both {a.attrs['source']} ({len(a)} ok rows) and "
+            f"{b.attrs['source']} ({len(b)} ok rows), got none in common. Profile the same "
+            "configs on both platforms (e.g. the same `carb-nas space sample` file)."
+        )
+    result: dict[str, Any] = {}
+    for t in targets:
+        sub = shared[[*JOIN_COLUMNS, f"{t}_a", f"{t}_b"]].dropna()
+        if len(sub) < 3:
+            continue
+        x, y = sub[f"{t}_a"].to_numpy(float), sub[f"{t}_b"].to_numpy(float)
+        slope, intercept, fit_r2 = linear_fit(x, y)
+        k = min(top_k, len(sub))
+        top_a = set(np.argsort(x, kind="stable")[:k])
+        top_b = set(np.argsort(y, kind="stable")[:k])
+        pos = (x > 0) & (y > 0)
+        result[t] = {
+            "slope": slope,
+            "intercept": intercept,
+            "r2": fit_r2,
+            "spearman": spearman(x, y),
+            "top100_overlap": len(top_a & top_b) / k,
+            "top_k": int(k),
+            "n": int(len(sub)),
+            "ratio_geomean": float(np.exp(np.mean(np.log(y[pos] / x[pos]))))
+            if pos.any()
+            else math.nan,
+            "loglog_slope": linear_fit(np.log(x[pos]), np.log(y[pos]))[0],
+            "by_tier": {
+                tier: {"slope": s, "intercept": i, "r2": r, "n": int(m.sum())}
+                for tier in tier_order(batch_tier(sub["batch_size"]))
+                for m in [batch_tier(sub["batch_size"]) == tier]
+                for s, i, r in [linear_fit(x[m], y[m])]
+            },
+        }
+    if not result:
+        raise InputFileError(
+            f"too few shared measurements: expected at least 3 shared configs with values for "
+            f"one of {targets}, got {len(shared)} shared configs. Measure more shared configs."
+        )
+    result["meta"] = {
+        "kind": "transfer",
+        "a": _side_meta(a, va),
+        "b": _side_meta(b, vb),
+        "shared_configs": int(len(shared)),
+        "join_columns": list(JOIN_COLUMNS),
+        "targets": [t for t in targets if t in result],
+        "notes": a.attrs["notes"] + b.attrs["notes"],
+    }
+    if "peak_mem_mb" in result and a.attrs["peak_mem_methods"] != b.attrs["peak_mem_methods"]:
+        result["meta"]["notes"].append(
+            f"peak_mem_mb is measured differently on A ({'; '.join(a.attrs['peak_mem_methods'])})"
+            f" and B ({'; '.join(b.attrs['peak_mem_methods'])}): the memory fit includes the "
+            "difference in what each method counts"
+        )
+    if same_dataset(dataset_a, dataset_b):
+        result["meta"]["notes"].append(
+            "A and B are the same dataset: every fit is trivially perfect; compare two "
+            "platforms' datasets"
+        )
+    if sizes:
+        fs_targets = [
+            t
+            for t in result["meta"]["targets"]
+            if source_model is None or t in list(source_model.targets_)
+        ]
+        usable = len(b.dropna(subset=fs_targets))
+        largest = usable - MIN_EVALUATION_ROWS
+        if sizes[-1] > largest:
+            raise ModelError(
+                f"few-shot size too large: expected sizes <= {max(largest, 0)} ({b.attrs['source']}"
+                f" has {usable} usable rows and each draw keeps {MIN_EVALUATION_ROWS} to "
+                f"evaluate on), got {sizes[-1]}. Use smaller --few-shot sizes, or 'none'."
+            )
+        result["few_shot"] = _few_shot(
+            a,
+            b,
+            fs_targets,
+            sizes,
+            repeats,
+            seed,
+            method,
+            source_model,
+            preset,
+            progress,
+            n_jobs,
+        )
+    return jsonable(result), a, b

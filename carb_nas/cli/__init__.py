@@ -8,6 +8,7 @@ one line on stderr and exits with code 1; ``--debug`` shows the traceback.
 from __future__ import annotations
 
 import sys
+import warnings
 from typing import Any
 
 import click
@@ -26,13 +27,20 @@ def _one_line(e: click.ClickException) -> str:
     return msg
 
 
+def _show_warning(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
+    # a warning is a note to the user: one line on stderr, not Python's two-line source echo
+    click.echo(f"warning: {' '.join(str(message).split())}", err=True)
+
+
 class _Group(click.Group):
     def main(self, *args: Any, **kwargs: Any) -> Any:  # noqa: D102 - click API
         # click's own handling prints three lines and exits 2 for a usage error; ours is the
         # one-line, exit-code-1 contract every carb_nas error keeps.
         kwargs["standalone_mode"] = False
         try:
-            rv = super().main(*args, **kwargs)
+            with warnings.catch_warnings():
+                warnings.showwarning = _show_warning
+                rv = super().main(*args, **kwargs)
         except click.exceptions.Exit as e:  # --help, --version, ctx.exit(n)
             sys.exit(e.exit_code)
         except click.exceptions.Abort:

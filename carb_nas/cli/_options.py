@@ -16,6 +16,7 @@ Results go to stdout; progress, notes and "wrote ..." lines to stderr (:func:`in
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -101,7 +102,9 @@ def example(text: str) -> Callable[[F], F]:
     """Append one runnable example to a command's ``--help`` (click keeps ``\\b`` blocks as is)."""
 
     def deco(f: F) -> F:
-        doc = (f.__doc__ or "").rstrip()
+        # cleandoc first: click dedents by the docstring's own indentation, which an appended
+        # unindented block would otherwise break
+        doc = inspect.cleandoc(f.__doc__ or "")
         f.__doc__ = f"{doc}\n\n\b\nExample:\n  {text}\n"
         return f
 

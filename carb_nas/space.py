@@ -77,7 +77,12 @@ KNOBS = CONFIG_COLUMNS
 ARCH_COLUMNS = CONFIG_COLUMNS[:4]  # what fixes the network: family, depth, width, resolution
 REQUIRED_COLUMNS = CONFIG_COLUMNS[:5]  # a configs table may leave out precision and runtime
 CONFIG_DEFAULTS = {"precision": "fp32", "runtime": "torch"}
-NUMERIC_KNOBS: dict[str, type] = {"depth": int, "width": float, "resolution": int, "batch_size": int}
+NUMERIC_KNOBS: dict[str, type] = {
+    "depth": int,
+    "width": float,
+    "resolution": int,
+    "batch_size": int,
+}
 LIMITS = ("max_gflops_per_batch",)
 
 # Allowed values of the numeric knobs, inclusive (width: 0 < width <= 16). The maxima keep
@@ -230,8 +235,7 @@ def validate_knob(knob: str, value: Any) -> Any:
         if value not in choices:
             what = "unknown family" if knob == "family" else f"unsupported {knob}"
             raise ConfigError(
-                f"{what}: expected one of {list(choices)}, got {value!r}. "
-                "Use one of those names."
+                f"{what}: expected one of {list(choices)}, got {value!r}. Use one of those names."
             )
         return str(value)
     kind = NUMERIC_KNOBS[knob]
@@ -588,11 +592,12 @@ class Space:
         often as common ones and every knob's range is covered.
         """
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n <= 0:
-            raise ConfigError(f"invalid sample size: expected n > 0, got {n!r}. Ask for at least 1.")
+            raise ConfigError(
+                f"invalid sample size: expected n > 0, got {n!r}. Ask for at least 1."
+            )
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise ConfigError(
-                f"invalid seed: expected an integer >= 0, got {_plain(seed)!r}. "
-                "Pass e.g. seed=0."
+                f"invalid seed: expected an integer >= 0, got {_plain(seed)!r}. Pass e.g. seed=0."
             )
         grid = self.grid()
         rng = np.random.default_rng(seed)
@@ -737,7 +742,7 @@ def factorize_configs(
                 values.append(validate_knob(col, value))
             except ConfigError as e:
                 row = int(np.argmax(codes == i))
-                raise _fail(source, _at_row(str(e), col, row)) from None
+                raise _fail(source, _at_row(str(e), row)) from None
         encoded[col] = (codes.astype(np.int64, copy=False), values)
     fam_codes, families = encoded["family"]
     dep_codes, depths = encoded["depth"]
@@ -746,13 +751,13 @@ def factorize_configs(
         try:
             stage_layout(families[pair // len(depths)], depths[pair % len(depths)])
         except ConfigError as e:
-            raise _fail(source, _at_row(str(e), "depth", row)) from None
+            raise _fail(source, _at_row(str(e), row)) from None
     return encoded
 
 
-def _at_row(message: str, col: str, row: int) -> str:
-    what, rest = message.split(":", 1)
-    return f"{what} in column '{col}' at data row {row + 1}:{rest}"
+def _at_row(message: str, row: int) -> str:
+    what, rest = message.split(":", 1)  # "invalid width: expected ..." names the column
+    return f"{what} at data row {row + 1}:{rest}"
 
 
 def normalize_config_frame(frame: pd.DataFrame, source: str = "<table>") -> pd.DataFrame:

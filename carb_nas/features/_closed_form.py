@@ -17,10 +17,10 @@ import pandas as pd
 from carb_nas.features import _torch_cpu as torch_cpu
 from carb_nas.features._common import (
     E_LEVELS,
+    ELEMENT_BYTES,
     FEATURE_COLUMNS,
     INT64_BYTES,
     MB,
-    ELEMENT_BYTES,
     derive,
 )
 from carb_nas.models import EXPANSION, NUM_CLASSES, stage_channels

@@ -234,7 +234,11 @@ def closed_form_columns(
     big_w = np.array([r["big_w"] for r in rows], dtype=np.int64)
     big_w = big_w.reshape(len(rows), N_TIERS, len(E_LEVELS))
     mmap = (per_sample * batch + big_w[arch_id, tier, e_level]) * e
-    return {"native_conv_flops": native, "onednn_weight_mb": onednn_w * e / MB, "mmap_mb": mmap / MB}
+    return {
+        "native_conv_flops": native,
+        "onednn_weight_mb": onednn_w * e / MB,
+        "mmap_mb": mmap / MB,
+    }
 
 
 # -- meta-device trace ---------------------------------------------------------------------

@@ -615,8 +615,8 @@ class Space:
 
     def describe(self) -> str:
         lines = [f"space {self.name!r} ({self.source}): {len(self):,} configs"]
-        for k, v in self.limits.items():
-            lines.append(f"  limit {k} = {v} (configs beyond it are left out)")
+        for name, limit in self.limits.items():
+            lines.append(f"  limit {name} = {limit} (configs beyond it are left out)")
         for fam, knobs in self.knobs.items():
             lines.append(f"  family {fam}: {self._family_count(fam):,} configs")
             for k, v in knobs.items():
@@ -692,7 +692,7 @@ def frame_to_configs(frame: pd.DataFrame) -> list[Config]:
     return [Config(*row) for row in zip(*cols)]
 
 
-def _fail(source: str | None, message: str) -> ConfigError:
+def _fail(source: str | None, message: str) -> ConfigError | InputFileError:
     return ConfigError(message) if source is None else InputFileError(f"{source}: {message}")
 
 

@@ -321,10 +321,10 @@ def compute_features(frame: pd.DataFrame) -> pd.DataFrame:
     # resident: parameters + BN running stats (+ an int64 counter per BN) + input
     resident = (params + 2 * bn_ch_a[arch_id]) * e + INT64_BYTES * n_bn + input_bytes
     flat = arch_id * len(E_LEVELS) + e_level
-    slopes, icpts = slopes.reshape(-1, n_lines), icpts.reshape(-1, n_lines)
-    extra = slopes[flat, 0] * batch + icpts[flat, 0]
+    slope_rows, icpt_rows = slopes.reshape(-1, n_lines), icpts.reshape(-1, n_lines)
+    extra = slope_rows[flat, 0] * batch + icpt_rows[flat, 0]
     for li in range(1, n_lines):
-        np.maximum(extra, slopes[flat, li] * batch + icpts[flat, li], out=extra)
+        np.maximum(extra, slope_rows[flat, li] * batch + icpt_rows[flat, li], out=extra)
     extra = np.where(batch == 1, peak1.reshape(-1)[flat], extra)
     out: dict[str, np.ndarray] = {"flops": flops, "params": params}
     out.update(torch_cpu.closed_form_columns(rows, table, arch_id, batch, e, e_level))

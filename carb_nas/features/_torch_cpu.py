@@ -129,7 +129,7 @@ def is_native_conv(
 ) -> bool:
     """Whether eager PyTorch runs one conv (input ``x_shape`` NCHW) natively on one thread."""
     n, c, h, w = x_shape
-    below16, at_b1 = native_conv_kind(c, h, w, *k, stride, groups)
+    below16, at_b1 = native_conv_kind(c, h, w, k[0], k[1], stride, groups)
     return (below16 and not dilated and n <= NATIVE_1X1_MAX_BATCH) or (bool(at_b1) and n == 1)
 
 
@@ -170,6 +170,7 @@ class ClosedFormDispatch:
             self.w_b1 = self.w_b1 + np.where(at_b1, weights, 0)
         src = np.where(c_in <= IN_PLACE_MAX_CHANNELS, 0, c_in * h * h)
         big = np.stack([weights * e >= MMAP_MIN_BYTES for e in E_LEVELS]) * weights
+        classes: dict[str, Any]
         if below16:
             classes = {"b16": True}
         else:

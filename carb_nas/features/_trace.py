@@ -78,8 +78,9 @@ def _op_workspace_bytes(name: str, args: tuple, kwargs: dict, out: Any, elem: in
         if g["dilated"]:
             return 0
         n, c, h, wd = g["x"]
+        (k_h, k_w), (h_out, w_out) = g["k"], g["out"][2:]
         cols = torch_cpu.conv_workspace_elems(
-            n, c, h, wd, *g["k"], *g["out"][2:], g["stride"], g["padding"], g["groups"]
+            n, c, h, wd, k_h, k_w, h_out, w_out, g["stride"], g["padding"], g["groups"]
         )
         return int(cols) * elem
     if name in _BN_OPS:

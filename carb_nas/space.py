@@ -85,13 +85,14 @@ NUMERIC_KNOBS: dict[str, type] = {
 }
 LIMITS = ("max_gflops_per_batch",)
 
-# Allowed values of the numeric knobs, inclusive (width: 0 < width <= 16). The maxima keep
+# Allowed values of the numeric knobs, inclusive (width's minimum is the smallest width of
+# 4 decimals, the precision of config keys). The maxima keep
 # every per-batch count of the features (flops, bytes) inside int64 and a features run short:
 # depth up to ResNet-1202, the deepest of He et al. (2016).
 MAX_DEPTH = 1202
 KNOB_RANGES: dict[str, tuple[float, float]] = {
     "depth": (4, MAX_DEPTH),
-    "width": (0.0, 16.0),
+    "width": (0.0001, 16.0),
     "resolution": (32, 1024),
     "batch_size": (1, 4096),
 }
@@ -184,10 +185,10 @@ class Config:
     runtime: str = "torch"
 
     def __post_init__(self) -> None:
-        for knob in NUMERIC_KNOBS:
+        for knob in CONFIG_COLUMNS:
             object.__setattr__(self, knob, validate_knob(knob, getattr(self, knob)))
         object.__setattr__(self, "width", float(canonical_width(self.width)))
-        validate_values(self.__dict__)
+        stage_layout(self.family, self.depth)
 
     @property
     def key(self) -> str:
@@ -241,10 +242,7 @@ def validate_knob(knob: str, value: Any) -> Any:
     kind = NUMERIC_KNOBS[knob]
     lo, hi = KNOB_RANGES[knob]
     unit = _UNITS[knob]
-    if kind is int:
-        spec = f"a whole number from {lo:g} to {hi:g}{unit}"
-    else:
-        spec = f"a number > {lo:g} and <= {hi:g}"
+    spec = f"a {'whole ' if kind is int else ''}number from {lo:g} to {hi:g}{unit}"
     number = value
     if isinstance(value, str):
         try:
@@ -261,7 +259,7 @@ def validate_knob(knob: str, value: Any) -> Any:
         raise ConfigError(
             f"non-integer {knob}: expected {spec}, got {value!r}. Use a whole number."
         )
-    if not (lo < number <= hi if kind is float else lo <= number <= hi):
+    if not lo <= number <= hi:
         raise ConfigError(
             f"invalid {knob}: expected {spec}, got {value!r}. Use a value in that range."
         )

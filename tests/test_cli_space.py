@@ -175,7 +175,7 @@ TOML_CASES = {
         GOOD_TOML.replace("carb_ranges = true", "carb_ranges = false").replace(
             "width = [0.25, 0.5]", "width = [1e30]"
         ),
-        ["width", "1e+30", "<= 16"],
+        ["width", "1e+30", "0.0001 to 16"],
     ),
     "depth above the maximum": (
         GOOD_TOML.replace("carb_ranges = true", "carb_ranges = false").replace(

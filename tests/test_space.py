@@ -354,8 +354,9 @@ def test_sample_refuses_bad_seeds_and_sizes() -> None:
 @pytest.mark.parametrize(
     ("knob", "value", "allowed"),
     [
-        ("width", 1e30, "<= 16"),
-        ("width", 0.0, "> 0"),
+        ("width", 1e30, "from 0.0001 to 16"),
+        ("width", 0.0, "from 0.0001 to 16"),
+        ("width", 0.00001, "from 0.0001 to 16"),
         ("resolution", 1e30, "32 to 1024"),
         ("batch_size", 10**12, "1 to 4096"),
         ("depth", 1e30, "4 to 1202"),

@@ -8,7 +8,9 @@ runs is reported. Warm runs (cache kept) are printed for reference.
 
     nice -n 15 .venv/bin/python benchmarks/features.py [--runs 5]
 
-The last line is ``configs_per_s=<number>`` (cold median). Target: >= 1,000,000.
+The last line is ``configs_per_s=<number>`` (cold median). Target: >= 1,000,000 (the line
+before says whether it is met; ``tests/test_features.py`` checks the same path for
+correctness, not speed).
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ import statistics
 import time
 
 from carb_nas import features
-from carb_nas.space import Space, load_space
+from carb_nas.space import ARCH_COLUMNS, Space, load_space
+
+TARGET = 1_000_000  # configs per second, cold
 
 
 def build_space() -> Space:
@@ -45,13 +49,13 @@ def main() -> None:
 
     grid = build_space().grid()
     n = len(grid)
-    archs = len(grid[["family", "depth", "width", "resolution"]].drop_duplicates())
+    archs = len(grid[list(ARCH_COLUMNS)].drop_duplicates())
     print(f"configs={n} architectures={archs}")
     assert n >= 1_000_000
 
     cold, warm = [], []
     for _ in range(args.runs):
-        features._ARCH_CACHE.clear()
+        features.clear_cache()
         start = time.perf_counter()
         out = features.compute_features(grid)
         cold.append(time.perf_counter() - start)
@@ -61,8 +65,10 @@ def main() -> None:
     assert len(out) == n and out["flops"].gt(0).all()
     print(f"cold runs s: {', '.join(f'{t:.3f}' for t in cold)}")
     print(f"warm runs s: {', '.join(f'{t:.3f}' for t in warm)}")
+    rate = n / statistics.median(cold)
     print(f"warm_configs_per_s={n / statistics.median(warm):.0f}")
-    print(f"configs_per_s={n / statistics.median(cold):.0f}")
+    print(f"target configs_per_s >= {TARGET:,}: {'met' if rate >= TARGET else 'NOT met'}")
+    print(f"configs_per_s={rate:.0f}")
 
 
 if __name__ == "__main__":

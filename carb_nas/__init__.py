@@ -11,6 +11,10 @@ from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
+from carb_nas import space as _space
 from carb_nas.errors import CarbNasError
 from carb_nas.space import Config, Space, load_space
 
@@ -37,6 +41,18 @@ _LAZY = {
     "trace_features": "carb_nas.features",
     "CostModel": "carb_nas.costmodel",
 }
+
+
+def _within_max_gflops(frame: pd.DataFrame, limit: float) -> np.ndarray:
+    from carb_nas.features import within_max_gflops  # lazy: features import torch
+
+    return within_max_gflops(frame, limit)
+
+
+# space sits below features, so it cannot measure its own [limits]; the package root (which
+# runs before any carb_nas module) tells it how. A space's grid then leaves out the configs
+# above `max_gflops_per_batch` whichever module loaded it.
+_space.register_limit("max_gflops_per_batch", _within_max_gflops)
 
 
 def __getattr__(name: str) -> Any:

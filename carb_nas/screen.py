@@ -290,7 +290,7 @@ def candidate_frame(space_or_frame: Space | pd.DataFrame | str | Path) -> pd.Dat
     if isinstance(space_or_frame, (str, Path)):
         p = Path(space_or_frame)
         if p.suffix in (".csv", ".parquet"):
-            from carb_nas.space import read_configs
+            from carb_nas.datasets import read_configs
 
             frame = read_configs(p)
         else:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import math
 import tomllib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -42,19 +42,61 @@ __all__ = [
     "PRECISIONS",
     "RUNTIMES",
     "CONFIG_COLUMNS",
+    "KNOBS",
+    "ARCH_COLUMNS",
+    "REQUIRED_COLUMNS",
+    "NUMERIC_KNOBS",
+    "CONFIG_DEFAULTS",
+    "KNOB_RANGES",
+    "MAX_DEPTH",
+    "MAX_KNOB_VALUES",
+    "MAX_GRID_CONFIGS",
+    "LIMITS",
+    "CARB_RANGES",
     "stage_layout",
-    "read_configs",
+    "canonical_width",
+    "validate_knob",
+    "validate_values",
+    "factorize_configs",
+    "normalize_config_frame",
+    "register_limit",
     "configs_to_frame",
     "frame_to_configs",
+    "bundled_space_names",
+    "bundled_space_path",
 ]
 
 FAMILIES = ("basic", "bottleneck")
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 RUNTIMES = ("torch", "onnxruntime")
-KNOBS = ("family", "depth", "width", "resolution", "batch_size", "precision", "runtime")
+# The columns of a configs table, in order; a space file's knobs have the same names.
 CONFIG_COLUMNS = ("family", "depth", "width", "resolution", "batch_size", "precision", "runtime")
+KNOBS = CONFIG_COLUMNS
+ARCH_COLUMNS = CONFIG_COLUMNS[:4]  # what fixes the network: family, depth, width, resolution
+REQUIRED_COLUMNS = CONFIG_COLUMNS[:5]  # a configs table may leave out precision and runtime
+CONFIG_DEFAULTS = {"precision": "fp32", "runtime": "torch"}
+NUMERIC_KNOBS: dict[str, type] = {
+    "depth": int,
+    "width": float,
+    "resolution": int,
+    "batch_size": int,
+}
 LIMITS = ("max_gflops_per_batch",)
-_NUMERIC = {"depth": int, "width": float, "resolution": int, "batch_size": int}
+
+# Allowed values of the numeric knobs, inclusive (width's minimum is the smallest width of
+# 4 decimals, the precision of config keys). The maxima keep
+# every per-batch count of the features (flops, bytes) inside int64 and a features run short:
+# depth up to ResNet-1202, the deepest of He et al. (2016).
+MAX_DEPTH = 1202
+KNOB_RANGES: dict[str, tuple[float, float]] = {
+    "depth": (4, MAX_DEPTH),
+    "width": (0.0001, 16.0),
+    "resolution": (32, 1024),
+    "batch_size": (1, 4096),
+}
+_UNITS = {"depth": " layers", "width": "", "resolution": " pixels", "batch_size": ""}
+MAX_KNOB_VALUES = 100_000  # values one range table may expand to (checked before expanding)
+MAX_GRID_CONFIGS = 10_000_000  # configs a grid may enumerate (checked before enumerating)
 
 # Ranges of the CARB paper (seed 001); a space with `carb_ranges = true` must stay inside them.
 CARB_RANGES: dict[str, tuple[float, float]] = {
@@ -87,7 +129,8 @@ def stage_layout(family: str, depth: int) -> tuple[int, ...]:
     must be a whole number. Standard depths use their published layouts. Any other depth
     spreads its blocks over four stages in the 3:4:6:3 proportions by largest remainder
     (every stage at least one block, ties to the earlier stage); with fewer than four blocks
-    the network has that many stages of one block each (basic depth 8 → 3 stages).
+    the network has that many stages of one block each (basic depth 8 → 3 stages). Depths
+    above :data:`MAX_DEPTH` are refused.
     """
     if family not in _LAYERS_PER_BLOCK:
         raise ConfigError(
@@ -96,6 +139,11 @@ def stage_layout(family: str, depth: int) -> tuple[int, ...]:
         )
     if (family, depth) in _STANDARD_LAYOUTS:
         return _STANDARD_LAYOUTS[(family, depth)]
+    if depth > MAX_DEPTH:  # a deeper net would take minutes to featurize
+        raise ConfigError(
+            f"invalid depth for the {family} family: expected depth <= {MAX_DEPTH} "
+            f"(the deepest ResNet published), got {depth!r}. Pick a smaller depth."
+        )
     per = _LAYERS_PER_BLOCK[family]
     blocks, rest = divmod(depth - 2, per)
     if rest or blocks < 1:
@@ -116,7 +164,8 @@ def stage_layout(family: str, depth: int) -> tuple[int, ...]:
     return tuple(1 + e for e in extra)
 
 
-def _canonical_width(width: float) -> str:
+def canonical_width(width: float) -> str:
+    """The text form of a width in config keys (4 decimals, trailing zeros dropped)."""
     # 4 decimals is far finer than any grid; `g` drops trailing zeros so 1.0 -> "1".
     return format(round(float(width), 4), "g")
 
@@ -134,17 +183,16 @@ class Config:
     runtime: str = "torch"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "depth", int(self.depth))
-        object.__setattr__(self, "width", float(_canonical_width(self.width)))
-        object.__setattr__(self, "resolution", int(self.resolution))
-        object.__setattr__(self, "batch_size", int(self.batch_size))
-        validate_values(self.__dict__)
+        for knob in CONFIG_COLUMNS:
+            object.__setattr__(self, knob, validate_knob(knob, getattr(self, knob)))
+        object.__setattr__(self, "width", float(canonical_width(self.width)))
+        stage_layout(self.family, self.depth)
 
     @property
     def key(self) -> str:
         """16 hex digits of SHA-256 over a canonical text form of every field."""
         text = (
-            f"family={self.family};depth={self.depth};width={_canonical_width(self.width)};"
+            f"family={self.family};depth={self.depth};width={canonical_width(self.width)};"
             f"resolution={self.resolution};batch_size={self.batch_size};"
             f"precision={self.precision};runtime={self.runtime}"
         )
@@ -161,36 +209,68 @@ class Config:
         return Config(**{**self.as_dict(), **changes})
 
 
-def validate_values(values: Mapping[str, Any]) -> None:
-    """Check one config's values; raise ConfigError naming the knob, range and value."""
-    fam = values["family"]
-    if fam not in FAMILIES:
-        raise ConfigError(
-            f"unknown family: expected one of {list(FAMILIES)}, got {fam!r}. "
-            "Use 'basic' or 'bottleneck'."
-        )
-    stage_layout(fam, int(values["depth"]))
-    for knob in ("width", "resolution", "batch_size"):
-        v = values[knob]
-        if not (isinstance(v, (int, float, np.number)) and math.isfinite(v) and v > 0):
+def _plain(value: Any) -> Any:
+    """A numpy scalar as the Python value it holds (so messages show 18.5, not np.float64)."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _choices(knob: str) -> tuple[str, ...]:
+    return {"family": FAMILIES, "precision": PRECISIONS, "runtime": RUNTIMES}[knob]
+
+
+def validate_knob(knob: str, value: Any) -> Any:
+    """One knob's value, typed (int depth/resolution/batch_size, float width, str names).
+
+    The one rule set for every config value, wherever it comes from (a ``Config``, a space
+    file, a configs table): names from :data:`FAMILIES`, :data:`PRECISIONS`,
+    :data:`RUNTIMES`; numbers finite, whole where the knob counts something, and inside
+    :data:`KNOB_RANGES`. Numeric text (``"64"``) counts as its number. Raises
+    :class:`~carb_nas.errors.ConfigError` naming the knob, the allowed values and the value.
+    Whether a depth suits its family is :func:`stage_layout`'s rule.
+    """
+    value = _plain(value)
+    if knob not in NUMERIC_KNOBS:
+        choices = _choices(knob)
+        if value not in choices:
+            what = "unknown family" if knob == "family" else f"unsupported {knob}"
             raise ConfigError(
-                f"invalid {knob}: expected a positive number, got {v!r}. Give {knob} a value > 0."
+                f"{what}: expected one of {list(choices)}, got {value!r}. Use one of those names."
             )
-    if values["resolution"] < 32:
+        return str(value)
+    kind = NUMERIC_KNOBS[knob]
+    lo, hi = KNOB_RANGES[knob]
+    unit = _UNITS[knob]
+    spec = f"a {'whole ' if kind is int else ''}number from {lo:g} to {hi:g}{unit}"
+    number = value
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            number = None
+    if isinstance(number, bool) or not isinstance(number, (int, float)):
         raise ConfigError(
-            f"invalid resolution: expected >= 32 pixels (the stem and four stride-2 stages "
-            f"need it), got {values['resolution']!r}. Use a resolution of at least 32."
+            f"non-numeric {knob}: expected {spec}, got {value!r}. Give {knob} a number."
         )
-    if values["precision"] not in PRECISIONS:
+    if not math.isfinite(number):
+        raise ConfigError(f"invalid {knob}: expected {spec}, got {value!r}. Give {knob} a number.")
+    if kind is int and number != int(number):
         raise ConfigError(
-            f"unsupported precision: expected one of {list(PRECISIONS)}, "
-            f"got {values['precision']!r}. Use one of those names."
+            f"non-integer {knob}: expected {spec}, got {value!r}. Use a whole number."
         )
-    if values["runtime"] not in RUNTIMES:
+    if not lo <= number <= hi:
         raise ConfigError(
-            f"unsupported runtime: expected one of {list(RUNTIMES)}, got {values['runtime']!r}. "
-            "Use one of those names."
+            f"invalid {knob}: expected {spec}, got {value!r}. Use a value in that range."
         )
+    return kind(number)
+
+
+def validate_values(values: Mapping[str, Any]) -> None:
+    """Check one config's values (:func:`validate_knob` for each knob present, and the
+    depth for its family); raise ConfigError naming the knob, range and value."""
+    for knob in CONFIG_COLUMNS:
+        if knob in values:
+            validate_knob(knob, values[knob])
+    stage_layout(str(values["family"]), validate_knob("depth", values["depth"]))
 
 
 def _expand(knob: str, spec: Any, where: str) -> list:
@@ -216,6 +296,12 @@ def _expand(knob: str, spec: Any, where: str) -> list:
                 f"{where}: inverted range for knob '{knob}': expected start <= stop, got "
                 f"start={start}, stop={stop}. Swap them."
             )
+        for bound in (start, stop):  # cheap, before any values are made
+            if knob in NUMERIC_KNOBS:
+                try:
+                    validate_knob(knob, bound)
+                except ConfigError as e:
+                    raise SpaceError(f"{where}: range of knob '{knob}': {e}") from None
         values = []
         if "step" in spec:
             step = spec["step"]
@@ -225,6 +311,12 @@ def _expand(knob: str, spec: Any, where: str) -> list:
                     "Use a positive step."
                 )
             n = int(math.floor((stop - start) / step + 1e-9)) + 1
+            if n > MAX_KNOB_VALUES:
+                raise SpaceError(
+                    f"{where}: range of knob '{knob}' too long: expected at most "
+                    f"{MAX_KNOB_VALUES:,} values, got {n:,} (start={start}, stop={stop}, "
+                    f"step={step}). Use a larger step."
+                )
             values = [start + i * step for i in range(n)]
             if all(isinstance(v, int) for v in (start, step)):
                 values = [int(v) for v in values]
@@ -253,25 +345,45 @@ def _expand(knob: str, spec: Any, where: str) -> list:
             f"{where}: empty value list for knob '{knob}': expected at least one value, got "
             f"{spec!r}. List at least one value."
         )
-    if knob in _NUMERIC:
+    if knob in NUMERIC_KNOBS:
         for v in values:
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise SpaceError(
                     f"{where}: non-numeric value for knob '{knob}': expected numbers, got {v!r}. "
                     "Use numbers."
                 )
-            if _NUMERIC[knob] is int and float(v) != int(v):
+            if NUMERIC_KNOBS[knob] is int and math.isfinite(v) and float(v) != int(v):
                 raise SpaceError(
                     f"{where}: non-integer value for knob '{knob}': expected integers, got {v!r}."
                     " Use whole numbers."
                 )
-        values = [_NUMERIC[knob](v) for v in values]
+        values = [v if not math.isfinite(v) else NUMERIC_KNOBS[knob](v) for v in values]
     if len(set(values)) != len(values):
         raise SpaceError(
             f"{where}: duplicate values for knob '{knob}': expected distinct values, got "
             f"{values!r}. Remove the duplicates."
         )
     return values
+
+
+LimitFilter = Callable[[pd.DataFrame, float], np.ndarray]
+_LIMIT_FILTERS: dict[str, LimitFilter] = {}
+
+
+def register_limit(name: str, keep: LimitFilter) -> None:
+    """Install how a ``[limits]`` key is applied: ``keep(grid, limit)`` returns a bool per
+    config of ``grid``, True for the configs within ``limit``.
+
+    A limit is measured by a later stage (``max_gflops_per_batch`` by
+    :mod:`carb_nas.features`), which space must not import; the package root installs
+    ``max_gflops_per_batch`` when ``carb_nas`` is imported, so every ``Space`` applies it.
+    """
+    if name not in LIMITS:
+        raise SpaceError(
+            f"unknown limit {name!r}: expected one of {list(LIMITS)}, got {name!r}. "
+            "Add it to space.LIMITS first."
+        )
+    _LIMIT_FILTERS[name] = keep
 
 
 class Space:
@@ -380,35 +492,14 @@ class Space:
     def _validate(self) -> None:
         for fam, knobs in self.knobs.items():
             where = f"{self.source} [family.{fam}]"
-            for p in knobs["precision"]:
-                if p not in PRECISIONS:
-                    raise SpaceError(
-                        f"{where}: unsupported precision {p!r}: expected one of "
-                        f"{list(PRECISIONS)}. Use one of those names."
-                    )
-            for r in knobs["runtime"]:
-                if r not in RUNTIMES:
-                    raise SpaceError(
-                        f"{where}: unsupported runtime {r!r}: expected one of {list(RUNTIMES)}."
-                        " Use one of those names."
-                    )
-            for knob in ("width", "resolution", "batch_size", "depth"):
-                bad = [v for v in knobs[knob] if v <= 0]
-                if bad:
-                    raise SpaceError(
-                        f"{where}: non-positive {knob} {bad[0]!r}: expected values > 0. "
-                        f"Remove it from {knob}."
-                    )
-            bad_res = [v for v in knobs["resolution"] if v < 32]
-            if bad_res:
-                raise SpaceError(
-                    f"{where}: resolution {bad_res[0]} too small: expected >= 32. Remove it."
-                )
-            for d in knobs["depth"]:
-                try:
-                    stage_layout(fam, d)
-                except ConfigError as e:
-                    raise SpaceError(f"{where}: {e}") from None
+            for knob, values in knobs.items():
+                for v in values:
+                    try:
+                        validate_knob(knob, v)
+                        if knob == "depth":
+                            stage_layout(fam, v)
+                    except ConfigError as e:
+                        raise SpaceError(f"{where}: {e}") from None
             if self.carb_ranges:
                 for knob in ("depth", "width", "resolution", "batch_size"):
                     lo, hi = CARB_RANGES.get(f"{knob}.{fam}", CARB_RANGES.get(knob, (None, None)))
@@ -454,6 +545,12 @@ class Space:
         return self._grid
 
     def _build_grid(self) -> pd.DataFrame:
+        total = sum(self._family_count(f) for f in self.knobs)
+        if total > MAX_GRID_CONFIGS:
+            raise SpaceError(
+                f"{self.source}: space too large to enumerate: expected at most "
+                f"{MAX_GRID_CONFIGS:,} configs, got {total:,}. Use fewer knob values."
+            )
         parts = []
         for fam, knobs in self.knobs.items():
             names = [k for k in KNOBS if k != "family"]
@@ -467,12 +564,9 @@ class Space:
                 cols[name] = arr[idx.ravel()]
             parts.append(pd.DataFrame(cols))
         frame = pd.concat(parts, ignore_index=True)[list(CONFIG_COLUMNS)]
-        if "max_gflops_per_batch" in self.limits:
-            from carb_nas.features import compute_features  # features depend on space
-
-            flops = compute_features(frame)["flops"].to_numpy()
-            keep = flops <= self.limits["max_gflops_per_batch"] * 1e9
-            frame = frame[keep].reset_index(drop=True)
+        for name, limit in self.limits.items():
+            keep = _LIMIT_FILTERS[name](frame, float(limit))
+            frame = frame[np.asarray(keep, dtype=bool)].reset_index(drop=True)
         return frame
 
     def __iter__(self) -> Iterator[Config]:
@@ -485,15 +579,22 @@ class Space:
         return all(getattr(config, k) in knobs[k] for k in knobs)
 
     def sample(self, n: int, seed: int = 0, stratify: bool = False) -> list[Config]:
-        """``n`` distinct configs drawn without replacement (all if n >= len), in draw order.
+        """``n`` distinct configs drawn without replacement, in draw order: all of them, in a
+        random order, when ``n >= len(self)`` (compare the result's length with ``n``).
 
         Uniform by default. ``stratify=True`` weights each config by the product over knobs of
         1 / (how often its value occurs in the space), so values that limits make rare (deep,
         wide or high-resolution nets, which fit the cap only at small batches) are drawn about as
         often as common ones and every knob's range is covered.
         """
-        if n <= 0:
-            raise ConfigError(f"invalid sample size: expected n > 0, got {n}. Ask for at least 1.")
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n <= 0:
+            raise ConfigError(
+                f"invalid sample size: expected n > 0, got {n!r}. Ask for at least 1."
+            )
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ConfigError(
+                f"invalid seed: expected an integer >= 0, got {_plain(seed)!r}. Pass e.g. seed=0."
+            )
         grid = self.grid()
         rng = np.random.default_rng(seed)
         p = None
@@ -510,8 +611,8 @@ class Space:
 
     def describe(self) -> str:
         lines = [f"space {self.name!r} ({self.source}): {len(self):,} configs"]
-        for k, v in self.limits.items():
-            lines.append(f"  limit {k} = {v} (configs beyond it are left out)")
+        for name, limit in self.limits.items():
+            lines.append(f"  limit {name} = {limit} (configs beyond it are left out)")
         for fam, knobs in self.knobs.items():
             lines.append(f"  family {fam}: {self._family_count(fam):,} configs")
             for k, v in knobs.items():
@@ -587,72 +688,88 @@ def frame_to_configs(frame: pd.DataFrame) -> list[Config]:
     return [Config(*row) for row in zip(*cols)]
 
 
-def _plain(value: Any) -> Any:
-    """A numpy scalar as the Python value it holds (so messages show 18.5, not np.float64)."""
-    return value.item() if isinstance(value, np.generic) else value
+def _fail(source: str | None, message: str) -> ConfigError | InputFileError:
+    return ConfigError(message) if source is None else InputFileError(f"{source}: {message}")
+
+
+def factorize_configs(
+    frame: pd.DataFrame, source: str | None = None
+) -> dict[str, tuple[np.ndarray, list[Any]]]:
+    """Validate the config columns of ``frame``, once per distinct value, and encode them.
+
+    Returns, for each column of :data:`CONFIG_COLUMNS` that ``frame`` holds, ``(codes,
+    values)``: int64 codes, one per row, into the list of its distinct values as
+    :func:`validate_knob` types them (``frame[col]`` equals ``values[codes]``). Each distinct
+    (family, depth) pair is checked with :func:`stage_layout`. Needs the
+    :data:`REQUIRED_COLUMNS`. Raises :class:`~carb_nas.errors.ConfigError`, or
+    :class:`~carb_nas.errors.InputFileError` prefixed with ``source`` when one is given,
+    naming the column, the data row (1-based), the allowed values and the value found.
+    """
+    if not isinstance(frame, pd.DataFrame):
+        raise _fail(
+            source,
+            f"not a table of configs: expected a pandas DataFrame with the columns "
+            f"{list(REQUIRED_COLUMNS)}[, precision, runtime], got {type(frame).__name__}. "
+            "Use space.grid(), configs_to_frame() or carb_nas.datasets.read_configs().",
+        )
+    missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
+    if missing:
+        raise _fail(
+            source,
+            f"missing column(s) {missing}: expected the columns {list(CONFIG_COLUMNS)} "
+            f"(precision and runtime optional), got {list(map(str, frame.columns))}. "
+            "Add the missing columns.",
+        )
+    encoded: dict[str, tuple[np.ndarray, list[Any]]] = {}
+    for col in CONFIG_COLUMNS:
+        if col not in frame.columns:
+            continue
+        codes, uniques = pd.factorize(frame[col], use_na_sentinel=True)
+        if (codes < 0).any():
+            row = int(np.flatnonzero(codes < 0)[0])
+            raise _fail(
+                source,
+                f"missing {col} at data row {row + 1}: expected a value in every row, got "
+                f"{_plain(frame[col].iloc[row])!r}. Fill in that cell.",
+            )
+        values = []
+        for i, value in enumerate(uniques):
+            try:
+                values.append(validate_knob(col, value))
+            except ConfigError as e:
+                row = int(np.argmax(codes == i))
+                raise _fail(source, _at_row(str(e), row)) from None
+        encoded[col] = (codes.astype(np.int64, copy=False), values)
+    fam_codes, families = encoded["family"]
+    dep_codes, depths = encoded["depth"]
+    pairs, first = np.unique(fam_codes * len(depths) + dep_codes, return_index=True)
+    for pair, row in zip(pairs.tolist(), first.tolist()):
+        try:
+            stage_layout(families[pair // len(depths)], depths[pair % len(depths)])
+        except ConfigError as e:
+            raise _fail(source, _at_row(str(e), row)) from None
+    return encoded
+
+
+def _at_row(message: str, row: int) -> str:
+    what, rest = message.split(":", 1)  # "invalid width: expected ..." names the column
+    return f"{what} at data row {row + 1}:{rest}"
 
 
 def normalize_config_frame(frame: pd.DataFrame, source: str = "<table>") -> pd.DataFrame:
-    """Validate a table of configs (missing columns, non-numeric values) and canonicalize it."""
-    required = [c for c in CONFIG_COLUMNS if c not in ("runtime", "precision")]
-    missing = [c for c in required if c not in frame.columns]
-    if missing:
-        raise InputFileError(
-            f"{source}: missing column(s) {missing}: expected the columns "
-            f"{list(CONFIG_COLUMNS)} (precision and runtime optional), got "
-            f"{list(frame.columns)}. Add the missing columns."
-        )
+    """``frame`` with its config columns validated (:func:`factorize_configs`) and typed:
+    int depth, resolution and batch_size, float width, str names; precision and runtime
+    filled in with :data:`CONFIG_DEFAULTS` where absent. Other columns are kept."""
+    encoded = factorize_configs(frame, source=source)
     out = frame.copy()
-    out["precision"] = out["precision"] if "precision" in out else "fp32"
-    out["runtime"] = out["runtime"] if "runtime" in out else "torch"
-    for col, kind in _NUMERIC.items():
-        num = pd.to_numeric(out[col], errors="coerce")
-        bad = num.isna() | ~np.isfinite(num.astype(float))
-        if bad.any():
-            row = int(np.flatnonzero(bad.to_numpy())[0])
-            raise InputFileError(
-                f"{source}: non-numeric value in column '{col}' at data row {row + 1}: expected "
-                f"a number, got {_plain(frame[col].iloc[row])!r}. Fix that cell."
-            )
-        if kind is int and (num != num.round()).any():
-            row = int(np.flatnonzero((num != num.round()).to_numpy())[0])
-            raise InputFileError(
-                f"{source}: non-integer value in column '{col}' at data row {row + 1}: expected a "
-                f"whole number, got {_plain(frame[col].iloc[row])!r}. Fix that cell."
-            )
-        out[col] = num.astype(kind)
-    out["family"] = out["family"].astype(str)
-    out["precision"] = out["precision"].astype(str)
-    out["runtime"] = out["runtime"].astype(str)
-    # Validate each distinct (family, depth) pair and each distinct value of the other knobs:
-    # the same rules as validate_values, without a Python loop over rows.
-    probe = out.iloc[0].to_dict() if len(out) else None
-    checks = [out[["family", "depth"]].drop_duplicates()]
-    checks += [
-        out[[c]].drop_duplicates()
-        for c in ("width", "resolution", "batch_size", "precision", "runtime")
-    ]
-    for part in checks:
-        for values in part.to_dict("records"):
-            if probe is None:
-                break
-            if "depth" not in values:
-                values = {**probe, "family": "basic", "depth": 18, **values}
-            try:
-                validate_values({**probe, **values})
-            except ConfigError as e:
-                raise InputFileError(f"{source}: {e}") from None
+    for col in CONFIG_COLUMNS:
+        if col not in encoded:
+            out[col] = CONFIG_DEFAULTS[col]
+            continue
+        codes, values = encoded[col]
+        kind = NUMERIC_KNOBS.get(col, object)
+        out[col] = np.asarray(values, dtype=kind)[codes]
     return out
-
-
-def read_configs(path: str | Path) -> pd.DataFrame:
-    """Configs from a CSV/Parquet table or a space TOML (all its configs), validated."""
-    p = Path(path)
-    if p.suffix == ".toml" or (not p.exists() and bundled_space_path(str(path)) is not None):
-        return load_space(path).grid()
-    from carb_nas.datasets import read_table  # TODO(lead): read_configs belongs in datasets
-
-    return normalize_config_frame(read_table(p), source=str(p))
 
 
 def config_fields() -> list[str]:

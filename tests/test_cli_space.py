@@ -165,6 +165,30 @@ TOML_CASES = {
         GOOD_TOML.replace("width = [0.25, 0.5]", 'width = [0.25, "wide"]'),
         ["width", "wide"],
     ),
+    "nan width": (
+        GOOD_TOML.replace("carb_ranges = true", "carb_ranges = false").replace(
+            "width = [0.25, 0.5]", "width = [nan]"
+        ),
+        ["width", "nan", "16"],
+    ),
+    "huge width": (
+        GOOD_TOML.replace("carb_ranges = true", "carb_ranges = false").replace(
+            "width = [0.25, 0.5]", "width = [1e30]"
+        ),
+        ["width", "1e+30", "0.0001 to 16"],
+    ),
+    "depth above the maximum": (
+        GOOD_TOML.replace("carb_ranges = true", "carb_ranges = false").replace(
+            "depth = [10, 18]", "depth = [10, 2000000]"
+        ),
+        ["depth", "2000000", "1202"],
+    ),
+    "huge resolution range": (
+        GOOD_TOML.replace(
+            "start = 32, stop = 64, step = 32", "start = 1, stop = 100000000, step = 1"
+        ),
+        ["resolution", "32"],
+    ),
 }
 CSV_CASES = {
     "missing columns": (
@@ -181,6 +205,10 @@ CSV_CASES = {
     "unsupported precision": (GOOD_CSV.replace("fp16", "fp8"), ["precision", "fp8"]),
     "invalid depth": (GOOD_CSV.replace("basic,18", "basic,19"), ["depth", "19"]),
     "empty file": ("", ["configs.csv"]),
+    "header only": (GOOD_CSV.splitlines()[0] + "\n", ["configs.csv", "no configs"]),
+    "huge width": (GOOD_CSV.replace("basic,18,1.0,", "basic,18,1e30,"), ["width", "1e+30", "16"]),
+    "huge resolution": (GOOD_CSV.replace(",96,", ",1e30,"), ["resolution", "1024", "row 3"]),
+    "nan width": (GOOD_CSV.replace("basic,18,1.0,", "basic,18,nan,"), ["width", "row 1"]),
 }
 
 
@@ -275,3 +303,58 @@ def test_debug_shows_the_exception(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["--debug", "features", str(tmp_path / "nowhere.csv")])
     assert result.exit_code == 1
     assert isinstance(result.exception, MissingFileError)
+
+
+# -- issue 13 (shared options, --json, one example each) and issue 19 ---------------------------
+def test_space_show_json(good_toml: Path) -> None:
+    result = _run("space", "show", str(good_toml), "--json")
+    assert result.exit_code == 0, result.output
+    shown = json.loads(result.stdout)
+    assert shown["count"] == 72 and shown["name"] == "tiny"
+    assert shown["knobs"]["bottleneck"]["depth"] == [50]
+    assert shown["knobs"]["basic"]["resolution"] == [32, 64]
+
+
+def test_space_sample_says_when_the_space_holds_fewer_configs(
+    good_toml: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "all.csv"
+    result = _run("space", "sample", str(good_toml), "-n", "100000", "-o", str(out), "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {
+        "requested": 100000,
+        "count": 72,
+        "space_count": 72,
+        "output": str(out),
+    }
+    assert "holds only 72 configs, fewer than the 100,000 asked for" in result.stderr
+    assert len(pd.read_csv(out)) == 72
+
+
+@pytest.mark.parametrize("seed", ["-1", "1.5", "2e40"])
+def test_space_sample_refuses_bad_seeds(good_toml: Path, tmp_path: Path, seed: str) -> None:
+    out = tmp_path / "s.csv"
+    before = good_toml.read_bytes()
+    result = _run("space", "sample", str(good_toml), "-n", "3", "--seed", seed, "-o", str(out))
+    # a click usage error (the CLI's usage-error policy decides 1 or 2; never a traceback)
+    assert result.exit_code in (1, 2) and isinstance(result.exception, SystemExit)
+    assert "Traceback" not in result.output and "--seed" in result.output
+    assert not out.exists() and good_toml.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "command", [("space", "count"), ("space", "show"), ("space", "sample"), ("features",)]
+)
+def test_every_command_has_one_example_and_json(command: tuple) -> None:
+    result = _run(*command, "--help")
+    assert result.exit_code == 0
+    assert result.stdout.count("Example:") == 1 and "carb-nas " + " ".join(command) in result.stdout
+    assert "--json" in result.stdout
+
+
+def test_features_of_a_header_only_csv_is_one_clear_line(tmp_path: Path) -> None:
+    configs = tmp_path / "configs.csv"
+    configs.write_text("family,depth,width,resolution,batch_size\n")
+    result = _run("features", str(configs))
+    _assert_clean_failure(result, ["no configs", "data row"], None)
+    assert "Empty DataFrame" not in result.output

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from carb_nas.datasets import write_table
+from carb_nas.datasets import read_configs, write_table
 from carb_nas.errors import ConfigError, InputFileError, SpaceError
 from carb_nas.features import compute_features
 from carb_nas.models import build_model, round_channels, stage_channels
@@ -19,9 +19,10 @@ from carb_nas.space import (
     Config,
     Space,
     configs_to_frame,
+    factorize_configs,
     frame_to_configs,
     load_space,
-    read_configs,
+    normalize_config_frame,
     stage_layout,
 )
 
@@ -284,3 +285,137 @@ def test_read_configs_errors(tmp_path) -> None:
     with pytest.raises(SpaceError, match="malformed TOML"):
         (tmp_path / "x.toml").write_text("name = [")
         read_configs(tmp_path / "x.toml")
+
+
+# -- one rule set for config values (issue 13), bad spaces and values (issue 19) -------------
+def _space_doc(**knobs: object) -> dict:
+    base = {"family": ["basic"], "depth": [18], "width": [1.0], "resolution": [64]}
+    return {"knobs": {**base, "batch_size": [1], **knobs}}
+
+
+def test_nan_and_infinite_knob_values_are_refused() -> None:
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(SpaceError, match="invalid width"):
+            Space.from_dict(_space_doc(width=[0.5, bad]))
+    with pytest.raises(SpaceError, match="invalid resolution"):
+        Space.from_dict(_space_doc(resolution=[float("nan")]))
+
+
+def test_depth_is_capped_at_a_documented_maximum() -> None:
+    from carb_nas.space import MAX_DEPTH
+
+    assert MAX_DEPTH == 1202
+    assert sum(stage_layout("basic", MAX_DEPTH)) == (MAX_DEPTH - 2) // 2
+    with pytest.raises(ConfigError, match="1202"):
+        stage_layout("basic", 2_000_000)
+    with pytest.raises(SpaceError, match=r"depth.*1202.*2000000"):
+        Space.from_dict(_space_doc(depth=[18, 2_000_000]))
+    with pytest.raises(ConfigError, match="1202"):
+        Config("bottleneck", 2_000_003, 1.0, 64, 1)
+
+
+def test_huge_ranges_and_grids_fail_before_enumerating() -> None:
+    import time
+
+    from carb_nas.space import MAX_GRID_CONFIGS, MAX_KNOB_VALUES
+
+    start = time.perf_counter()
+    with pytest.raises(SpaceError, match=r"resolution.*32"):  # the bound, before 10^8 values
+        Space.from_dict(_space_doc(resolution={"start": 1, "stop": 10**8, "step": 1}))
+    with pytest.raises(SpaceError, match=f"at most {MAX_KNOB_VALUES:,} values"):
+        Space.from_dict(_space_doc(width={"start": 0.1, "stop": 4.0, "step": 1e-7}))
+    wide = {"start": 0.01, "stop": 16.0, "step": 0.01}  # 1,600 widths
+    huge = Space.from_dict(
+        _space_doc(
+            width=wide,
+            resolution={"start": 32, "stop": 1024, "step": 1},
+            batch_size={"start": 1, "stop": 64, "step": 1},
+        )
+    )
+    assert len(huge) > MAX_GRID_CONFIGS  # counting needs no grid
+    with pytest.raises(SpaceError, match=f"at most {MAX_GRID_CONFIGS:,} configs"):
+        huge.grid()
+    with pytest.raises(SpaceError, match="too large"):
+        huge.sample(3)
+    assert time.perf_counter() - start < 5.0
+
+
+def test_sample_refuses_bad_seeds_and_sizes() -> None:
+    space = load_space("carb_screening")
+    for seed in (-1, 1.5, "0", True):
+        with pytest.raises(ConfigError, match=r"invalid seed: expected an integer >= 0"):
+            space.sample(3, seed=seed)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="sample size"):
+        space.sample(2.5)  # type: ignore[arg-type]
+    assert space.sample(3, seed=np.int64(4)) == space.sample(3, seed=4)
+
+
+@pytest.mark.parametrize(
+    ("knob", "value", "allowed"),
+    [
+        ("width", 1e30, "from 0.0001 to 16"),
+        ("width", 0.0, "from 0.0001 to 16"),
+        ("width", 0.00001, "from 0.0001 to 16"),
+        ("resolution", 1e30, "32 to 1024"),
+        ("batch_size", 10**12, "1 to 4096"),
+        ("depth", 1e30, "4 to 1202"),
+    ],
+)
+def test_values_out_of_range_give_one_line_with_the_allowed_range(
+    knob: str, value: float, allowed: str
+) -> None:
+    good = {"family": "basic", "depth": 18, "width": 1.0, "resolution": 64, "batch_size": 2}
+    with pytest.raises(ConfigError, match=allowed) as e:
+        Config(**{**good, knob: value})
+    assert "\n" not in str(e.value) and "expected" in str(e.value)
+    frame = pd.DataFrame([good, {**good, knob: value}])
+    with pytest.raises(InputFileError, match=rf"configs.csv: .*{knob}.*data row 2.*{allowed}"):
+        normalize_config_frame(frame, source="configs.csv")
+    with pytest.raises(ConfigError, match=allowed):
+        compute_features(frame)
+
+
+def test_factorize_configs_encodes_each_column() -> None:
+    frame = configs_to_frame(load_space("carb_screening").sample(300, seed=2))
+    encoded = factorize_configs(frame.drop(columns=["runtime"]))
+    assert set(encoded) == set(CONFIG_COLUMNS) - {"runtime"}
+    for col, (codes, values) in encoded.items():
+        assert codes.dtype == np.int64 and len(codes) == len(frame)
+        assert [values[c] for c in codes] == frame[col].tolist()
+    text = frame.astype({"depth": str, "resolution": str})  # numeric text counts as numbers
+    pd.testing.assert_frame_equal(normalize_config_frame(text), normalize_config_frame(frame))
+    with pytest.raises(ConfigError, match=r"missing depth at data row 3"):
+        factorize_configs(frame.assign(depth=frame["depth"].astype(float).where(frame.index != 2)))
+
+
+def test_space_imports_nothing_above_it_and_still_applies_its_limits() -> None:
+    import ast
+    from pathlib import Path
+
+    import carb_nas.space
+
+    tree = ast.parse(Path(carb_nas.space.__file__).read_text())
+    imported = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module] + [
+        a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+    ]
+    carb = sorted(m for m in imported if m.startswith("carb_nas"))
+    assert carb == ["carb_nas.errors"], carb
+    # a fresh process: importing space loads neither features nor torch, and the cpu space's
+    # [limits] still apply (the package root installs the rule)
+    code = (
+        "import sys; from carb_nas.space import load_space;"
+        "before = ('carb_nas.features' in sys.modules, 'torch' in sys.modules);"
+        "print(before, len(load_space('cpu')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300
+    ).stdout.split(")")
+    assert out[0].strip() == "(False, False"
+    assert int(out[1]) == len(load_space("cpu")) < len(Space(load_space("cpu").knobs))
+
+
+def test_register_limit_knows_only_declared_limits() -> None:
+    from carb_nas.space import register_limit
+
+    with pytest.raises(SpaceError, match="unknown limit"):
+        register_limit("max_watts", lambda frame, limit: np.ones(len(frame), dtype=bool))

@@ -343,7 +343,8 @@ def predict_cmd(model_dir: str, configs: str, output: str, alpha: float | None) 
     """Predict costs for CONFIGS (CSV/Parquet of configs, or a space TOML: all its configs)."""
     from carb_nas.costmodel import CostModel, model_inputs
     from carb_nas.datasets import read_table, write_table
-    from carb_nas.space import CONFIG_COLUMNS, Config, read_configs
+    from carb_nas.datasets import read_configs
+    from carb_nas.space import CONFIG_COLUMNS, Config
 
     model = CostModel.load(model_dir)
     p = Path(configs)

@@ -167,7 +167,8 @@ def profile_cmd(
     """
     from carb_nas.errors import ConfigError
     from carb_nas.measure import Protocol, check_campaign_args, check_platform, run_campaign
-    from carb_nas.space import load_space, read_configs
+    from carb_nas.datasets import read_configs
+    from carb_nas.space import load_space
     from carb_nas.storage import check_storage_url
 
     check_platform(device, runtime, precision)  # before reading a large space

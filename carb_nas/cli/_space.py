@@ -7,14 +7,14 @@ from pathlib import Path
 import click
 import pandas as pd
 
-from carb_nas.cli._options import echo_json
-from carb_nas.datasets import write_table
-from carb_nas.errors import ConfigError
+from carb_nas.cli._options import echo_json, example, info, json_option, output_option, seed_option
+from carb_nas.errors import ConfigError, InputFileError
+from carb_nas.datasets import read_configs, write_table
 from carb_nas.space import (
     CONFIG_COLUMNS,
+    REQUIRED_COLUMNS,
     configs_to_frame,
     load_space,
-    read_configs,
 )
 
 
@@ -25,7 +25,8 @@ def space_group() -> None:
 
 @space_group.command("count")
 @click.argument("file")
-@click.option("--json", "as_json", is_flag=True, help='Print {"count": N}.')
+@json_option('Print {"count": N}.')
+@example("carb-nas space count search_spaces/cpu.toml")
 def space_count(file: str, as_json: bool) -> None:
     """Number of configurations in FILE (after its [limits])."""
     n = len(load_space(file))
@@ -37,29 +38,47 @@ def space_count(file: str, as_json: bool) -> None:
 
 @space_group.command("show")
 @click.argument("file")
-def space_show(file: str) -> None:
+@json_option("Print the space (name, source, count, limits, knobs per family) as JSON.")
+@example("carb-nas space show resnet")
+def space_show(file: str, as_json: bool) -> None:
     """Knobs and values of FILE, per family."""
-    click.echo(load_space(file).describe())
+    space = load_space(file)
+    if as_json:
+        echo_json({**space.to_dict(), "source": space.source, "count": len(space)})
+    else:
+        click.echo(space.describe())
 
 
 @space_group.command("sample")
 @click.argument("file")
 @click.option("-n", "n", type=int, required=True, help="Number of configs to draw.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@seed_option()
 @click.option(
     "--stratify", is_flag=True, help="Balance every knob's values instead of drawing uniformly."
 )
-@click.option(
-    "-o", "--output", type=click.Path(dir_okay=False), required=True, help="configs.csv or .parquet"
-)
-def space_sample(file: str, n: int, seed: int, stratify: bool, output: str) -> None:
-    """Draw N distinct configs at random (uniform, or --stratify) into a configs table."""
+@output_option("configs.csv or .parquet", required=True)
+@json_option('Print {"requested": N, "count": K, "space_count": S, "output": PATH}.')
+@example("carb-nas space sample resnet -n 200 --seed 0 -o configs.csv")
+def space_sample(file: str, n: int, seed: int, stratify: bool, output: str, as_json: bool) -> None:
+    """Draw N distinct configs at random (uniform, or --stratify) into a configs table.
+
+    A space with fewer than N configs gives all of them (in random order), and says so.
+    """
     if n <= 0:
         raise ConfigError(f"invalid -n: expected a positive count, got {n}. Use -n 1 or more.")
     space = load_space(file)
     frame = configs_to_frame(space.sample(n, seed=seed, stratify=stratify))
     write_table(frame, Path(output))
-    click.echo(f"wrote {len(frame)} configs to {output}", err=True)
+    info(f"wrote {len(frame)} configs to {output}")
+    if len(frame) < n:
+        info(
+            f"note: {file} holds only {len(frame):,} configs, fewer than the {n:,} asked for: "
+            "wrote all of them."
+        )
+    if as_json:
+        echo_json(
+            {"requested": n, "count": len(frame), "space_count": len(space), "output": output}
+        )
 
 
 _SHOWN = ("flops", "params", "param_mb", "act_mb_total", "tensor_peak_mb")
@@ -68,19 +87,9 @@ _TABLE_ROWS = 20
 
 @click.command("features")
 @click.argument("configs")
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Write config columns + features to this .csv or .parquet file.",
-)
-@click.option(
-    "--json",
-    "as_json",
-    is_flag=True,
-    help="Print a JSON list, one object per config in input order.",
-)
+@output_option("Write config columns + features to this .csv or .parquet file.")
+@json_option("Print a JSON list, one object per config in input order.")
+@example("carb-nas features search_spaces/cpu.toml -o features.parquet")
 def features_command(configs: str, output: str | None, as_json: bool) -> None:
     """Architecture features of every config in CONFIGS.
 
@@ -92,6 +101,11 @@ def features_command(configs: str, output: str | None, as_json: bool) -> None:
     from carb_nas.features import compute_features
 
     frame = read_configs(configs)
+    if frame.empty:
+        raise InputFileError(
+            f"{configs}: no configs: expected at least one data row under the header "
+            f"{list(REQUIRED_COLUMNS)}[, precision, runtime], got none. Add configs to the file."
+        )
     table = pd.concat(
         [
             frame[list(CONFIG_COLUMNS)].reset_index(drop=True),
@@ -101,7 +115,7 @@ def features_command(configs: str, output: str | None, as_json: bool) -> None:
     )
     if output:
         write_table(table, Path(output))
-        click.echo(f"wrote features of {len(table)} configs to {output}", err=True)
+        info(f"wrote features of {len(table)} configs to {output}")
     if as_json:
         echo_json(table.to_dict(orient="records"))
     elif not output:

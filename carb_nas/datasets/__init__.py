@@ -23,7 +23,7 @@ from carb_nas.datasets._shipped import (
     list_datasets,
     load_dataset,
 )
-from carb_nas.datasets._tables import TABLE_SUFFIXES, read_table, write_table
+from carb_nas.datasets._tables import TABLE_SUFFIXES, read_configs, read_table, write_table
 from carb_nas.datasets._validate import plain, validate_rows
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "DEVICES",
     "TABLE_SUFFIXES",
     "read_table",
+    "read_configs",
     "write_table",
     "validate_rows",
     "plain",

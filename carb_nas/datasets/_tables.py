@@ -9,8 +9,9 @@ import pandas as pd
 
 from carb_nas._io import atomic_write
 from carb_nas.errors import InputFileError, MissingFileError
+from carb_nas.space import bundled_space_path, load_space, normalize_config_frame
 
-__all__ = ["read_table", "write_table", "TABLE_SUFFIXES"]
+__all__ = ["read_table", "read_configs", "write_table", "TABLE_SUFFIXES"]
 
 TABLE_SUFFIXES = (".csv", ".parquet")
 
@@ -90,3 +91,11 @@ def write_table(frame: pd.DataFrame, path: str | Path) -> Path:
     if p.suffix == ".parquet":
         return atomic_write(p, lambda tmp: frame.to_parquet(tmp, index=False))
     return atomic_write(p, lambda tmp: frame.to_csv(tmp, index=False))
+
+
+def read_configs(path: str | Path) -> pd.DataFrame:
+    """Configs from a CSV/Parquet table or a space TOML (all its configs), validated."""
+    p = Path(path)
+    if p.suffix == ".toml" or (not p.exists() and bundled_space_path(str(path)) is not None):
+        return load_space(path).grid()
+    return normalize_config_frame(read_table(p), source=str(p))

@@ -1,0 +1,313 @@
+"""Features of any ``nn.Module`` by running it once on the meta device (no memory, no compute).
+
+:func:`trace_features` gives the same numbers as the closed form on the spaces' ResNets (a
+test). Eager PyTorch's CPU behaviour enters through :mod:`._torch_cpu` only; the torch
+private APIs the tracer needs come from :mod:`carb_nas._torch_internals`.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from carb_nas._torch_internals import dispatch_mode_base, op_name
+from carb_nas.errors import ConfigError
+from carb_nas.features import _torch_cpu as torch_cpu
+from carb_nas.features._common import FEATURE_COLUMNS, MB, derive
+from carb_nas.space import PRECISIONS
+
+_CONV_OPS = {"conv1d", "conv2d", "conv3d", "convolution", "_convolution", "conv_transpose2d"}
+_BN_OPS = {
+    "batch_norm",
+    "native_batch_norm",
+    "_native_batch_norm_legit",
+    "_native_batch_norm_legit_no_training",
+    "_batch_norm_impl_index",
+    "_batch_norm_with_update",
+    "_batch_norm_no_update",
+}
+_LINEAR_OPS = {"linear", "addmm", "mm", "matmul", "bmm"}
+_ADD_OPS = {"add", "add_"}
+_MAX_POOL_OPS = {"max_pool2d", "max_pool2d_with_indices"}
+
+
+def _conv2d_geometry(name: str, args: tuple, kwargs: dict, out: Any) -> dict[str, Any] | None:
+    """Shapes and parameters of a plain (not transposed, numeric padding) 2-D convolution op."""
+    if name not in ("conv2d", "convolution", "_convolution"):
+        return None
+    x, w = args[0], args[1]
+    if x.dim() != 4 or w.dim() != 4 or not isinstance(out, torch.Tensor) or out.dim() != 4:
+        return None
+    stride, padding = (
+        _arg(args, kwargs, 3, "stride", (1, 1)),
+        _arg(args, kwargs, 4, "padding", (0, 0)),
+    )
+    dilation = _arg(args, kwargs, 5, "dilation", (1, 1))
+    if name == "conv2d":
+        groups, transposed = _arg(args, kwargs, 6, "groups", 1), False
+    else:
+        transposed, groups = (
+            _arg(args, kwargs, 6, "transposed", False),
+            _arg(args, kwargs, 8, "groups", 1),
+        )
+    if transposed or isinstance(padding, str):
+        return None
+    return {
+        "x": tuple(x.shape),
+        "k": (int(w.shape[2]), int(w.shape[3])),
+        "out": tuple(out.shape),
+        "stride": _pair(stride),
+        "padding": _pair(padding),
+        "dilated": any(d != 1 for d in _pair(dilation)),
+        "groups": int(groups),
+        "flops": 2 * out.numel() * int(w.shape[1]) * int(w.shape[2]) * int(w.shape[3]),
+        "weights": w.numel(),
+    }
+
+
+def _op_workspace_bytes(name: str, args: tuple, kwargs: dict, out: Any, elem: int) -> int:
+    """Bytes a CPU eager kernel allocates internally (and frees) beyond its outputs."""
+    g = _conv2d_geometry(name, args, kwargs, out)
+    if g is not None:
+        if g["dilated"]:
+            return 0
+        n, c, h, wd = g["x"]
+        (k_h, k_w), (h_out, w_out) = g["k"], g["out"][2:]
+        cols = torch_cpu.conv_workspace_elems(
+            n, c, h, wd, k_h, k_w, h_out, w_out, g["stride"], g["padding"], g["groups"]
+        )
+        return int(cols) * elem
+    if name in _BN_OPS:
+        training = _arg(args, kwargs, 5, "training", False)
+        if name in ("_native_batch_norm_legit_no_training", "_batch_norm_no_update"):
+            training = False
+        if not training and args[0].dim() >= 2:
+            return torch_cpu.BN_TEMP_BYTES_PER_CHANNEL * int(args[0].shape[1])
+        return 0
+    if name == "max_pool2d" and isinstance(out, torch.Tensor):
+        return torch_cpu.INDEX_BYTES * out.numel()  # CPU computes indices, then drops them
+    return 0
+
+
+def _arg(args: tuple, kwargs: dict, i: int, name: str, default: Any) -> Any:
+    if len(args) > i:
+        return args[i]
+    return kwargs.get(name, default)
+
+
+def _pair(v: Any) -> tuple[int, ...]:
+    if isinstance(v, int):
+        return (v, v)
+    v = tuple(int(x) for x in v)
+    return v * 2 if len(v) == 1 else v
+
+
+class _ForwardTracer(dispatch_mode_base()):  # type: ignore[misc]
+    """Tracks live tensor bytes (via storage lifetimes), activations and layer counts."""
+
+    def __init__(self, elem_bytes: int, resident: list[torch.Tensor]) -> None:
+        super().__init__()
+        self.elem = elem_bytes
+        self.live = 0
+        self.peak = 0
+        self.act_total = 0
+        self.act_max = 0
+        self.dispatch = torch_cpu.TraceDispatch()
+        self.pool_in_bytes = 0
+        self.counts = {"conv": 0, "bn": 0, "linear": 0}
+        self.residual_shapes: list[tuple[int, ...]] = []
+        self._known: dict[int, weakref.ref] = {}
+        for t in resident:
+            st = t.untyped_storage()
+            self._known[id(st)] = weakref.ref(st)
+
+    def _nbytes(self, t: torch.Tensor, st: torch.UntypedStorage) -> int:
+        if t.is_floating_point():
+            return st.nbytes() // t.element_size() * self.elem
+        return st.nbytes()
+
+    def _free(self, key: int, nbytes: int) -> None:
+        self._known.pop(key, None)
+        self.live -= nbytes
+
+    @staticmethod
+    def _shortcut(name: str, args: tuple, kwargs: dict) -> torch.Tensor | None:
+        """Meta results of shape-preserving ops, without their slow Python decompositions."""
+        x = args[0] if args else None
+        if not isinstance(x, torch.Tensor) or x.device.type != "meta":
+            return None
+        if name == "batch_norm" and not _arg(args, kwargs, 5, "training", False):
+            return torch.empty_like(x)
+        if name == "relu_":
+            return x
+        if name == "add_" and not kwargs and len(args) == 2:
+            other = args[1]
+            if (
+                isinstance(other, torch.Tensor)
+                and other.shape == x.shape
+                and other.dtype == x.dtype
+            ):
+                return x
+        return None
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        kwargs = kwargs or {}
+        name = op_name(func)
+        out = self._shortcut(name, args, kwargs)
+        if out is None:
+            out = func(*args, **kwargs)
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        if name in _BN_OPS:
+            outs = outs[:1]  # eval BN statistics outputs are empty on CPU
+        for t in outs:
+            if not isinstance(t, torch.Tensor):
+                continue
+            st = t.untyped_storage()
+            key = id(st)
+            ref = self._known.get(key)
+            if ref is not None and ref() is st:
+                continue
+            nbytes = self._nbytes(t, st)
+            self._known[key] = weakref.ref(st, lambda _r, k=key, b=nbytes: self._free(k, b))
+            self.live += nbytes
+            if t.is_floating_point():
+                self.act_total += nbytes
+                self.act_max = max(self.act_max, nbytes)
+                self.dispatch.new_activation(nbytes)
+        ws = _op_workspace_bytes(name, args, kwargs, outs[0] if outs else None, self.elem)
+        if name in _MAX_POOL_OPS:
+            self.pool_in_bytes += args[0].numel() * self.elem
+        g = _conv2d_geometry(name, args, kwargs, outs[0] if outs else None)
+        if g is not None:
+            self.dispatch.conv(g, self.elem)
+        self.peak = max(self.peak, self.live + ws)
+        if name in _CONV_OPS:
+            self.counts["conv"] += 1
+        elif name in _BN_OPS:
+            self.counts["bn"] += 1
+        elif name in _LINEAR_OPS:
+            self.counts["linear"] += 1
+        elif name in _ADD_OPS and len(args) >= 2:
+            a, b = args[0], args[1]
+            if (
+                isinstance(a, torch.Tensor)
+                and isinstance(b, torch.Tensor)
+                and a.dim() >= 2
+                and a.shape == b.shape
+                and a.is_floating_point()
+            ):
+                self.residual_shapes.append(tuple(a.shape[1:]))
+        return out
+
+
+def _resolve_dtype(dtype: torch.dtype | str) -> tuple[torch.dtype, int]:
+    names = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+    if isinstance(dtype, str):
+        if dtype == "int8":
+            return torch.float32, 1
+        if dtype not in names:
+            raise ConfigError(
+                f"unsupported precision: expected one of {list(PRECISIONS)} or a torch float "
+                f"dtype, got {dtype!r}. Use one of those."
+            )
+        dtype = names[dtype]
+    if dtype == torch.int8:
+        return torch.float32, 1
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ConfigError(
+            f"unsupported dtype: expected a floating torch dtype (torch.float32, torch.float16, "
+            f"torch.bfloat16) or torch.int8, got {dtype!r}. Pass one of those."
+        )
+    return dtype, torch.empty((), dtype=dtype).element_size()
+
+
+def trace_features(
+    module: nn.Module,
+    input_shape: Sequence[int],
+    dtype: torch.dtype | str = torch.float32,
+) -> dict[str, float | int]:
+    """Features of ``module`` for one input batch of ``input_shape``, traced on the meta device.
+
+    The module may live on any device: its parameters and buffers are swapped for meta tensors
+    of the same shapes during the call (nothing is copied, allocated or computed) and the
+    module is run in eval mode under ``torch.inference_mode``; its state is restored after.
+    ``dtype`` is the precision (a torch float dtype, ``torch.int8`` or a name such as
+    ``"fp16"``; int8 counts floating tensors at 1 byte per element). Returns a dict with the
+    keys :data:`FEATURE_COLUMNS` (defined in :mod:`carb_nas.features`); ``flops`` are those of
+    ``FlopCounterMode`` over the whole batch.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    if not isinstance(module, nn.Module):
+        raise ConfigError(
+            f"trace_features needs a torch.nn.Module: expected a module, got "
+            f"{type(module).__name__}. Pass the model object."
+        )
+    shape = tuple(int(s) for s in input_shape)
+    if not shape or any(s <= 0 for s in shape):
+        raise ConfigError(
+            f"invalid input shape: expected positive sizes such as (batch, 3, 224, 224), got "
+            f"{tuple(input_shape)!r}. Pass the shape of one input batch."
+        )
+    cdtype, elem = _resolve_dtype(dtype)
+
+    def meta_like(t: torch.Tensor) -> torch.Tensor:
+        return torch.empty(
+            t.shape, device="meta", dtype=cdtype if t.is_floating_point() else t.dtype
+        )
+
+    params = dict(module.named_parameters())
+    buffers = dict(module.named_buffers())
+    swapped = {k: meta_like(v) for k, v in {**params, **buffers}.items()}
+    resident_bytes = sum(
+        (t.numel() * elem if t.is_floating_point() else t.numel() * t.element_size())
+        for t in swapped.values()
+    )
+    n_params = sum(t.numel() for t in params.values())
+    weight_max = max((t.numel() for t in params.values() if t.is_floating_point()), default=0)
+    modes = {m: m.training for m in module.modules()}
+    module.eval()
+    try:
+        x = torch.empty(shape, device="meta", dtype=cdtype)
+        tracer = _ForwardTracer(elem, [x, *swapped.values()])
+        # the tracer is entered last, so it sees each op first and passes it on to the counter
+        with torch.inference_mode(), FlopCounterMode(display=False) as counter, tracer:
+            out = torch.func.functional_call(module, swapped, (x,))
+        del out
+        flops = int(counter.get_total_flops())
+    finally:
+        for m, training in modes.items():
+            m.training = training
+    input_bytes = math.prod(shape) * elem
+    resident_bytes += input_bytes
+    derived = derive(
+        np.array([flops], dtype=np.int64),
+        np.array([n_params], dtype=np.int64),
+        np.array([elem], dtype=np.int64),
+        np.array([weight_max], dtype=np.int64),
+        np.array([input_bytes], dtype=np.int64),
+        np.array([tracer.act_total], dtype=np.int64),
+        np.array([tracer.act_max], dtype=np.int64),
+        np.array([resident_bytes + tracer.peak], dtype=np.int64),
+    )
+    result: dict[str, float | int] = {
+        "flops": flops,
+        **tracer.dispatch.columns(),
+        "pool_in_mb": tracer.pool_in_bytes / MB,
+        "params": n_params,
+    }
+    result.update({k: float(v[0]) for k, v in derived.items()})
+    result.update(
+        n_conv=tracer.counts["conv"],
+        n_bn=tracer.counts["bn"],
+        n_linear=tracer.counts["linear"],
+        n_blocks=len(tracer.residual_shapes),
+        n_stages=len(set(tracer.residual_shapes)),
+    )
+    return {k: result[k] for k in FEATURE_COLUMNS}

@@ -1,0 +1,54 @@
+"""Each torch private API carb_nas uses (carb_nas._torch_internals), with the message that
+names what broke when a torch upgrade removes or changes it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from carb_nas import _torch_internals as internals
+
+TORCH = torch.__version__
+
+
+# -- carb_nas.features trace -----------------------------------------------------------------
+def test_torch_dispatch_mode_sees_every_aten_op() -> None:
+    try:
+        base = internals.dispatch_mode_base()
+    except (ImportError, AttributeError) as e:
+        pytest.fail(
+            f"torch {TORCH} removed torch.utils._python_dispatch.TorchDispatchMode ({e}): "
+            "carb_nas.features trace needs it (carb_nas._torch_internals.dispatch_mode_base)"
+        )
+    seen: list[tuple[str, int]] = []
+
+    class Recorder(base):  # type: ignore[misc, valid-type]
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            seen.append((internals.op_name(func), len(args)))
+            return func(*args, **(kwargs or {}))
+
+    x = torch.empty((2, 3), device="meta")
+    with Recorder():
+        y = torch.relu(x + x)
+    assert y.shape == (2, 3) and y.device.type == "meta"
+    names = [name for name, _ in seen]
+    assert "add" in names and "relu" in names, (
+        f"torch {TORCH} changed TorchDispatchMode.__torch_dispatch__ (saw {seen}): "
+        "carb_nas.features trace needs every aten op of a forward pass with its args"
+    )
+
+
+def test_op_schema_gives_the_aten_name() -> None:
+    op = torch.ops.aten.convolution.default
+    try:
+        name = internals.op_name(op)
+    except AttributeError as e:
+        pytest.fail(
+            f"torch {TORCH} removed OpOverload._schema ({e}): carb_nas.features trace needs "
+            "it to name ops (carb_nas._torch_internals.op_name)"
+        )
+    assert name == "convolution", (
+        f"torch {TORCH} changed OpOverload._schema.name (got {name!r} from "
+        f"{op._schema.name!r}, expected 'aten::convolution'): carb_nas.features trace needs it"
+    )
+    assert internals.op_name(torch.ops.aten.add_.Tensor) == "add_"

@@ -909,7 +909,7 @@ def _few_shot(
     progress: Callable[[str], None] | None,
     n_jobs: int | None,
 ) -> dict[str, Any]:
-    from carb_nas.costmodel import _MIN_TRAIN, CostModel, model_inputs
+    from carb_nas.costmodel import MIN_TRAIN_ROWS as _MIN_TRAIN, CostModel, model_inputs
 
     say = progress or (lambda _msg: None)
     notes = []

@@ -1,15 +1,13 @@
 """CostModel: the CARB cascade, its corrector, intervals, persistence and input errors.
 
-Data: SYNTHETIC tables from tests/test_costmodel_synthetic.py (closed-form targets + noise,
-labelled synthetic), or generic random tables. Most tests use a ``tiny`` preset (same
-structure as ``carb``, a few dozen trees) registered here so the suite stays fast.
+Data: SYNTHETIC tables from tests/synthetic.py (closed-form targets + noise, labelled
+synthetic), or generic random tables. Most tests use ``tiny()`` (same structure as ``carb``, a
+few dozen trees, as explicit ``learner_params``) so the suite stays fast.
 """
 
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -18,32 +16,14 @@ from sklearn.base import clone
 
 from carb_nas.costmodel import (
     FORMAT_VERSION,
-    PRESETS,
     CostModel,
     load_default_model,
     model_inputs,
 )
 from carb_nas.errors import ModelError
+from tests.synthetic import TINY_LEARNERS, synthetic_dataset, tiny
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_costmodel_synthetic import synthetic_dataset  # noqa: E402
-
-PRESETS.setdefault(
-    "tiny",
-    {
-        "xgb": {"n_estimators": 40, "max_depth": 5},
-        "lgbm": {"n_estimators": 40, "num_leaves": 15},
-        "et": {"n_estimators": 30, "min_samples_leaf": 2},
-        "corrector": {"n_estimators": 30, "num_leaves": 7, "learning_rate": 0.1},
-        "cascade": {"n_estimators": 30, "num_leaves": 7},
-    },
-)
 TARGETS3 = ["peak_mem_mb", "energy_j", "latency_ms"]
-
-
-def tiny(**kw) -> CostModel:
-    kw.setdefault("cascade_folds", 3)
-    return CostModel(preset="tiny", n_jobs=1, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +59,7 @@ def test_fit_returns_self_and_predicts_targets_in_cascade_order(data):
 
 
 def test_accuracy_on_synthetic_data_beats_flops_only(fitted, data):
-    from carb_nas.evaluation import flops_linear_baseline, score
+    from carb_nas.costmodel import flops_linear_baseline, score
 
     Xtr, Ytr, Xte, Yte = data
     s = score(fitted, Xte, Yte)
@@ -99,7 +79,7 @@ def test_blend_weights_lie_on_the_grid_and_sum_to_one(fitted):
 
 
 def test_downstream_targets_see_out_of_fold_predictions_not_truth(data, monkeypatch):
-    import carb_nas.costmodel as cm
+    import carb_nas.costmodel._estimator as cm
 
     seen = []
     real = cm._fit_learner
@@ -324,7 +304,8 @@ def test_error_bad_params_and_unfitted(small):
 # -- sklearn contract ----------------------------------------------------------------------
 def test_get_set_params_and_clone(fitted):
     p = fitted.get_params()
-    assert p["preset"] == "tiny" and p["corrector_damping"] == 0.9
+    assert p["preset"] == "fast" and p["learner_params"] == TINY_LEARNERS
+    assert p["corrector_damping"] == 0.9 and p["handle_unknown"] == "error"
     assert p["low_batch_threshold"] == 8
     c = clone(fitted)
     assert not hasattr(c, "targets_") and c.get_params() == p

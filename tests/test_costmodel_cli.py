@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -13,8 +11,7 @@ from click.testing import CliRunner
 
 from carb_nas.cli import cli
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_costmodel_synthetic import synthetic_dataset  # noqa: E402
+from tests.synthetic import synthetic_dataset
 
 
 def run(*args: str):
@@ -69,7 +66,7 @@ def test_train_is_seeded(trained, tmp_path):
         "--json",
     )
     assert a.exit_code == 0, a.output
-    ja = json.loads(a.output)
+    ja = json.loads(a.stdout)
     first = json.loads((trained[0] / "model" / "evaluation.json").read_text())
     for t, m in first["test"].items():
         assert ja["test"][t] == pytest.approx(m, rel=1e-9)
@@ -134,7 +131,7 @@ def test_evaluate_json_and_report(trained, tmp_path):
         "latency_ms=20",
     )
     assert res.exit_code == 0, res.output
-    rep = json.loads(res.output)
+    rep = json.loads(res.stdout)
     assert rep["budget"]["point"]["budgets"] == {"latency_ms": 20.0}
     assert rep["n_rows"] == 325
     assert (tmp_path / "r" / "parity_latency_ms.png").is_file()
@@ -218,7 +215,7 @@ def test_refuses_fake_rows_and_tables_without_targets(tmp_path):
     res = CliRunner().invoke(cli, ["train", str(tmp_path / "nt.csv"), "-o", str(tmp_path / "m")])
     assert res.exit_code == 1 and "no target column" in res.output
     res = CliRunner().invoke(cli, ["evaluate", str(tmp_path / "nowhere"), str(tmp_path / "nt.csv")])
-    assert res.exit_code == 1 and "manifest.json" in res.output
+    assert res.exit_code == 1 and "not found" in res.output and "`carb-nas train`" in res.output
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,1 @@
+"""carb_nas tests (a package, so shared helpers import as ``tests.<module>``)."""

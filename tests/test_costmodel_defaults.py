@@ -44,3 +44,35 @@ def test_damaged_cache_entry_is_retrained(tiny_defaults):
 def test_unknown_platform_is_a_clear_error(tiny_defaults):
     with pytest.raises(ModelError, match="no shipped dataset or model for platform"):
         load_default_model("cuda/torch/fp16", verbose=False)
+
+
+def test_an_unwritable_cache_is_refused_before_training(tmp_path, monkeypatch, tiny_default_params):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("CARB_NAS_CACHE", str(blocker / "cache"))
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("training started before the cache was checked")
+
+    monkeypatch.setattr(CostModel, "fit", no_training)
+    with pytest.raises(ModelError, match="not writable.*CARB_NAS_CACHE") as e:
+        load_default_model("cpu/onnxruntime/int8", verbose=False, params=tiny_default_params)
+    assert "\n" not in str(e.value)
+    assert blocker.read_text() == "not a directory"
+
+
+def test_load_model_takes_a_directory_or_a_platform_name(tiny_defaults, monkeypatch, tmp_path):
+    import carb_nas.costmodel._defaults as defaults
+    from carb_nas.costmodel import load_model
+    from carb_nas.errors import MissingFileError
+
+    cache, params = tiny_defaults
+    model = load_default_model("cpu/onnxruntime/int8", verbose=False, params=params)
+    (entry,) = (cache / "models").iterdir()
+    assert load_model(entry).targets_ == model.targets_
+    asked = []
+    monkeypatch.setattr(defaults, "load_default_model", lambda p: asked.append(p) or model)
+    assert load_model("cpu/onnxruntime/int8") is model and asked == ["cpu/onnxruntime/int8"]
+    with pytest.raises(MissingFileError, match="carb-nas train") as e:
+        load_model(tmp_path / "nowhere", "--model")
+    assert str(e.value).startswith("--model not found") and "\n" not in str(e.value)

@@ -49,7 +49,11 @@ def main() -> None:
     ap.add_argument("--data", default=None, help="a real rows table (dataset.SCHEMA)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
-        "--threads", "--jobs", dest="jobs", type=int, default=-1,
+        "--threads",
+        "--jobs",
+        dest="jobs",
+        type=int,
+        default=-1,
         help="CostModel n_jobs (-1: all cores)",
     )
     ap.add_argument("--save", default=None, help="also save the model here and report its size")

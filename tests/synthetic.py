@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 import pandas as pd
+
 from carb_nas.costmodel import CostModel
 from carb_nas.space import CONFIG_COLUMNS, load_space, stage_layout
 

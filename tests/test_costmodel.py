@@ -541,9 +541,7 @@ def test_presets_are_read_only_and_learner_params_are_explicit(small, tmp_path):
 def test_unseen_labels_answer_in_one_short_line_and_ignore_treats_them_as_missing():
     rng = np.random.default_rng(0)
     n = 200
-    X = pd.DataFrame(
-        {"x": rng.random(n), "kernel": rng.choice([f"k{i}" for i in range(5)], n)}
-    )
+    X = pd.DataFrame({"x": rng.random(n), "kernel": rng.choice([f"k{i}" for i in range(5)], n)})
     y = pd.DataFrame({"latency_ms": 1 + X["x"] + (X["kernel"] == "k0")})
     m = tiny().fit(X, y)
     new = X.head(150).assign(kernel=[f"new{i:03d}" for i in range(150)])

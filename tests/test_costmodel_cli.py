@@ -11,7 +11,6 @@ import pytest
 from click.testing import CliRunner
 
 from carb_nas.cli import cli
-
 from tests.synthetic import synthetic_dataset
 
 

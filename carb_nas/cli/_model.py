@@ -33,8 +33,10 @@ from carb_nas.cli._options import (
 from carb_nas.costmodel import (
     check_output_dir,
     load_model,
-    physical_offsets as find_physical_offsets,
     prepare_table,
+)
+from carb_nas.costmodel import (
+    physical_offsets as find_physical_offsets,
 )
 from carb_nas.dataset import TARGETS
 from carb_nas.errors import ModelError
@@ -77,8 +79,7 @@ def _check_threads(threads: int) -> None:
 def _check_test_fraction(test_fraction: float) -> None:
     if not 0 < test_fraction < 1:
         raise ModelError(
-            f"invalid --test-fraction: expected a number in (0, 1), got {test_fraction:g}. "
-            "Use 0.2."
+            f"invalid --test-fraction: expected a number in (0, 1), got {test_fraction:g}. Use 0.2."
         )
 
 
@@ -99,6 +100,7 @@ def _split(n: int, test_fraction: float, seed: int) -> tuple[Any, Any]:
 
 def _parse_offsets(items: tuple[str, ...]) -> dict[str, str | list[str]]:
     out: dict[str, str | list[str]] = {}
+    seen: dict[str, str] = {}
     for item in items:
         name, sep, spec = item.partition("=")
         cols = [c.strip() for c in spec.split("+")]
@@ -108,12 +110,13 @@ def _parse_offsets(items: tuple[str, ...]) -> dict[str, str | list[str]]:
                 f"latency_ms=flops or latency_ms=flops+param_mb), got {item!r}. Fix the option."
             )
         target = name.strip()
-        if target in out:
+        if target in seen:
             raise ModelError(
                 f"repeated --offset for {target!r}: expected one --offset per target, got "
-                f"{target}={'+'.join(out[target]) if isinstance(out[target], list) else out[target]}"
-                f" and {item!r}. Give one; for a sum of columns use {target}=COL1+COL2."
+                f"{seen[target]!r} and {item!r}. Give one; for a sum of columns use "
+                f"{target}=COL1+COL2."
             )
+        seen[target] = item
         out[target] = cols[0] if len(cols) == 1 else cols
     return out
 
@@ -220,8 +223,13 @@ def train_cmd(
     as_json: bool,
 ) -> None:
     """Train a cost model on DATASET (holding out a seeded test split) and evaluate it."""
-    from carb_nas.costmodel import CostModel, evaluate, frame_sha256
-    from carb_nas.costmodel import leave_one_batch_tier_out, telemetry_ablation
+    from carb_nas.costmodel import (
+        CostModel,
+        evaluate,
+        frame_sha256,
+        leave_one_batch_tier_out,
+        telemetry_ablation,
+    )
     from carb_nas.space import load_space, read_table
 
     # every option first: nothing is read, trained or written before they all pass
@@ -337,8 +345,8 @@ def evaluate_cmd(
     wanted = [t for t in cost_model.targets_ if t in frame and frame[t].notna().any()]
     data = prepare_table(frame, dataset, wanted if wanted else ())
 
-    def run(plot_dir: Path | None) -> dict[str, Any]:
-        report = evaluate(
+    def build(plot_dir: Path | None) -> dict[str, Any]:
+        scored = evaluate(
             cost_model,
             data["X"],
             data["Y"],
@@ -347,24 +355,21 @@ def evaluate_cmd(
             report_dir=plot_dir,
         )
         if plot_dir is not None:  # name the plots where they will be, not in the temporary
-            report["plots"] = [str(Path(report_dir) / Path(p).name) for p in report["plots"]]
-        return report
-
-    if report_dir:
-        with atomic_directory(report_dir) as tmp:
-            report = _evaluation_doc(cost_model, model, dataset, data, run(tmp))
-            if studies:
-                report["leave_one_batch_tier_out"] = leave_one_batch_tier_out(
-                    cost_model, data["X"], data["Y"], cost_model.low_batch_threshold
-                )
-            atomic_write_json(tmp / _MARKER_REPORT, report)
-        info(f"wrote {Path(report_dir) / _MARKER_REPORT} and parity plots")
-    else:
-        report = _evaluation_doc(cost_model, model, dataset, data, run(None))
+            scored["plots"] = [str(Path(report_dir) / Path(p).name) for p in scored["plots"]]
+        report = _evaluation_doc(cost_model, model, dataset, data, scored)
         if studies:
             report["leave_one_batch_tier_out"] = leave_one_batch_tier_out(
                 cost_model, data["X"], data["Y"], cost_model.low_batch_threshold
             )
+        return report
+
+    if report_dir:
+        with atomic_directory(report_dir) as tmp:  # plots and evaluation.json appear together
+            report = build(tmp)
+            atomic_write_json(tmp / _MARKER_REPORT, report)
+        info(f"wrote {Path(report_dir) / _MARKER_REPORT} and parity plots")
+    else:
+        report = build(None)
     for note in report["notes"]:
         info(f"note: {note}")
     if as_json:

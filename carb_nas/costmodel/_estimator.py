@@ -14,7 +14,6 @@ from sklearn.base import BaseEstimator, RegressorMixin
 
 from carb_nas.costmodel._common import (
     MIN_TRAIN_ROWS,
-    TELEMETRY_COLUMNS,
     err,
     frame_sha256,
     show,
@@ -382,7 +381,9 @@ class CostModel(RegressorMixin, BaseEstimator):
                     )
             secs["corrector"] = time.perf_counter() - t0
             if nva:
-                info["validation"][t] = regression_metrics(Yv[t][va], self._from_model(t, blend[:nva]))
+                info["validation"][t] = regression_metrics(
+                    Yv[t][va], self._from_model(t, blend[:nva])
+                )
             # conformal scores on the calibration part
             self.conformal_[t] = conformal_scores(z[ca] - blend[nva:], low[ca])
             # cascade feature for the next targets
@@ -463,7 +464,9 @@ class CostModel(RegressorMixin, BaseEstimator):
         folds = PredefinedSplit(np.random.default_rng(self.random_state + 1).permutation(n) % k)
         out = np.empty(n)
         for fit_rows, test in folds.split():
-            m = _fit_learner("cascade", params, F[fit_rows], z[fit_rows], self.random_state, threads)
+            m = _fit_learner(
+                "cascade", params, F[fit_rows], z[fit_rows], self.random_state, threads
+            )
             out[test] = _predict("lgbm", m, F[test], threads)
         return out
 
@@ -565,7 +568,7 @@ class CostModel(RegressorMixin, BaseEstimator):
             raise err(
                 f"{what} needs positive values",
                 "values > 0",
-                f"{raw[i]!r} at row {i + 1}",
+                f"{show(raw[i])} at row {i + 1}",
                 "Fix that row.",
             )
         return v

@@ -85,7 +85,6 @@ def flops_linear_baseline_cv(
 ) -> dict[str, Any]:
     """The FLOPs-only baseline scored on ``folds``-fold out-of-fold predictions of one table
     (for evaluating a saved model on a dataset without a training split)."""
-    from sklearn.linear_model import LinearRegression
 
     f = _flops(X)
     if f is None:

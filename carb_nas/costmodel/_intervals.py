@@ -28,7 +28,9 @@ def regime_quantiles(scores: Mapping[str, Sequence[float]], alpha: float) -> tup
         return math.nan, math.nan
 
     def q(group: str) -> float:
-        return _conformal_q(scores[group] if len(scores[group]) >= MIN_CONFORMAL else scores["all"], alpha)
+        return _conformal_q(
+            scores[group] if len(scores[group]) >= MIN_CONFORMAL else scores["all"], alpha
+        )
 
     return q("low"), q("high")
 

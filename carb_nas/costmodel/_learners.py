@@ -3,7 +3,6 @@ fitting/predicting XGBoost, LightGBM and ExtraTrees the same way everywhere."""
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -107,8 +106,11 @@ def _idle_cores(samples: int = 5) -> int:
 
 
 def check_n_jobs(n_jobs: Any) -> None:
-    if n_jobs is None or (isinstance(n_jobs, (int, np.integer)) and not isinstance(n_jobs, bool)
-                          and n_jobs != 0 and n_jobs >= -(os.cpu_count() or 1) - 1):
+    """None, -1 (all cores), another negative (counted back from the cores, as joblib does)
+    or a thread count >= 1; 0 means nothing and is refused."""
+    if n_jobs is None or (
+        isinstance(n_jobs, (int, np.integer)) and not isinstance(n_jobs, bool) and n_jobs != 0
+    ):
         return
     raise err(
         "invalid n_jobs",

@@ -69,7 +69,27 @@ def check_output_dir(path: str | Path, marker: str, what: str) -> Path:
             repr(str(p)),
             "Choose another directory; nothing in it was changed.",
         )
+    _probe_writable(p, what)
     return p
+
+
+def _probe_writable(p: Path, what: str) -> None:
+    """Create and remove a directory beside ``p`` (in its nearest existing ancestor): the
+    output will be writable, known before any work, and nothing is left behind."""
+    import tempfile
+
+    base = p.parent
+    while not base.exists() and base != base.parent:
+        base = base.parent
+    try:
+        Path(tempfile.mkdtemp(prefix=".carb_nas-probe.", dir=base)).rmdir()
+    except OSError as e:
+        raise err(
+            f"cannot write the {what} directory {str(p)!r}",
+            f"a writable location (tried {str(base)!r})",
+            f"{type(e).__name__}: {e.strerror or e}",
+            "Choose another path or fix its permissions.",
+        ) from e
 
 
 def _write_files(model: Any, d: Path) -> None:
@@ -207,7 +227,9 @@ def _check_targets(m: dict[str, Any]) -> None:
     """Every target the manifest names has each per-target part (else predict fails later)."""
     targets = m["targets"]
     if not isinstance(targets, list) or not targets:
-        raise err("incomplete model manifest", "a non-empty targets list", repr(targets), "Retrain.")
+        raise err(
+            "incomplete model manifest", "a non-empty targets list", repr(targets), "Retrain."
+        )
     for t in targets:
         lacking = [
             part

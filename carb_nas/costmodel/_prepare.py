@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from carb_nas.costmodel._common import TELEMETRY_COLUMNS, err
+from carb_nas.costmodel._common import TELEMETRY_COLUMNS, err, show
 from carb_nas.dataset import SCHEMA, TARGETS
 from carb_nas.errors import ModelError
 
@@ -179,7 +179,7 @@ def prepare_table(
         col, i = fake
         raise ModelError(
             f"{source}: rows from a test double at data row {i + 1} (column {col!r} = "
-            f"{frame[col].iloc[i]!r}): expected real measurements only, got fake ones. Remove "
+            f"{show(frame[col].iloc[i])}): expected real measurements only, got fake ones. Remove "
             "those rows; fake meters and devices exist only for tests."
         )
     if "status" in frame:
@@ -227,5 +227,3 @@ def prepare_table(
         "notes": notes,
         "frame": frame,
     }
-
-

@@ -1,5 +1,5 @@
 """Shared fixtures. Helpers that a test needs at import time (``tiny`` for parametrize) live
-in tests/synthetic.py and import as ``tests.synthetic``."""
+in tests/synthetic.py and import as ``tests.synthetic`` (as tests.measure.fakes does)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,13 @@
 """CostModel: the CARB cascade, its corrector, intervals, persistence and input errors.
 
-Data: SYNTHETIC tables from tests/test_costmodel_synthetic.py (closed-form targets + noise,
-labelled synthetic), or generic random tables. Most tests use a ``tiny`` preset (same
-structure as ``carb``, a few dozen trees) registered here so the suite stays fast.
+Data: SYNTHETIC tables from tests/synthetic.py (closed-form targets + noise, labelled
+synthetic), or generic random tables. Most tests use ``tiny()`` (same structure as ``carb``, a
+few dozen trees, as explicit ``learner_params``) so the suite stays fast.
 """
 
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -18,32 +16,14 @@ from sklearn.base import clone
 
 from carb_nas.costmodel import (
     FORMAT_VERSION,
-    PRESETS,
     CostModel,
     load_default_model,
     model_inputs,
 )
 from carb_nas.errors import ModelError
+from tests.synthetic import TINY_LEARNERS, synthetic_dataset, tiny
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_costmodel_synthetic import synthetic_dataset  # noqa: E402
-
-PRESETS.setdefault(
-    "tiny",
-    {
-        "xgb": {"n_estimators": 40, "max_depth": 5},
-        "lgbm": {"n_estimators": 40, "num_leaves": 15},
-        "et": {"n_estimators": 30, "min_samples_leaf": 2},
-        "corrector": {"n_estimators": 30, "num_leaves": 7, "learning_rate": 0.1},
-        "cascade": {"n_estimators": 30, "num_leaves": 7},
-    },
-)
 TARGETS3 = ["peak_mem_mb", "energy_j", "latency_ms"]
-
-
-def tiny(**kw) -> CostModel:
-    kw.setdefault("cascade_folds", 3)
-    return CostModel(preset="tiny", n_jobs=1, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +59,7 @@ def test_fit_returns_self_and_predicts_targets_in_cascade_order(data):
 
 
 def test_accuracy_on_synthetic_data_beats_flops_only(fitted, data):
-    from carb_nas.evaluation import flops_linear_baseline, score
+    from carb_nas.costmodel import flops_linear_baseline, score
 
     Xtr, Ytr, Xte, Yte = data
     s = score(fitted, Xte, Yte)
@@ -99,7 +79,7 @@ def test_blend_weights_lie_on_the_grid_and_sum_to_one(fitted):
 
 
 def test_downstream_targets_see_out_of_fold_predictions_not_truth(data, monkeypatch):
-    import carb_nas.costmodel as cm
+    import carb_nas.costmodel._estimator as cm
 
     seen = []
     real = cm._fit_learner
@@ -324,7 +304,8 @@ def test_error_bad_params_and_unfitted(small):
 # -- sklearn contract ----------------------------------------------------------------------
 def test_get_set_params_and_clone(fitted):
     p = fitted.get_params()
-    assert p["preset"] == "tiny" and p["corrector_damping"] == 0.9
+    assert p["preset"] == "fast" and p["learner_params"] == TINY_LEARNERS
+    assert p["corrector_damping"] == 0.9 and p["handle_unknown"] == "error"
     assert p["low_batch_threshold"] == 8
     c = clone(fitted)
     assert not hasattr(c, "targets_") and c.get_params() == p
@@ -485,3 +466,208 @@ def test_a_list_offset_fits_non_negative_costs_of_resources(tmp_path):
         tiny(target_offsets={"latency_ms": []}).fit(X, Y)
     with pytest.raises(ModelError, match="cannot form a positive offset"):
         tiny(target_offsets={"latency_ms": ["depth"]}).fit(X.assign(depth=0), Y)
+
+
+# -- nothing pickled, presets, handle_unknown, messages (issues 13 and 19) -----------------
+_PICKLE_HEADERS = tuple(bytes([0x80, proto]) for proto in (2, 3, 4, 5))
+
+
+def _pickled_members(path):
+    """Names of the parts of a saved file that start with a pickle header (protocols 2-5);
+    a skops file is a zip archive, so each of its members is checked too."""
+    import zipfile
+
+    found = []
+    if path.read_bytes()[:2] in _PICKLE_HEADERS:
+        found.append(path.name)
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as z:
+            for name in z.namelist():
+                if z.read(name)[:2] in _PICKLE_HEADERS:
+                    found.append(f"{path.name}:{name}")
+    return found
+
+
+def test_pickle_header_check_can_fail(tmp_path):
+    import pickle
+
+    for proto in (2, 3, 4, 5):
+        p = tmp_path / f"p{proto}.bin"
+        p.write_bytes(pickle.dumps({"a": 1}, protocol=proto))
+        assert _pickled_members(p) == [p.name]
+
+
+def test_nothing_is_pickled_and_loading_never_unpickles(fitted, data, tmp_path, monkeypatch):
+    import pickle
+
+    import joblib
+
+    _, _, Xte, _ = data
+    d = fitted.save(tmp_path / "m")
+    for p in d.iterdir():
+        assert _pickled_members(p) == [], p
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a saved model must load without unpickling anything")
+
+    for name in ("load", "loads", "Unpickler"):
+        monkeypatch.setattr(pickle, name, refuse)
+    monkeypatch.setattr(joblib, "load", refuse)
+    m = CostModel.load(d)
+    pd.testing.assert_frame_equal(m.predict(Xte), fitted.predict(Xte), rtol=1e-6)
+
+
+def test_presets_are_read_only_and_learner_params_are_explicit(small, tmp_path):
+    from carb_nas.costmodel import PRESETS, resolve_preset
+
+    with pytest.raises(TypeError):
+        PRESETS["carb"]["xgb"]["n_estimators"] = 1  # type: ignore[index]
+    with pytest.raises(TypeError):
+        PRESETS["tiny"] = {}  # type: ignore[index]
+    a = resolve_preset("fast", {"et": {"n_estimators": 7}})
+    assert a["et"] == {"n_estimators": 7, "min_samples_leaf": 2}
+    assert resolve_preset("fast")["et"]["n_estimators"] == 100  # the override did not stick
+    X, Y = small
+    m = tiny(learner_params={**TINY_LEARNERS, "et": {"n_estimators": 7}}).fit(X, Y[["latency_ms"]])
+    assert m.learners_["latency_ms"]["et"].n_estimators == 7
+    assert m.learner_params_["et"] == {"n_estimators": 7, "min_samples_leaf": 2}
+    loaded = CostModel.load(m.save(tmp_path / "m"))
+    assert loaded.get_params() == m.get_params()
+    assert loaded.learner_params_ == m.learner_params_
+    with pytest.raises(ModelError, match="invalid learner_params entry"):
+        tiny(learner_params={"forest": {"n_estimators": 3}}).fit(X, Y)
+
+
+def test_unseen_labels_answer_in_one_short_line_and_ignore_treats_them_as_missing():
+    rng = np.random.default_rng(0)
+    n = 200
+    X = pd.DataFrame({"x": rng.random(n), "kernel": rng.choice([f"k{i}" for i in range(5)], n)})
+    y = pd.DataFrame({"latency_ms": 1 + X["x"] + (X["kernel"] == "k0")})
+    m = tiny().fit(X, y)
+    new = X.head(150).assign(kernel=[f"new{i:03d}" for i in range(150)])
+    with pytest.raises(ModelError) as e:
+        m.predict(new)
+    msg = str(e.value)
+    assert "\n" not in msg and len(msg) < 400, msg
+    assert "unseen label" in msg and "and 147 more" in msg and "handle_unknown='ignore'" in msg
+    assert sum(f"new{i:03d}" in msg for i in range(150)) == 3
+    known = m.predict(X.head(150))
+    m.set_params(handle_unknown="ignore")  # a fitted model: only how predict treats labels
+    as_missing = m.predict(new)
+    pd.testing.assert_frame_equal(as_missing, m.predict(new.assign(kernel=np.nan)))
+    assert not np.allclose(as_missing["latency_ms"], known["latency_ms"])
+    pd.testing.assert_frame_equal(m.predict(X.head(150)), known)  # seen labels: unchanged
+    with pytest.raises(ModelError, match="handle_unknown"):
+        m.set_params(handle_unknown="drop").predict(X)
+
+
+def test_n_jobs_zero_is_refused(small):
+    X, Y = small
+    with pytest.raises(ModelError, match="invalid n_jobs"):
+        tiny(n_jobs=0).fit(X, Y)
+
+
+def test_alpha_message_speaks_of_confidence_with_plain_numbers(fitted, data):
+    _, _, Xte, _ = data
+    with pytest.raises(ModelError) as e:
+        fitted.predict(Xte, alpha=np.float64(-4.0))
+    msg = str(e.value)
+    assert "confidence 5" in msg and "alpha -4.0" in msg and "np.float64" not in msg
+
+
+# -- the manifest is covered by the integrity check (issue 19, items 6 and 15) -------------
+def _edit_manifest(d, edit, rehash=False):
+    from carb_nas.costmodel import manifest_sha256
+
+    path = d / "manifest.json"
+    man = json.loads(path.read_text())
+    edit(man)
+    if rehash:
+        man["manifest_sha256"] = manifest_sha256(man)
+    path.write_text(json.dumps(man))
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda m: m["blend_weights"]["latency_ms"].update(xgb=5.0),
+        lambda m: m["platform"].update(platform="cuda/torch/fp16"),
+        lambda m: m["transforms"].update(latency_ms="identity"),
+        lambda m: m["conformal"]["latency_ms"]["all"].append(1e9),
+    ],
+    ids=["blend_weight", "platform", "transform", "conformal_score"],
+)
+def test_an_edited_manifest_is_refused(fitted, tmp_path, edit):
+    d = fitted.save(tmp_path / "m")
+    _edit_manifest(d, edit)
+    with pytest.raises(ModelError, match="manifest.*was edited") as e:
+        CostModel.load(d)
+    assert "\n" not in str(e.value)
+
+
+def test_edited_offset_coefs_are_refused(tmp_path):
+    df = synthetic_dataset(200, seed=4, space="cpu")
+    X, Y = model_inputs(df), df[["latency_ms"]]
+    d = tiny(target_offsets={"latency_ms": ["flops", "n_conv"]}).fit(X, Y).save(tmp_path / "m")
+    _edit_manifest(d, lambda m: m["offset_coefs"]["latency_ms"].update(flops=1e3))
+    with pytest.raises(ModelError, match="edited"):
+        CostModel.load(d)
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda m: m["targets"].append("power_w"), "target 'power_w' has no transforms"),
+        (lambda m: m["learners"].pop("energy_j"), "target 'energy_j' has no learners"),
+        (lambda m: m.update(conformal={}), "has no conformal"),
+        (lambda m: m["conformal"].update(latency_ms={}), "conformal scores"),
+    ],
+    ids=["target_without_stage", "energy_without_learners", "empty_conformal", "empty_scores"],
+)
+def test_an_inconsistent_manifest_is_one_clear_error(fitted, tmp_path, edit, message):
+    # even with a matching checksum (rewritten by hand), a manifest missing a target's parts
+    # is refused at load, not with a KeyError at predict
+    d = fitted.save(tmp_path / "m")
+    _edit_manifest(d, edit, rehash=True)
+    with pytest.raises(ModelError, match="incomplete model manifest") as e:
+        CostModel.load(d)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_format_2_manifests_without_their_own_checksum_still_load(fitted, data, tmp_path):
+    _, _, Xte, _ = data
+    d = fitted.save(tmp_path / "m")
+
+    def as_v2(m):
+        m["format_version"] = 2
+        del m["manifest_sha256"]
+
+    _edit_manifest(d, as_v2)
+    pd.testing.assert_frame_equal(CostModel.load(d).predict(Xte), fitted.predict(Xte))
+
+
+# -- saving is atomic and never sweeps away other files (issue 19, item 2) -----------------
+def test_save_replaces_a_model_only_when_complete(fitted, tmp_path, monkeypatch):
+    import skops.io as sio
+
+    d = fitted.save(tmp_path / "m")
+    (d / "evaluation.json").write_text("{}")
+    before = {p.name: p.read_bytes() for p in d.iterdir()}
+
+    def broken(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(sio, "dump", broken)
+    with pytest.raises(OSError):
+        fitted.save(d)
+    assert {p.name: p.read_bytes() for p in d.iterdir()} == before
+    assert [p.name for p in tmp_path.iterdir()] == ["m"]  # no temporary left behind
+
+
+def test_save_refuses_a_directory_of_other_files(fitted, tmp_path):
+    other = tmp_path / "docs"
+    other.mkdir()
+    (other / "notes.txt").write_text("keep me")
+    with pytest.raises(ModelError, match="holds other files"):
+        fitted.save(other)
+    assert [p.name for p in other.iterdir()] == ["notes.txt"]

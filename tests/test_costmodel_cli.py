@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,9 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from carb_nas.cli import cli
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_costmodel_synthetic import synthetic_dataset  # noqa: E402
+from tests.synthetic import synthetic_dataset
 
 
 def run(*args: str):
@@ -69,7 +66,7 @@ def test_train_is_seeded(trained, tmp_path):
         "--json",
     )
     assert a.exit_code == 0, a.output
-    ja = json.loads(a.output)
+    ja = json.loads(a.stdout)
     first = json.loads((trained[0] / "model" / "evaluation.json").read_text())
     for t, m in first["test"].items():
         assert ja["test"][t] == pytest.approx(m, rel=1e-9)
@@ -134,7 +131,7 @@ def test_evaluate_json_and_report(trained, tmp_path):
         "latency_ms=20",
     )
     assert res.exit_code == 0, res.output
-    rep = json.loads(res.output)
+    rep = json.loads(res.stdout)
     assert rep["budget"]["point"]["budgets"] == {"latency_ms": 20.0}
     assert rep["n_rows"] == 325
     assert (tmp_path / "r" / "parity_latency_ms.png").is_file()
@@ -218,7 +215,7 @@ def test_refuses_fake_rows_and_tables_without_targets(tmp_path):
     res = CliRunner().invoke(cli, ["train", str(tmp_path / "nt.csv"), "-o", str(tmp_path / "m")])
     assert res.exit_code == 1 and "no target column" in res.output
     res = CliRunner().invoke(cli, ["evaluate", str(tmp_path / "nowhere"), str(tmp_path / "nt.csv")])
-    assert res.exit_code == 1 and "manifest.json" in res.output
+    assert res.exit_code == 1 and "not found" in res.output and "`carb-nas train`" in res.output
 
 
 @pytest.mark.parametrize(
@@ -234,3 +231,151 @@ def test_evaluate_rejects_bad_budgets_with_one_line(trained, budget, message):
     res = CliRunner().invoke(cli, ["evaluate", str(d / "model"), str(data), "--budget", budget])
     assert res.exit_code == 1
     assert message in res.output and "Traceback" not in res.output
+
+
+# -- conventions and the faults of issue 19 ------------------------------------------------
+def _one_line_error(res, *needles):
+    assert res.exit_code == 1, res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.output
+    assert "Traceback" not in res.output
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+
+
+def _snapshot(d):
+    return {p.name: p.read_bytes() for p in sorted(d.iterdir())}
+
+
+def test_results_on_stdout_progress_on_stderr(trained, tmp_path):
+    _, data, _ = trained
+    res = CliRunner().invoke(
+        cli,
+        ["train", str(data), "-o", str(tmp_path / "m"), "--preset", "fast", "--threads", "1"],
+    )
+    assert res.exit_code == 0, res.output
+    assert "R2" in res.stdout and "wrote" not in res.stdout
+    assert "wrote" in res.stderr and "note:" in res.stderr
+    res = run("predict", str(tmp_path / "m"), str(data), "--json")
+    doc = json.loads(res.stdout)
+    assert doc["n_rows"] == 330 and doc["output"] is None  # every config, ok or not
+    assert {"key", "latency_ms"} <= set(doc["predictions"][0])
+    res = run("predict", str(tmp_path / "m"), str(data))  # no -o: the table on stdout
+    assert res.stdout.splitlines()[0].startswith("key,family")
+    assert len(res.stdout.splitlines()) == 1 + 330
+
+
+@pytest.mark.parametrize("command", ["train", "evaluate", "predict"])
+def test_help_shows_one_example(command):
+    res = run(command, "--help")
+    assert res.output.count("Example:") == 1 and f"carb-nas {command} " in res.output
+
+
+def test_train_checks_every_option_before_touching_an_existing_model(trained):
+    d, data, _ = trained
+    before = _snapshot(d / "model")
+    for bad, needle in (
+        (["--alpha", "2"], "--alpha"),
+        (["--jobs", "0"], "--threads/--jobs"),
+        (["--threads", "-3"], "--threads/--jobs"),
+        (["--test-fraction", "1.5"], "--test-fraction"),
+        (["--offset", "latency_ms=flops", "--offset", "latency_ms=n_conv"], "repeated --offset"),
+    ):
+        res = CliRunner().invoke(cli, ["train", str(data), "-o", str(d / "model"), *bad])
+        _one_line_error(res, needle)
+        assert _snapshot(d / "model") == before  # model and evaluation.json untouched
+
+
+def test_train_failure_after_training_leaves_the_previous_model_intact(trained, monkeypatch):
+    import carb_nas.costmodel._persist as persist
+
+    d, data, _ = trained
+    before = _snapshot(d / "model")
+    real = persist._write_files
+
+    def half_then_fail(model, directory):
+        real(model, directory)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(persist, "_write_files", half_then_fail)
+    res = CliRunner().invoke(
+        cli, ["train", str(data), "-o", str(d / "model"), "--preset", "fast", "--jobs", "1"]
+    )
+    assert res.exit_code != 0
+    assert _snapshot(d / "model") == before
+    assert not [p for p in d.iterdir() if p.name.startswith(".")]  # no temporary left
+
+
+def test_train_refuses_seed_below_zero(trained, tmp_path):
+    _, data, _ = trained
+    res = CliRunner().invoke(cli, ["train", str(data), "-o", str(tmp_path / "m"), "--seed", "-1"])
+    assert res.exit_code != 0 and "--seed" in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "m").exists()
+
+
+def test_train_refuses_a_directory_of_other_files(trained, tmp_path):
+    _, data, _ = trained
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "notes.txt").write_text("keep")
+    res = CliRunner().invoke(cli, ["train", str(data), "-o", str(tmp_path / "out")])
+    _one_line_error(res, "holds other files")
+    assert _snapshot(tmp_path / "out") == {"notes.txt": b"keep"}
+
+
+@pytest.mark.parametrize(
+    "edit, needle",
+    [
+        (lambda df: df.assign(latency_ms=df["latency_ms"].where(df.index != 7, 0.0)), "row 8"),
+        (lambda df: df.assign(peak_mem_mb=-df["peak_mem_mb"]), "implausible peak_mem_mb"),
+        (lambda df: df.assign(latency_ms=df["latency_ms"].where(df.index != 3, 1e30)), "1e+30"),
+        (
+            lambda df: df.assign(platform=np.where(df.index % 2, "cpu/torch/fp32", "cpu/x/y")),
+            "rows from 2 platforms",
+        ),
+    ],
+    ids=["zero", "negative", "huge", "mixed_platforms"],
+)
+def test_train_refuses_implausible_targets_and_mixed_platforms(tmp_path, edit, needle):
+    df = edit(synthetic_dataset(120, seed=2, space="cpu"))
+    df.to_csv(tmp_path / "rows.csv", index=False)
+    before = (tmp_path / "rows.csv").read_bytes()
+    res = CliRunner().invoke(cli, ["train", str(tmp_path / "rows.csv"), "-o", str(tmp_path / "m")])
+    _one_line_error(res, needle)
+    assert not (tmp_path / "m").exists() and (tmp_path / "rows.csv").read_bytes() == before
+
+
+def test_predict_and_evaluate_accept_a_shipped_platform_name(trained, tmp_path, monkeypatch):
+    import carb_nas.costmodel._defaults as defaults
+
+    d, data, _ = trained
+    monkeypatch.setattr(
+        defaults,
+        "default_model_dir",
+        lambda platform="cpu/torch/fp32": d / "model" if platform == "cpu/torch/fp32" else tmp_path,
+    )
+    res = run("predict", "cpu/torch/fp32", str(data), "-o", str(tmp_path / "p.csv"))
+    assert res.exit_code == 0 and len(pd.read_csv(tmp_path / "p.csv")) == 330
+    res = run("evaluate", "cpu/torch/fp32", str(data), "--json")
+    assert res.exit_code == 0 and json.loads(res.stdout)["n_rows"] == 325
+    bad = CliRunner().invoke(cli, ["predict", str(tmp_path / "nowhere"), str(data)])
+    _one_line_error(bad, "MODEL not found", "carb-nas train")
+
+
+def test_evaluate_report_is_atomic_and_checked_first(trained, tmp_path):
+    d, data, _ = trained
+    res = run("evaluate", str(d / "model"), str(data), "--report", str(tmp_path / "r"), "--json")
+    doc = json.loads(res.stdout)
+    assert all(Path(p).parent == tmp_path / "r" and Path(p).is_file() for p in doc["plots"])
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "a.txt").write_text("keep")
+    res = CliRunner().invoke(
+        cli, ["evaluate", str(d / "model"), str(data), "--report", str(tmp_path / "mine")]
+    )
+    _one_line_error(res, "holds other files")
+    res = CliRunner().invoke(
+        cli, ["evaluate", str(d / "model"), str(data), "--report", "/proc/carb_nas_x"]
+    )
+    _one_line_error(res, "/proc/carb_nas_x")
+    res = CliRunner().invoke(cli, ["evaluate", str(d / "model"), str(data), "--alpha", "5"])
+    _one_line_error(res, "--alpha", "confidence")

@@ -3,42 +3,40 @@
 from __future__ import annotations
 
 import pytest
-from test_costmodel import tiny  # noqa: F401  (registers the tiny preset)
 
-from carb_nas import costmodel
 from carb_nas.costmodel import CostModel, load_default_model
 from carb_nas.errors import ModelError
 
 
 @pytest.fixture
-def tiny_defaults(monkeypatch, tmp_path):
+def tiny_defaults(model_cache, tiny_default_params):
     # The real default is the CARB preset (about a minute); the caching logic is the same.
-    monkeypatch.setattr(costmodel, "DEFAULT_MODEL_PRESET", "tiny")
-    monkeypatch.setenv("CARB_NAS_CACHE", str(tmp_path))
-    return tmp_path
+    return model_cache, tiny_default_params
 
 
 def test_first_use_trains_caches_and_later_calls_load(tiny_defaults, monkeypatch):
-    model = load_default_model("cpu/onnxruntime/int8", verbose=False)
+    cache, params = tiny_defaults
+    model = load_default_model("cpu/onnxruntime/int8", verbose=False, params=params)
     assert set(model.targets_) == {"peak_mem_mb", "latency_ms"}  # no energy meter on CPU
     assert model.platform_["platform"] == "cpu/onnxruntime/int8"
-    cached = list((tiny_defaults / "models").iterdir())
-    assert len(cached) == 1 and cached[0].name.startswith("cpu_onnxruntime_int8-tiny-")
+    cached = list((cache / "models").iterdir())
+    assert len(cached) == 1 and cached[0].name.startswith("cpu_onnxruntime_int8-fast-")
 
     def no_training(*args, **kwargs):
         raise AssertionError("the cached model should have been loaded, not retrained")
 
     monkeypatch.setattr(CostModel, "fit", no_training)
-    again = load_default_model("cpu/onnxruntime/int8", verbose=False)
+    again = load_default_model("cpu/onnxruntime/int8", verbose=False, params=params)
     assert list(again.targets_) == list(model.targets_)
 
 
 def test_damaged_cache_entry_is_retrained(tiny_defaults):
-    load_default_model("cpu/onnxruntime/int8", verbose=False)
-    (entry,) = (tiny_defaults / "models").iterdir()
+    cache, params = tiny_defaults
+    load_default_model("cpu/onnxruntime/int8", verbose=False, params=params)
+    (entry,) = (cache / "models").iterdir()
     manifest = entry / "manifest.json"
     manifest.write_text(manifest.read_text()[:-20])  # truncated: no longer valid JSON
-    model = load_default_model("cpu/onnxruntime/int8", verbose=False)
+    model = load_default_model("cpu/onnxruntime/int8", verbose=False, params=params)
     assert model.targets_ is not None
     assert CostModel.load(entry).targets_ == model.targets_
 
@@ -46,3 +44,35 @@ def test_damaged_cache_entry_is_retrained(tiny_defaults):
 def test_unknown_platform_is_a_clear_error(tiny_defaults):
     with pytest.raises(ModelError, match="no shipped dataset or model for platform"):
         load_default_model("cuda/torch/fp16", verbose=False)
+
+
+def test_an_unwritable_cache_is_refused_before_training(tmp_path, monkeypatch, tiny_default_params):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("CARB_NAS_CACHE", str(blocker / "cache"))
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("training started before the cache was checked")
+
+    monkeypatch.setattr(CostModel, "fit", no_training)
+    with pytest.raises(ModelError, match="not writable.*CARB_NAS_CACHE") as e:
+        load_default_model("cpu/onnxruntime/int8", verbose=False, params=tiny_default_params)
+    assert "\n" not in str(e.value)
+    assert blocker.read_text() == "not a directory"
+
+
+def test_load_model_takes_a_directory_or_a_platform_name(tiny_defaults, monkeypatch, tmp_path):
+    import carb_nas.costmodel._defaults as defaults
+    from carb_nas.costmodel import load_model
+    from carb_nas.errors import MissingFileError
+
+    cache, params = tiny_defaults
+    model = load_default_model("cpu/onnxruntime/int8", verbose=False, params=params)
+    (entry,) = (cache / "models").iterdir()
+    assert load_model(entry).targets_ == model.targets_
+    asked = []
+    monkeypatch.setattr(defaults, "load_default_model", lambda p: asked.append(p) or model)
+    assert load_model("cpu/onnxruntime/int8") is model and asked == ["cpu/onnxruntime/int8"]
+    with pytest.raises(MissingFileError, match="carb-nas train") as e:
+        load_model(tmp_path / "nowhere", "--model")
+    assert str(e.value).startswith("--model not found") and "\n" not in str(e.value)

@@ -1,23 +1,19 @@
-"""carb_nas.evaluation on SYNTHETIC data (tests/test_costmodel_synthetic.py) and hand-made
-tables whose answers are known."""
+"""carb_nas.costmodel's evaluation functions on SYNTHETIC data (tests/synthetic.py) and
+hand-made tables whose answers are known."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from carb_nas import evaluation as ev
+from carb_nas import costmodel as ev
 from carb_nas.costmodel import model_inputs
 from carb_nas.errors import ModelError
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_costmodel import tiny  # noqa: E402  (registers the tiny preset)
-from test_costmodel_synthetic import synthetic_dataset  # noqa: E402
+from tests.synthetic import synthetic_dataset, tiny
 
 T3 = ["peak_mem_mb", "energy_j", "latency_ms"]
 

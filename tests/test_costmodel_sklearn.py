@@ -15,13 +15,9 @@ The checks run on numpy arrays (columns become ``x0, x1, ...``, a 1-D ``y`` the 
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_costmodel import tiny  # noqa: E402  (registers the tiny preset)
+from tests.synthetic import tiny
 
 _DATAFRAME_OUT = "predict returns a DataFrame of targets (carb_nas contract), not a 1-D array"
 _MIN_ROWS = "fit needs >= 20 rows; the check fits on 10-15 samples (clear ModelError instead)"

@@ -1,4 +1,4 @@
-"""Tests of carb_nas.reports (characterize, transfer), carb_nas.calibration and their CLI verbs.
+"""Tests of carb_nas.reports (characterize, transfer), carb_nas.costmodel.calibrate and their CLI verbs.
 
 All frames here are SYNTHETIC (built in the tests, labelled device="synthetic"): costs are
 exact functions of the config so every statistic has a known answer.
@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from carb_nas.calibration import CalibratedModel, calibrate
+from carb_nas.costmodel import CalibratedModel, calibrate
 from carb_nas.cli import cli
 from carb_nas.errors import InputFileError, MissingFileError, ModelError
 from carb_nas.reports import (

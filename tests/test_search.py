@@ -421,7 +421,7 @@ def test_pymoo_problem_example_runs():
 def test_cli_search_embedded_default_validates(model_dirs, monkeypatch, tmp_path):
     """No --model: shipped models (here the fixtures, as if shipped), rescore, then a REAL
     measurement of the picked Pareto config on this CPU with ONNX Runtime."""
-    import carb_nas.costmodel as cm
+    import carb_nas.costmodel._defaults as cm
 
     shipped = {"cpu/torch/fp32": model_dirs[0], "cpu/onnxruntime/fp32": model_dirs[1]}
     monkeypatch.setattr(

@@ -1,29 +1,48 @@
 """``carb-nas train``, ``carb-nas evaluate`` and ``carb-nas predict`` (the cost-model stage).
 
 DATASET is a CSV/Parquet table: either measured rows following ``carb_nas.datasets.SCHEMA``
-(config columns, targets, fingerprint; only ``status == ok`` rows are used and rows from fake
-meters or devices are refused) or any generic table with target columns (e.g. a published
-benchmark with flops, params, batch_size and resolution columns; name the targets with
-``--target`` when they are not ``peak_mem_mb``/``energy_j``/``latency_ms``).
+(config columns, targets, fingerprint; only ``status == ok`` rows are used, and rows from fake
+meters or devices, from several platforms, or with implausible targets are refused) or any
+generic table with target columns (e.g. a published benchmark with flops, params, batch_size
+and resolution columns; name the targets with ``--target`` when they are not
+``peak_mem_mb``/``energy_j``/``latency_ms``).
+
+Every option is checked before any work; outputs are written atomically (a model directory
+or a report directory appears whole or not at all; a failure leaves a previous one intact).
 """
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
 
 import click
-import numpy as np
 import pandas as pd
 
-from carb_nas._json import jsonable as _jsonable
-from carb_nas.cli._options import echo_json
-from carb_nas.costmodel import physical_offsets as _physical_offsets
-from carb_nas.costmodel import prepare_table
+from carb_nas._io import atomic_directory, atomic_write_json
+from carb_nas.cli._options import (
+    echo_json,
+    example,
+    info,
+    json_option,
+    output_option,
+    report_option,
+    seed_option,
+)
+from carb_nas.costmodel import (
+    check_output_dir,
+    load_model,
+    prepare_table,
+)
+from carb_nas.costmodel import (
+    physical_offsets as find_physical_offsets,
+)
 from carb_nas.datasets import TARGETS
 from carb_nas.errors import ModelError
+
+_MARKER_MODEL = "manifest.json"
+_MARKER_REPORT = "evaluation.json"
 
 
 def _per_batch_budgets(items: tuple[str, ...]) -> dict[str, float]:
@@ -41,23 +60,47 @@ def _per_batch_budgets(items: tuple[str, ...]) -> dict[str, float]:
     return budgets
 
 
-def _split(n: int, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def _check_alpha(alpha: float | None) -> None:
+    if alpha is not None and not 0 < alpha < 1:
+        raise ModelError(
+            f"invalid --alpha: expected a miscoverage in (0, 1) (alpha = 1 - confidence, e.g. "
+            f"0.05 for 95% intervals), got {alpha:g}. Pass e.g. --alpha 0.05."
+        )
+
+
+def _check_threads(threads: int) -> None:
+    if threads != -1 and not 1 <= threads <= 1024:
+        raise ModelError(
+            f"invalid --threads/--jobs: expected -1 (all cores) or a thread count in 1..1024, "
+            f"got {threads}. Pass e.g. --threads 1 on a busy machine."
+        )
+
+
+def _check_test_fraction(test_fraction: float) -> None:
     if not 0 < test_fraction < 1:
         raise ModelError(
-            f"invalid --test-fraction: expected a number in (0, 1), got {test_fraction}. Use 0.2."
+            f"invalid --test-fraction: expected a number in (0, 1), got {test_fraction:g}. Use 0.2."
         )
-    perm = np.random.default_rng(seed).permutation(n)
+
+
+def _split(n: int, test_fraction: float, seed: int) -> tuple[Any, Any]:
+    """Seeded train/test row indices (scikit-learn's ``train_test_split``), sorted."""
+    import numpy as np
+    from sklearn.model_selection import train_test_split
+
     k = int(round(n * test_fraction))
     if k < 1 or n - k < 1:
         raise ModelError(
             f"too few rows for a test split: expected enough rows for a "
             f"{test_fraction:.0%} test split, got {n}. Measure more configs."
         )
-    return np.sort(perm[k:]), np.sort(perm[:k])
+    tr, te = train_test_split(np.arange(n), test_size=k, random_state=seed, shuffle=True)
+    return np.sort(tr), np.sort(te)
 
 
 def _parse_offsets(items: tuple[str, ...]) -> dict[str, str | list[str]]:
     out: dict[str, str | list[str]] = {}
+    seen: dict[str, str] = {}
     for item in items:
         name, sep, spec = item.partition("=")
         cols = [c.strip() for c in spec.split("+")]
@@ -66,14 +109,16 @@ def _parse_offsets(items: tuple[str, ...]) -> dict[str, str | list[str]]:
                 f"invalid --offset: expected TARGET=COLUMN or TARGET=COL1+COL2+... (e.g. "
                 f"latency_ms=flops or latency_ms=flops+param_mb), got {item!r}. Fix the option."
             )
-        out[name.strip()] = cols[0] if len(cols) == 1 else cols
+        target = name.strip()
+        if target in seen:
+            raise ModelError(
+                f"repeated --offset for {target!r}: expected one --offset per target, got "
+                f"{seen[target]!r} and {item!r}. Give one; for a sum of columns use "
+                f"{target}=COL1+COL2."
+            )
+        seen[target] = item
+        out[target] = cols[0] if len(cols) == 1 else cols
     return out
-
-
-def _write_json(path: Path, doc: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(_jsonable(doc), indent=1, allow_nan=False))
-    tmp.replace(path)
 
 
 def _summary(report: dict[str, Any]) -> list[str]:
@@ -92,24 +137,31 @@ def _summary(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _threads_option(f: Any) -> Any:
+    # one option, two names: README and scripts spell it --jobs; -1 (all cores) is allowed
+    return click.option(
+        "--threads",
+        "--jobs",
+        "threads",
+        type=int,
+        default=-1,
+        show_default=True,
+        help="Threads per learner (-1: all cores; 1 is faster on a busy machine). "
+        "--jobs is the same option.",
+    )(f)
+
+
 @click.command("train")
 @click.argument("dataset", type=click.Path(dir_okay=False))
-@click.option(
-    "-o",
-    "--output",
-    "model_dir",
+@output_option(
+    "Directory to write the model (and evaluation.json) into; a previous model there is "
+    "replaced only once the new one is complete.",
     required=True,
-    type=click.Path(file_okay=False),
-    help="Directory to write the model (and evaluation.json) into.",
+    dir_okay=True,
+    dest="model_dir",
 )
 @click.option("--preset", type=click.Choice(["carb", "fast"]), default="carb", show_default=True)
-@click.option(
-    "--seed",
-    type=int,
-    default=0,
-    show_default=True,
-    help="Seed of the test split and of the model.",
-)
+@seed_option("Seed of the test split and of the model (an integer >= 0).")
 @click.option("--test-fraction", type=float, default=0.2, show_default=True)
 @click.option(
     "--target",
@@ -124,7 +176,7 @@ def _summary(report: dict[str, Any]) -> list[str]:
     multiple=True,
     help="TARGET=COLUMN: fit the target's log-ratio to a positive feature column; "
     "TARGET=COL1+COL2+...: to a sum of columns with fitted non-negative costs "
-    "(repeatable; see CostModel target_offsets).",
+    "(one per target; see CostModel target_offsets).",
 )
 @click.option(
     "--physical-offsets",
@@ -149,16 +201,11 @@ def _summary(report: dict[str, Any]) -> list[str]:
     type=float,
     default=0.05,
     show_default=True,
-    help="Miscoverage of the evaluated intervals.",
+    help="Miscoverage of the evaluated intervals (1 - confidence).",
 )
-@click.option(
-    "--jobs",
-    type=int,
-    default=-1,
-    show_default=True,
-    help="Threads per learner (-1: all cores; 1 is faster on a busy machine).",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print evaluation.json to stdout.")
+@_threads_option
+@json_option("Print evaluation.json to stdout.")
+@example("carb-nas train carb_nas/data/datasets/cpu_torch_fp32.csv -o models/torch --preset fast")
 def train_cmd(
     dataset: str,
     model_dir: str,
@@ -170,38 +217,48 @@ def train_cmd(
     space_file: str | None,
     studies: bool,
     alpha: float,
-    jobs: int,
+    threads: int,
     offsets: tuple[str, ...],
     physical_offsets: bool,
     as_json: bool,
 ) -> None:
     """Train a cost model on DATASET (holding out a seeded test split) and evaluate it."""
-    from carb_nas import evaluation as ev
-    from carb_nas.costmodel import CostModel, frame_sha256
+    from carb_nas.costmodel import (
+        CostModel,
+        evaluate,
+        frame_sha256,
+        leave_one_batch_tier_out,
+        telemetry_ablation,
+    )
     from carb_nas.datasets import read_table
     from carb_nas.space import load_space
+
+    # every option first: nothing is read, trained or written before they all pass
+    _check_test_fraction(test_fraction)
+    _check_alpha(alpha)
+    _check_threads(threads)
+    target_offsets = _parse_offsets(offsets)
+    check_output_dir(model_dir, _MARKER_MODEL, "model")
+    space_fp = load_space(space_file).fingerprint if space_file else None
 
     data = prepare_table(read_table(dataset), dataset, targets)
     X, Y = data["X"], data["Y"]
     tr, te = _split(len(X), test_fraction, seed)
     Xtr, Ytr, Xte, Yte = X.iloc[tr], Y.iloc[tr], X.iloc[te], Y.iloc[te]
-    space_fp = load_space(space_file).fingerprint if space_file else None
-    target_offsets = _parse_offsets(offsets)
     if physical_offsets:
-        for t, spec in _physical_offsets(X, data["targets"]).items():
+        for t, spec in find_physical_offsets(X, data["targets"]).items():
             target_offsets.setdefault(t, spec)
     model = CostModel(
         preset=preset,
         architecture_only=architecture_only,
         random_state=seed,
-        n_jobs=jobs,
+        n_jobs=threads,
         target_offsets=target_offsets or None,
     )
     t0 = time.perf_counter()
     model.fit(Xtr, Ytr, platform=data["platform"], space_fingerprint=space_fp)
     train_s = time.perf_counter() - t0
-    out = model.save(model_dir)
-    report = ev.evaluate(model, Xte, Yte, alpha=alpha, baseline_train=(Xtr, Ytr))
+    report = evaluate(model, Xte, Yte, alpha=alpha, baseline_train=(Xtr, Ytr))
     report = {
         "dataset": str(dataset),
         "dataset_sha256": frame_sha256(data["frame"]),
@@ -221,11 +278,18 @@ def train_cmd(
         **report,
     }
     if studies:
-        report["leave_one_batch_tier_out"] = ev.leave_one_batch_tier_out(
+        report["leave_one_batch_tier_out"] = leave_one_batch_tier_out(
             model, X, Y, model.low_batch_threshold
         )
-        report["telemetry_ablation"] = ev.telemetry_ablation(model, Xtr, Ytr, Xte, Yte)
-    _write_json(out / "evaluation.json", report)
+        report["telemetry_ablation"] = telemetry_ablation(model, Xtr, Ytr, Xte, Yte)
+    # the model and its evaluation appear together, or the previous ones stay
+    with atomic_directory(model_dir) as tmp:
+        model.save(tmp)
+        atomic_write_json(tmp / _MARKER_REPORT, report)
+    out = Path(model_dir)
+    for note in data["notes"]:
+        info(f"note: {note}")
+    info(f"wrote {out} (model and {_MARKER_REPORT})")
     if as_json:
         echo_json(report)
         return
@@ -233,23 +297,20 @@ def train_cmd(
     click.echo(f"held-out test ({len(te)} rows):")
     for line in _summary(report):
         click.echo(line)
-    for note in data["notes"]:
-        click.echo(f"note: {note}", err=True)
-    click.echo(f"wrote {out / 'evaluation.json'}")
 
 
 @click.command("evaluate")
-@click.argument("model_dir", type=click.Path(file_okay=False))
+@click.argument("model", metavar="MODEL")
 @click.argument("dataset", type=click.Path(dir_okay=False))
+@report_option("Write evaluation.json and parity plots (PNG) into this directory.")
+@json_option("Print the evaluation as JSON.")
 @click.option(
-    "--report",
-    "report_dir",
-    default=None,
-    type=click.Path(file_okay=False),
-    help="Write evaluation.json and parity plots (PNG) here.",
+    "--alpha",
+    type=float,
+    default=0.05,
+    show_default=True,
+    help="Miscoverage of the evaluated intervals (1 - confidence).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the evaluation as JSON.")
-@click.option("--alpha", type=float, default=0.05, show_default=True)
 @click.option(
     "--budget",
     "budgets",
@@ -261,8 +322,9 @@ def train_cmd(
     is_flag=True,
     help="Also run leave-one-batch-tier-out and the telemetry ablation (retrains).",
 )
+@example("carb-nas evaluate cpu/torch/fp32 carb_nas/data/datasets/cpu_torch_fp32.csv --json")
 def evaluate_cmd(
-    model_dir: str,
+    model: str,
     dataset: str,
     report_dir: str | None,
     as_json: bool,
@@ -270,25 +332,60 @@ def evaluate_cmd(
     budgets: tuple[str, ...],
     studies: bool,
 ) -> None:
-    """Score the model in MODEL_DIR on the measured rows of DATASET."""
-    from carb_nas import evaluation as ev
-    from carb_nas.costmodel import CostModel
+    """Score MODEL (a model directory or a shipped platform name such as cpu/torch/fp32) on
+    the measured rows of DATASET."""
+    from carb_nas.costmodel import evaluate, leave_one_batch_tier_out
     from carb_nas.datasets import read_table
 
-    model = CostModel.load(model_dir)
+    _check_alpha(alpha)
+    budget_limits = _per_batch_budgets(budgets) or None
+    if report_dir:
+        check_output_dir(report_dir, _MARKER_REPORT, "report")
+    cost_model = load_model(model, "MODEL")
     frame = read_table(dataset)
-    wanted = [t for t in model.targets_ if t in frame and frame[t].notna().any()]
+    wanted = [t for t in cost_model.targets_ if t in frame and frame[t].notna().any()]
     data = prepare_table(frame, dataset, wanted if wanted else ())
-    report = ev.evaluate(
-        model,
-        data["X"],
-        data["Y"],
-        alpha=alpha,
-        budgets=_per_batch_budgets(budgets) or None,
-        report_dir=report_dir,
-    )
+
+    def build(plot_dir: Path | None) -> dict[str, Any]:
+        scored = evaluate(
+            cost_model,
+            data["X"],
+            data["Y"],
+            alpha=alpha,
+            budgets=budget_limits,
+            report_dir=plot_dir,
+        )
+        if plot_dir is not None:  # name the plots where they will be, not in the temporary
+            scored["plots"] = [str(Path(report_dir) / Path(p).name) for p in scored["plots"]]
+        report = _evaluation_doc(cost_model, model, dataset, data, scored)
+        if studies:
+            report["leave_one_batch_tier_out"] = leave_one_batch_tier_out(
+                cost_model, data["X"], data["Y"], cost_model.low_batch_threshold
+            )
+        return report
+
+    if report_dir:
+        with atomic_directory(report_dir) as tmp:  # plots and evaluation.json appear together
+            report = build(tmp)
+            atomic_write_json(tmp / _MARKER_REPORT, report)
+        info(f"wrote {Path(report_dir) / _MARKER_REPORT} and parity plots")
+    else:
+        report = build(None)
+    for note in report["notes"]:
+        info(f"note: {note}")
+    if as_json:
+        echo_json(report)
+        return
+    click.echo(f"model {model} on {report['n_rows']} rows of {dataset}:")
+    for line in _summary(report):
+        click.echo(line)
+
+
+def _evaluation_doc(
+    cost_model: Any, model: str, dataset: str, data: dict[str, Any], report: dict[str, Any]
+) -> dict[str, Any]:
     notes = list(data["notes"])
-    mp, dp = model.platform_ or {}, data["platform"] or {}
+    mp, dp = cost_model.platform_ or {}, data["platform"] or {}
     if mp.get("platform") and dp.get("platform") and mp["platform"] != dp["platform"]:
         notes.append(
             f"predictions of a {mp['platform']} model scored against measurements from "
@@ -298,55 +395,40 @@ def evaluate_cmd(
         notes.append(
             f"model trained on {mp['device_name']!r}, rows measured on {dp['device_name']!r}"
         )
-    report = {
-        "model": str(model_dir),
+    return {
+        "model": str(model),
         "dataset": str(dataset),
         "model_platform": mp or None,
         "notes": notes,
         **report,
     }
-    if studies:
-        report["leave_one_batch_tier_out"] = ev.leave_one_batch_tier_out(
-            model, data["X"], data["Y"], model.low_batch_threshold
-        )
-    if report_dir:
-        _write_json(Path(report_dir) / "evaluation.json", report)
-    if as_json:
-        echo_json(report)
-        return
-    click.echo(f"model {model_dir} on {report['n_rows']} rows of {dataset}:")
-    for line in _summary(report):
-        click.echo(line)
-    for note in notes:
-        click.echo(f"note: {note}", err=True)
-    if report_dir:
-        click.echo(f"wrote {Path(report_dir) / 'evaluation.json'} and parity plots")
 
 
 @click.command("predict")
-@click.argument("model_dir", type=click.Path(file_okay=False))
+@click.argument("model", metavar="MODEL")
 @click.argument("configs")
-@click.option(
-    "-o",
-    "--output",
-    required=True,
-    type=click.Path(dir_okay=False),
-    help="predictions.csv or .parquet",
+@output_option(
+    "predictions.csv or .parquet (default: CSV on stdout, or JSON with --json)",
 )
 @click.option(
     "--alpha",
     type=float,
     default=None,
-    help="Add <target>_lower/_upper conformal bounds at this miscoverage.",
+    help="Add <target>_lower/_upper conformal bounds at this miscoverage (1 - confidence).",
 )
-def predict_cmd(model_dir: str, configs: str, output: str, alpha: float | None) -> None:
-    """Predict costs for CONFIGS (CSV/Parquet of configs, or a space TOML: all its configs)."""
-    from carb_nas.costmodel import CostModel, model_inputs
-    from carb_nas.datasets import read_table, write_table
-    from carb_nas.datasets import read_configs
+@json_option("Print the predictions as JSON records on stdout.")
+@example("carb-nas predict cpu/torch/fp32 search_spaces/resnet.toml -o predictions.csv")
+def predict_cmd(
+    model: str, configs: str, output: str | None, alpha: float | None, as_json: bool
+) -> None:
+    """Predict costs for CONFIGS (CSV/Parquet of configs, or a space TOML: all its configs)
+    with MODEL (a model directory or a shipped platform name such as cpu/torch/fp32)."""
+    from carb_nas.costmodel import model_inputs
+    from carb_nas.datasets import read_configs, read_table, write_table
     from carb_nas.space import CONFIG_COLUMNS, Config
 
-    model = CostModel.load(model_dir)
+    _check_alpha(alpha)
+    cost_model = load_model(model, "MODEL")
     p = Path(configs)
     generic = (
         p.suffix in (".csv", ".parquet")
@@ -365,10 +447,24 @@ def predict_cmd(model_dir: str, configs: str, output: str, alpha: float | None) 
         X = model_inputs(frame)
         base = frame[list(CONFIG_COLUMNS)].copy()
         base.insert(0, "key", [Config(*r).key for r in base.itertuples(index=False)])
-    pred = model.predict(X, alpha=alpha)
+    pred = cost_model.predict(X, alpha=alpha)
     out = pd.concat([base.reset_index(drop=True), pred.reset_index(drop=True)], axis=1)
-    write_table(out, output)
-    click.echo(f"wrote {len(out)} predictions ({', '.join(model.targets_)}) to {output}", err=True)
+    if output:
+        write_table(out, output)
+        info(f"wrote {len(out)} predictions ({', '.join(cost_model.targets_)}) to {output}")
+    if as_json:
+        echo_json(
+            {
+                "model": str(model),
+                "targets": list(cost_model.targets_),
+                "alpha": alpha,
+                "n_rows": len(out),
+                "output": output,
+                "predictions": out.to_dict(orient="records"),
+            }
+        )
+    elif not output:
+        click.echo(out.to_csv(index=False), nl=False)
 
 
 COMMANDS: list = [train_cmd, evaluate_cmd, predict_cmd]

@@ -81,7 +81,7 @@ def characterize_command(datasets: tuple[str, ...], report_dir: str | None, as_j
     type=click.Choice(["auto", "scale", "loglinear", "features"]),
     default="auto",
     show_default=True,
-    help="Calibration map (see carb_nas.calibration.calibrate).",
+    help="Calibration map (see carb_nas.costmodel.calibrate).",
 )
 @click.option(
     "--source-model",

@@ -13,7 +13,7 @@ Two questions users ask about their own measurements:
     Does a source platform's cost tell anything about a target platform's? On configs both
     measured: a linear fit ``B = slope * A + intercept`` with R2, Spearman rank correlation and
     the overlap of the two top-100 (cheapest) lists; then few-shot calibration: adapt the
-    source platform's cost model with N target measurements (``carb_nas.calibration``) and
+    source platform's cost model with N target measurements (``carb_nas.costmodel.calibrate``) and
     compare with a model trained on the same N target rows alone, over several random draws.
 
 Datasets are read by ``carb_nas.datasets.load_dataset`` as analysis inputs (a shipped platform

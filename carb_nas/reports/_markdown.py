@@ -260,7 +260,7 @@ def transfer_markdown(result: Mapping[str, Any]) -> str:
             "## Few-shot calibration",
             "",
             f"Source model: {fs['source_model']}. Method: `{fs['method']}` (see "
-            "`carb_nas.calibration.calibrate`). For each N, N rows of B are drawn at random "
+            "`carb_nas.costmodel.calibrate`). For each N, N rows of B are drawn at random "
             f"({fs['seeds']} draws); R2 is measured on every other usable row of B. "
             "`source only`: the A model's predictions unchanged; `calibrated`: the A model "
             "adapted with the N rows; `target only`: a model trained on the N rows alone -- "

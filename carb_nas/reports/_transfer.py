@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from carb_nas._json import jsonable
-from carb_nas.calibration import (
+from carb_nas.costmodel import (
     CALIBRATION_METHODS,
     CalibratedModel,
     calibration_features,
@@ -202,7 +202,7 @@ def transfer(
     Returns a JSON-ready dict with one entry per shared target, ``{"slope", "intercept",
     "r2", "spearman", "top100_overlap", ...}`` (fit ``B = slope * A + intercept``; top-k
     overlap as a fraction of k, k = min(top_k, shared configs)), plus ``"meta"`` and,
-    unless ``few_shot`` is empty/None, ``"few_shot"`` (see ``carb_nas.calibration``): the
+    unless ``few_shot`` is empty/None, ``"few_shot"`` (see ``carb_nas.costmodel.calibrate``): the
     source model (``source_model``, or a ``CostModel(preset)`` trained on all of A) adapted
     with N random rows of B, ``repeats`` draws per N (seeds ``seed``, ``seed + 1``, ...;
     recorded as ``few_shot["seeds"]``), against a ``CostModel(preset)`` trained on the N rows

@@ -2,7 +2,8 @@
 
 Everything here works on any ``X``/``Y`` the cost model accepts:
 
-* :func:`regression_metrics` -- R2, MAE and MAPE (MAPE as a fraction, 0.05 = 5 %).
+* :func:`regression_metrics` -- R2, MAE and MAPE (MAPE as a fraction, 0.05 = 5 %), by
+  ``sklearn.metrics``.
 * :func:`flops_linear_baseline` -- least squares on the ``flops`` column alone.
 * :func:`latency_energy_proxy` -- energy as a linear map of *measured* latency.
 * :func:`leave_one_batch_tier_out` -- train on ``batch_size > 8``, test on ``<= 8`` (retrains).
@@ -24,6 +25,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from carb_nas.costmodel._common import TELEMETRY_COLUMNS
+from carb_nas.costmodel._metrics import regression_metrics
 from carb_nas.errors import ModelError
 
 __all__ = [
@@ -42,31 +45,6 @@ __all__ = [
     "parity_plots",
     "evaluate",
 ]
-
-
-def regression_metrics(y_true: Any, y_pred: Any) -> dict[str, float]:
-    """R2, MAE (target units) and MAPE (a fraction) of predictions on the ``n`` rows that
-    have a measurement (NaN in ``y_true`` is skipped)."""
-    y = np.asarray(y_true, dtype=float)
-    p = np.asarray(y_pred, dtype=float)
-    if y.shape != p.shape:
-        raise ModelError(
-            f"metrics: expected equally long arrays, got {y.shape} and {p.shape}. "
-            "Pass one prediction per measurement."
-        )
-    keep = ~np.isnan(y)  # rows without a measurement of this target are not scored
-    y, p = y[keep], p[keep]
-    n = len(y)
-    if n == 0:
-        return {"r2": float("nan"), "mae": float("nan"), "mape": float("nan"), "n": 0}
-    resid = y - p
-    ss = float(((y - y.mean()) ** 2).sum())
-    return {
-        "r2": 1.0 - float((resid**2).sum()) / ss if ss > 0 else float("nan"),
-        "mae": float(np.abs(resid).mean()),
-        "mape": float(np.mean(np.abs(resid) / np.maximum(np.abs(y), 1e-12))),
-        "n": int(n),
-    }
 
 
 def score(
@@ -107,7 +85,6 @@ def flops_linear_baseline_cv(
 ) -> dict[str, Any]:
     """The FLOPs-only baseline scored on ``folds``-fold out-of-fold predictions of one table
     (for evaluating a saved model on a dataset without a training split)."""
-    from sklearn.linear_model import LinearRegression
 
     f = _flops(X)
     if f is None:
@@ -115,17 +92,28 @@ def flops_linear_baseline_cv(
     n = len(X)
     if n < 2 * folds:
         return {"skipped": f"only {n} rows (< {2 * folds}) for {folds}-fold cross-validation"}
-    idx = np.random.default_rng(seed).permutation(n) % folds
     out = {}
     for t in Y.columns:
         y = Y[t].to_numpy(dtype=float)
-        pred = np.empty(n)
-        for k in range(folds):
-            m = idx == k
-            fit = ~m & ~np.isnan(y)
-            pred[m] = LinearRegression().fit(f[fit], y[fit]).predict(f[m])
+        measured = ~np.isnan(y)
+        pred = _cross_val_linear(f, y, measured, folds, seed)
         out[t] = regression_metrics(y, pred)
     return out
+
+
+def _cross_val_linear(
+    x: np.ndarray, y: np.ndarray, fit_mask: np.ndarray, folds: int, seed: int
+) -> np.ndarray:
+    """Out-of-fold predictions of ``LinearRegression`` (shuffled KFold), fitted on the rows
+    of each training fold that ``fit_mask`` keeps."""
+    from sklearn.linear_model import LinearRegression
+    from sklearn.model_selection import KFold
+
+    pred = np.empty(len(y))
+    for train, test in KFold(folds, shuffle=True, random_state=seed).split(x):
+        keep = train[fit_mask[train]]
+        pred[test] = LinearRegression().fit(x[keep], y[keep]).predict(x[test])
+    return pred
 
 
 def latency_energy_proxy(Y_train: pd.DataFrame, Y_test: pd.DataFrame) -> dict[str, Any] | None:
@@ -185,8 +173,6 @@ def telemetry_ablation(
     """R2 of ``model`` (fitted, with telemetry) vs a fresh architecture-only copy fitted on the
     same rows (CARB: at most 0.0012 R2 lost)."""
     from sklearn.base import clone
-
-    from carb_nas.costmodel import TELEMETRY_COLUMNS
 
     used = [c for c in TELEMETRY_COLUMNS if c in list(model.feature_names_in_)]
     if not used:
@@ -426,14 +412,6 @@ def evaluate(
 def _proxy_cv(Y: pd.DataFrame, folds: int = 5) -> dict[str, Any] | None:
     if not ("latency_ms" in Y and "energy_j" in Y) or len(Y) < 2 * folds:
         return None
-    from sklearn.linear_model import LinearRegression
-
-    n = len(Y)
-    idx = np.random.default_rng(0).permutation(n) % folds
     lat = Y[["latency_ms"]].to_numpy(float)
     e = Y["energy_j"].to_numpy(float)
-    pred = np.empty(n)
-    for k in range(folds):
-        m = idx == k
-        pred[m] = LinearRegression().fit(lat[~m], e[~m]).predict(lat[m])
-    return regression_metrics(e, pred)
+    return regression_metrics(e, _cross_val_linear(lat, e, np.ones(len(e), bool), folds, 0))

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from carb_nas._json import jsonable
-from carb_nas.costmodel import model_inputs
+from carb_nas.costmodel._prepare import model_inputs
 from carb_nas.datasets import TARGETS, load_dataset
 from carb_nas.errors import ModelError
 from carb_nas.space import CONFIG_COLUMNS

@@ -57,7 +57,7 @@ def resolve_model(model: Any, role: str = "cost model") -> Any:
 
             return load_default_model(str(model))
         raise MissingFileError(
-            f"{role}: model not found: expected a directory written by `carb-nas train` (or "
+            f"{role} not found: expected a directory written by `carb-nas train` (or "
             f"CostModel.save) or a shipped platform such as cpu/torch/fp32, got {str(model)!r}. "
             "Check the path."
         )

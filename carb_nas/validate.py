@@ -543,18 +543,28 @@ def check_append_target(path: str | Path, platform: str) -> pd.DataFrame | None:
             f"dataset directory does not exist: expected an existing directory for "
             f"{str(p)!r}. Create {str(parent)!r} first."
         )
-    if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+    try:  # probes, not os.access: root passes every permission bit, /proc refuses anyway
+        fd, probe = tempfile.mkstemp(prefix=".carb_nas_probe.", dir=parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
         raise InputFileError(
-            f"dataset not writable: expected a file (and directory) this user can write, got "
-            f"{str(p)!r}. Fix the permissions or append to another file."
-        )
+            f"dataset not writable: expected a directory this user can write the dataset in, "
+            f"got {str(parent)!r} ({e.strerror or e}). Fix the permissions or append to "
+            "another file."
+        ) from None
     if not p.exists():
         return None
-    if not os.access(p, os.R_OK):
-        raise InputFileError(
-            f"dataset not readable: expected a file this user can read, got {str(p)!r}. Fix "
-            "the permissions or append to another file."
-        )
+    for mode, what in (("rb", "read"), ("ab", "write")):
+        try:
+            with open(p, mode):
+                pass
+        except OSError as e:
+            raise InputFileError(
+                f"dataset not {what}able: expected a file this user can {what}, got "
+                f"{str(p)!r} ({e.strerror or e}). Fix the permissions or append to another "
+                "file."
+            ) from None
     if p.suffix == ".csv":
         torn = _torn_csv_tail(p)
         if torn:

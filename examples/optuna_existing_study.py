@@ -138,6 +138,7 @@ def main() -> None:
     parser.add_argument("--latency-ms", type=float, default=None)
     parser.add_argument("--peak-mem-mb", type=float, default=None)
     parser.add_argument("--steps", type=int, default=4, help="training steps per trial")
+    parser.add_argument("--space", default=SPACE, help="a carb_nas space (TOML or bundled name)")
     parser.add_argument(
         "--synthetic", action="store_true", help="a synthetic cost model (a quick run)"
     )
@@ -146,7 +147,7 @@ def main() -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     t0 = time.perf_counter()
 
-    space = load_space(SPACE)
+    space = load_space(args.space)
     model, description = cost_model(args.synthetic)
     print(f"cost model: {description}")
     budgets = default_budgets(model, space)

@@ -1,4 +1,5 @@
-"""carb_nas.optuna: costs, budget constraints and pruning inside a user's Optuna study."""
+"""carb_nas.integrations (the Optuna plugin): costs, budget constraints and pruning inside a
+user's Optuna study."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pandas as pd
 import pytest
 
 from carb_nas.errors import BudgetError, ConfigError, ModelError
-from carb_nas.optuna import (
+from carb_nas.integrations import (
     CostConstraints,
     config_params,
     param_names,
@@ -432,17 +433,19 @@ def test_model_from_another_space_warns_once(model, space):
 # -- import and example -----------------------------------------------------------------------
 def test_module_name_does_not_shadow_optuna(tmp_path):
     code = (
-        "import optuna, carb_nas.optuna as m; "
+        "import optuna, carb_nas.integrations._optuna_plugin as m; "
         "assert m.optuna is optuna and hasattr(optuna, 'create_study'); "
-        "from carb_nas.optuna import CostConstraints; print('ok')"
+        "import carb_nas, os; assert not any(n in ('optuna.py', 'pymoo.py') "
+        "for n in os.listdir(os.path.dirname(carb_nas.__file__))); "
+        "from carb_nas.integrations import CostConstraints, SpaceProblem; print('ok')"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
     assert out.stdout.strip() == "ok", out.stderr
 
 
-def test_example_runs_and_reports_consistent_counts(tmp_path):
+def _run_example(tmp_path, *args: str) -> tuple[int, int, int, int]:
     out = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "optuna_existing_study.py"), "--trials", "12"],
+        [sys.executable, str(ROOT / "examples" / "optuna_existing_study.py"), *args],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -452,7 +455,26 @@ def test_example_runs_and_reports_consistent_counts(tmp_path):
     last = out.stdout.strip().splitlines()[-1]
     m = re.fullmatch(r"trials=(\d+) constrained=(\d+) pruned=(\d+) feasible=(\d+)", last)
     assert m, last
-    trials, constrained, pruned, feasible = map(int, m.groups())
+    return tuple(map(int, m.groups()))
+
+
+def test_example_runs_small_and_reports_consistent_counts(tmp_path):
+    (tmp_path / "tiny.toml").write_text(
+        'name = "tiny"\n[knobs]\nfamily = ["basic"]\ndepth = [8, 10]\nwidth = [0.1, 0.25]\n'
+        "resolution = [32]\nbatch_size = [1, 2, 4]\n"
+    )
+    trials, constrained, pruned, feasible = _run_example(
+        tmp_path, "--trials", "6", "--steps", "1", "--synthetic", "--space", "tiny.toml"
+    )
+    assert trials == 6
+    assert trials - pruned <= constrained <= trials
+    assert 0 <= pruned <= constrained and feasible <= constrained
+    assert feasible + pruned <= trials
+
+
+@pytest.mark.slow
+def test_example_runs_and_reports_consistent_counts(tmp_path):
+    trials, constrained, pruned, feasible = _run_example(tmp_path, "--trials", "12")
     assert trials == 12
     assert trials - pruned <= constrained <= trials
     assert 0 <= pruned <= constrained and feasible <= constrained

@@ -554,3 +554,29 @@ def test_optuna_pop_size_one_is_refused_before_the_study(torch_model, tmp_path):
     with pytest.raises(ConfigError, match=">= 2"):
         search(small_space(), torch_model, backend="optuna", pop_size=1, trials=4, storage=url)
     assert not (tmp_path / "s.db").exists()
+
+
+def test_cli_search_storage_defaults_to_the_environment(model_dirs, tmp_path, monkeypatch):
+    import optuna
+
+    journal = tmp_path / "env.log"
+    monkeypatch.setenv("CARB_NAS_STORAGE", f"journal:{journal}")
+    base = ["search", "cpu", "--model", str(model_dirs[0]), "--trials", "8", "--pop-size", "4"]
+    res = CliRunner().invoke(cli, base + ["--json"])  # pymoo: the optuna default is not used
+    assert res.exit_code == 0, res.output
+    assert not journal.exists()
+    res = CliRunner().invoke(cli, base + ["--backend", "optuna", "--study-name", "env", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["study_name"] == "env"
+    study = optuna.load_study(study_name="env", storage=optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(journal))))  # fmt: skip
+    assert len(study.trials) == 8
+    assert "searching" in res.stderr and "searching" not in res.stdout
+
+
+@pytest.mark.parametrize("command", ["screen", "search", "validate"])
+def test_cli_help_shows_one_example(command):
+    out = CliRunner().invoke(cli, [command, "--help"]).output
+    assert out.count("Example:") == 1 and f"carb-nas {command} " in out
+    if command != "screen":
+        assert "--model" in out and "--report" in out and "--json" in out

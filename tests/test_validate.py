@@ -445,7 +445,8 @@ def test_cli_validate_says_which_keys_were_replaced(model_dirs, tmp_path):
     args = ["validate", str(pareto), "--model", str(model_dirs[0]), "--threads", "1"]
     args += ["--append", str(tmp_path / "d.csv")]
     first = CliRunner().invoke(cli, args)
-    assert first.exit_code == 0, first.output and "replaced" not in first.stderr
+    assert first.exit_code == 0, first.output
+    assert "replaced" not in first.stderr
     second = CliRunner().invoke(cli, args + ["--json"])
     assert second.exit_code == 0, second.output
     key = json.loads(second.stdout)["replaced_keys"][0]

@@ -11,8 +11,8 @@ minimized). Counts are reported at every stage::
 
 Budgets are ``TARGET=LIMIT`` pairs in the target's unit (``latency_ms=50``, ``peak_mem_mb=200``,
 ``energy_j=75``, all per batch); ``<target>_per_image`` divides by the batch size. The budget
-rules, the accept/reject decision and the Pareto extraction are :mod:`carb_nas.budgets`'; the
-prediction helpers are :mod:`carb_nas.scoring`'s.
+rules, the accept/reject decision and the Pareto extraction live in :mod:`carb_nas.budgets`, the
+prediction helpers in :mod:`carb_nas.scoring`.
 
 Confidence. ``CostModel.predict(X, alpha=a)`` returns a two-sided split-conformal interval
 ``[lower, upper]`` that holds the true value with probability at least ``1 - a``. Screening

@@ -443,7 +443,15 @@ def test_module_name_does_not_shadow_optuna(tmp_path):
     assert out.stdout.strip() == "ok", out.stderr
 
 
-def _run_example(tmp_path, *args: str) -> tuple[int, int, int, int]:
+def _counts(stdout: str) -> tuple[int, ...]:
+    last = stdout.strip().splitlines()[-1]
+    m = re.fullmatch(r"trials=(\d+) constrained=(\d+) pruned=(\d+) feasible=(\d+)", last)
+    assert m, last
+    return tuple(map(int, m.groups()))
+
+
+def _run_example(tmp_path, *args: str) -> tuple[int, ...]:
+    """The example as a script, in a process of its own."""
     out = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "optuna_existing_study.py"), *args],
         cwd=tmp_path,
@@ -452,20 +460,34 @@ def _run_example(tmp_path, *args: str) -> tuple[int, int, int, int]:
         timeout=180,
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    last = out.stdout.strip().splitlines()[-1]
-    m = re.fullmatch(r"trials=(\d+) constrained=(\d+) pruned=(\d+) feasible=(\d+)", last)
-    assert m, last
-    return tuple(map(int, m.groups()))
+    return _counts(out.stdout)
 
 
-def test_example_runs_small_and_reports_consistent_counts(tmp_path):
+def _run_example_here(tmp_path, monkeypatch, capsys, *args: str) -> tuple[int, ...]:
+    """The example's ``main`` in this process (no interpreter and torch start-up)."""
+    import runpy
+
+    import torch
+
+    threads = torch.get_num_threads()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["optuna_existing_study.py", *args])
+    try:
+        runpy.run_path(str(ROOT / "examples" / "optuna_existing_study.py"), run_name="__main__")
+    finally:
+        torch.set_num_threads(threads)  # the example sets 2
+    return _counts(capsys.readouterr().out)
+
+
+def test_example_runs_small_and_reports_consistent_counts(tmp_path, monkeypatch, capsys):
     (tmp_path / "tiny.toml").write_text(
         'name = "tiny"\n[knobs]\nfamily = ["basic"]\ndepth = [8, 10]\nwidth = [0.1, 0.25]\n'
         "resolution = [32]\nbatch_size = [1, 2, 4]\n"
     )
-    trials, constrained, pruned, feasible = _run_example(
-        tmp_path, "--trials", "6", "--steps", "1", "--synthetic", "--space", "tiny.toml"
-    )
+    trials, constrained, pruned, feasible = _run_example_here(
+        tmp_path, monkeypatch, capsys, "--trials", "6", "--steps", "1", "--synthetic",
+        "--space", "tiny.toml",
+    )  # fmt: skip
     assert trials == 6
     assert trials - pruned <= constrained <= trials
     assert 0 <= pruned <= constrained and feasible <= constrained

@@ -3,7 +3,8 @@
 End to end = config frame -> architecture features -> stage 1 with the source platform's
 CARB-preset model (cpu/torch/fp32) -> top K -> stage 2 with the target platform's CARB-preset
 model (cpu/onnxruntime/fp32) -> budgets -> Pareto set. Models are trained here (cached in
-out/benchmark_models/) on the shipped real datasets when present (see _search_common.py).
+out/benchmark_models/) on the shipped real datasets when present (see
+carb_nas/search/benchmark_models.py).
 
 What makes it fast, all of it inside ``screen`` (nothing benchmark-specific):
 
@@ -30,15 +31,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _search_common import be_nice, trained_model  # noqa: E402
+from carb_nas.search.benchmark_models import be_nice, trained_model
+
+ROOT = Path(__file__).resolve().parents[1]  # models are cached under ROOT/out/benchmark_models
 
 BUDGETS = {"latency_ms": 50.0, "peak_mem_mb": 200.0}
 
@@ -135,8 +136,8 @@ def main() -> None:
     from carb_nas.screen import screen
 
     print(f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
-    source, s_src = trained_model("cpu/torch/fp32", preset="carb")
-    target, s_tgt = trained_model("cpu/onnxruntime/fp32", preset="carb")
+    source, s_src = trained_model("cpu/torch/fp32", preset="carb", root=ROOT)
+    target, s_tgt = trained_model("cpu/onnxruntime/fp32", preset="carb", root=ROOT)
     for m in (source, target):
         m.set_params(n_jobs=1)  # OpenMP threads spin when the cores are shared
     frame, grid_size = million_configs(args.n)

@@ -21,14 +21,14 @@ Last line: ``hv_ratio=<n> eval_fraction=<n>``.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _search_common import be_nice, trained_model  # noqa: E402
+from carb_nas.search.benchmark_models import be_nice, trained_model
+
+ROOT = Path(__file__).resolve().parents[1]  # models are cached under ROOT/out/benchmark_models
 
 SPACE = {
     "name": "search_quality",
@@ -110,7 +110,7 @@ def main() -> None:
     space = Space.from_dict(SPACE)
     n = len(space)
     print(f"space: {n:,} configs; objectives {OBJECTIVES}; budgets {BUDGETS}")
-    model, source = trained_model("cpu/torch/fp32", preset="fast")
+    model, source = trained_model("cpu/torch/fp32", preset="fast", root=ROOT)
     model.set_params(n_jobs=-1)
 
     t0 = time.perf_counter()

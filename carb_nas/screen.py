@@ -10,7 +10,9 @@ minimized). Counts are reported at every stage::
     result.counts   # {"candidates": 3072, "shortlisted": 100, "within_budget": ..., ...}
 
 Budgets are ``TARGET=LIMIT`` pairs in the target's unit (``latency_ms=50``, ``peak_mem_mb=200``,
-``energy_j=75``, all per batch); ``<target>_per_image`` divides by the batch size.
+``energy_j=75``, all per batch); ``<target>_per_image`` divides by the batch size. The budget
+rules, the accept/reject decision and the Pareto extraction live in :mod:`carb_nas.budgets`, the
+prediction helpers in :mod:`carb_nas.scoring`.
 
 Confidence. ``CostModel.predict(X, alpha=a)`` returns a two-sided split-conformal interval
 ``[lower, upper]`` that holds the true value with probability at least ``1 - a``. Screening
@@ -26,11 +28,8 @@ An empty feasible set is an answer, not an error: ``result.feasible`` is False a
 
 from __future__ import annotations
 
-import math
 import time
-from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,379 +37,36 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from carb_nas.datasets import TARGETS
-from carb_nas.errors import BudgetError, ConfigError, ModelError
-from carb_nas.space import CONFIG_COLUMNS, Space, load_space, normalize_config_frame
+from carb_nas.budgets import (
+    KNOWN_METRICS,
+    base_target,
+    check_budgets,
+    check_confidence,
+    confidence_alpha,
+    metric_values,
+    model_targets,
+    pareto_mask,
+    parse_budgets,
+    platform_name,
+    violation_frame,
+)
+from carb_nas.errors import BudgetError, ConfigError
+from carb_nas.scoring import align_to_platform, candidate_frame, predict_frame
+from carb_nas.space import Space
 
-__all__ = [
-    "ScreenResult",
-    "screen",
-    "parse_budget",
-    "parse_budgets",
-    "check_budgets",
-    "budget_columns",
-    "metric_values",
-    "pareto_mask",
-    "pareto_front",
-    "predict_frame",
-    "candidate_frame",
-    "align_to_platform",
-    "violation_frame",
-    "KNOWN_METRICS",
-]
-
-PER_IMAGE = "_per_image"
-#: every name a budget or objective may use: the targets and their per-image variants
-KNOWN_METRICS = tuple(TARGETS) + tuple(f"{t}{PER_IMAGE}" for t in TARGETS)
+__all__ = ["ScreenResult", "screen", "check_rank", "percent_fewer", "DISTILL_MIN_CANDIDATES"]
 
 
-# -- budgets ---------------------------------------------------------------------------------
-def _base_target(name: str) -> str:
-    return name[: -len(PER_IMAGE)] if name.endswith(PER_IMAGE) else name
-
-
-def parse_budget(text: str) -> tuple[str, float]:
-    """Parse ``"TARGET=LIMIT"`` (e.g. ``"latency_ms=50"``) into ``(target, limit)``.
-
-    Raises BudgetError for a missing ``=``, an unknown target, or a limit that is not a finite
-    number > 0.
-    """
-    if not isinstance(text, str) or "=" not in text:
-        raise BudgetError(
-            f"malformed budget: expected TARGET=LIMIT such as latency_ms=50, got {text!r}. "
-            f"Write the target, '=', then the limit; targets: {', '.join(KNOWN_METRICS)}."
-        )
-    name, _, raw = text.partition("=")
-    return _check_budget(name.strip(), raw.strip())
-
-
-def _check_budget(name: str, raw: Any) -> tuple[str, float]:
-    if name not in KNOWN_METRICS:
-        raise BudgetError(
-            f"unknown budget target: expected one of {', '.join(KNOWN_METRICS)}, got {name!r}. "
-            "Use a target name with its unit suffix, e.g. latency_ms=50."
-        )
-    try:
-        if isinstance(raw, bool):
-            raise TypeError
-        limit = float(raw)
-    except (TypeError, ValueError):
-        raise BudgetError(
-            f"non-numeric budget limit for {name}: expected a number > 0 in the target's unit, "
-            f"got {raw!r}. Write e.g. {name}=50."
-        ) from None
-    if not math.isfinite(limit) or limit <= 0:
-        raise BudgetError(
-            f"invalid budget limit for {name}: expected a finite number > 0, got {raw!r}. "
-            f"A budget is an upper limit on a cost; give a positive value such as {name}=50."
-        )
-    return name, limit
-
-
-def parse_budgets(budgets: Iterable[str] | Mapping[str, Any] | None) -> dict[str, float]:
-    """Budgets from ``["latency_ms=50", ...]`` or ``{"latency_ms": 50}``; None -> ``{}``.
-
-    A target given twice is an error (which limit would apply would be ambiguous).
-    """
-    if budgets is None:
-        return {}
-    if isinstance(budgets, str):
-        budgets = [budgets]
-    pairs = (
-        [_check_budget(str(k), v) for k, v in budgets.items()]
-        if isinstance(budgets, Mapping)
-        else [parse_budget(b) for b in budgets]
-    )
-    out: dict[str, float] = {}
-    for name, limit in pairs:
-        if name in out:
-            raise BudgetError(
-                f"duplicate budget for {name}: expected each target at most once, got limits "
-                f"{out[name]:g} and {limit:g}. Keep one of them."
-            )
-        out[name] = limit
-    return out
-
-
-def _model_targets(model: Any) -> list[str]:
-    targets = getattr(model, "targets_", None)
-    if targets is None:
-        raise ModelError(
-            "unfitted cost model: expected a fitted CostModel (with targets_), got "
-            f"{type(model).__name__} without targets_. Train it (carb-nas model train) or load "
-            "a saved one."
-        )
-    return list(targets)
-
-
-def _platform_name(model: Any) -> str:
-    plat = getattr(model, "platform_", None) or {}
-    if isinstance(plat, Mapping):
-        if plat.get("platform"):
-            return str(plat["platform"])
-        parts = [plat.get(k) for k in ("device", "runtime", "precision")]
-        if all(parts):
-            return "/".join(map(str, parts))
-    return "this model's platform"
-
-
-def check_budgets(budgets: Mapping[str, float], model: Any, role: str = "model") -> None:
-    """Raise BudgetError when a budget names a target ``model`` does not predict."""
-    targets = _model_targets(model)
-    for name in budgets:
-        if _base_target(name) not in targets:
-            why = " (that platform had no energy meter)" if name.startswith("energy") else ""
-            raise BudgetError(
-                f"budget on a target the {role} does not predict: the {role} for "
-                f"{_platform_name(model)} predicts {targets}{why}, got a budget on {name!r}. "
-                "Drop that budget or use a model trained with that target."
-            )
-
-
-def budget_columns(name: str, bound: bool) -> str:
-    """Prediction column a budget on ``name`` is checked against (upper bound or point)."""
-    base = _base_target(name)
-    return f"{base}_upper" if bound else base
-
-
-def metric_values(
-    pred: pd.DataFrame, name: str, batch_size: Any, upper: bool = False
-) -> np.ndarray:
-    """Values of a metric (a target or ``<target>_per_image``) from a prediction frame."""
-    col = budget_columns(name, upper)
-    if col not in pred:
-        raise ModelError(
-            f"missing prediction column {col!r}: expected the model's output to hold it, got "
-            f"columns {list(pred.columns)}. Ask for intervals (alpha) when using confidence."
-        )
-    values = pred[col].to_numpy(dtype=float)
-    if name.endswith(PER_IMAGE):
-        values = values / np.asarray(batch_size, dtype=float)
-    return values
-
-
-# -- Pareto ----------------------------------------------------------------------------------
-def pareto_mask(values: Any) -> np.ndarray:
-    """Boolean mask of the non-dominated rows of ``values`` (n x m), every column minimized.
-
-    A row is dominated when another row is <= in every column and < in at least one. Exact
-    duplicates of a non-dominated row are all kept. Rows holding NaN are never in the front.
-    Sort-based: O(n log n) vectorized for m <= 2, a sorted-staircase sweep for m == 3, and a
-    vectorized elimination for m >= 4.
-    """
-    v = np.asarray(values, dtype=float)
-    if v.ndim != 2:
-        raise ValueError(f"pareto_mask expects a 2-D array (rows x objectives), got {v.shape}")
-    n, m = v.shape
-    mask = np.zeros(n, dtype=bool)
-    ok = ~np.isnan(v).any(axis=1)
-    if n == 0 or m == 0 or not ok.any():
-        return mask
-    idx = np.flatnonzero(ok)
-    w = v[idx]
-    # sort lexicographically (first column primary); duplicates become adjacent
-    order = np.lexsort(w.T[::-1])
-    s = w[order]
-    first = np.ones(len(s), dtype=bool)
-    first[1:] = (s[1:] != s[:-1]).any(axis=1)
-    group = np.cumsum(first) - 1
-    u = s[first]  # distinct rows in sorted order
-    if m == 1:
-        keep_u = u[:, 0] == u[0, 0]
-    elif m == 2:
-        before = np.empty(len(u))
-        before[0] = np.inf
-        before[1:] = np.minimum.accumulate(u[:-1, 1])
-        keep_u = u[:, 1] < before
-    elif m == 3:
-        keep_u = _staircase_3d(u)
-    else:
-        keep_u = _eliminate(u)
-    mask[idx[order]] = keep_u[group]
-    return mask
-
-
-def _staircase_3d(u: np.ndarray) -> np.ndarray:
-    """Rows sorted by column 0 (distinct): keep a row unless an earlier one beats it on 1 and 2."""
-    keep = np.zeros(len(u), dtype=bool)
-    # cheap vectorized prefilter: points dominated by one of a few strong rows drop out first
-    strong = np.argsort(((u - u.min(0)) / (np.ptp(u, axis=0) + 1e-300)).sum(1))[:16]
-    alive = np.ones(len(u), dtype=bool)
-    for j in strong:
-        dom = (u >= u[j]).all(axis=1) & (u > u[j]).any(axis=1)
-        alive &= ~dom
-    ys: list[float] = []  # staircase: column 1 ascending, column 2 strictly descending
-    zs: list[float] = []
-    for i in np.flatnonzero(alive):
-        y, z = u[i, 1], u[i, 2]
-        k = bisect_right(ys, y) - 1
-        if k >= 0 and zs[k] <= z:
-            continue  # an earlier (<= on column 0) row is <= on 1 and 2, and rows are distinct
-        keep[i] = True
-        lo = bisect_left(ys, y)
-        hi = lo
-        while hi < len(ys) and zs[hi] >= z:
-            hi += 1
-        ys[lo:hi] = [y]
-        zs[lo:hi] = [z]
-    return keep
-
-
-def _eliminate(u: np.ndarray) -> np.ndarray:
-    """Distinct rows, any m: repeatedly take the best remaining row and drop what it dominates."""
-    n = len(u)
-    alive = np.ones(n, dtype=bool)
-    keep = np.zeros(n, dtype=bool)
-    score = ((u - u.min(0)) / (np.ptp(u, axis=0) + 1e-300)).sum(1)
-    for i in np.argsort(score, kind="stable"):
-        if not alive[i]:
-            continue
-        rest = np.flatnonzero(alive)
-        dominated_by = (u[rest] <= u[i]).all(axis=1) & (u[rest] < u[i]).any(axis=1)
-        if dominated_by.any():
-            alive[i] = False
-            continue
-        keep[i] = True
-        dom = (u[rest] >= u[i]).all(axis=1) & (u[rest] > u[i]).any(axis=1)
-        alive[rest[dom]] = False
-    return keep
-
-
-def pareto_front(frame: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
-    """Rows of ``frame`` that are non-dominated over ``columns`` (all minimized)."""
-    if len(frame) == 0:
-        return frame.copy()
-    return frame[pareto_mask(frame[list(columns)].to_numpy(dtype=float))].copy()
-
-
-# -- candidates and predictions --------------------------------------------------------------
-def candidate_frame(space_or_frame: Space | pd.DataFrame | str | Path) -> pd.DataFrame:
-    """The candidates as a frame of CONFIG_COLUMNS (a Space, a space file, or a configs table),
-    exact duplicates removed, index 0..n-1."""
-    if isinstance(space_or_frame, (str, Path)):
-        p = Path(space_or_frame)
-        if p.suffix in (".csv", ".parquet"):
-            from carb_nas.datasets import read_configs
-
-            frame = read_configs(p)
-        else:
-            frame = load_space(p).grid()
-    elif isinstance(space_or_frame, Space):
-        frame = space_or_frame.grid()
-    elif isinstance(space_or_frame, pd.DataFrame):
-        frame = normalize_config_frame(space_or_frame, source="candidate frame")
-    else:
-        raise ConfigError(
-            "unsupported candidates: expected a Space, a space TOML path, a configs table path or"
-            f" a DataFrame of configs, got {type(space_or_frame).__name__}. Pass one of those."
-        )
-    frame = frame[list(CONFIG_COLUMNS)]
-    if frame.duplicated().any():
-        frame = frame.drop_duplicates()
-    return frame.reset_index(drop=True)
-
-
-def _trained_levels(model: Any, knob: str) -> list[str] | None:
-    """Labels of a categorical config column the model was trained on (None: unknown)."""
-    schema = getattr(model, "schema_", None)
-    cats = getattr(schema, "categorical", None)
-    if isinstance(cats, Mapping) and knob in cats:
-        return [str(v) for v in cats[knob]]
-    plat = getattr(model, "platform_", None)
-    if knob in ("precision", "runtime") and isinstance(plat, Mapping) and plat.get(knob):
-        return [str(plat[knob])]
-    return None
-
-
-def align_to_platform(model: Any, frame: pd.DataFrame, role: str = "model") -> pd.DataFrame:
-    """``frame`` as ``model``'s platform runs it, checked against what the model was trained on.
-
-    A cost model is per platform (device/runtime/precision), so a config is scored *as deployed
-    there*: when the model knows a single runtime (or precision) and every candidate holds one
-    other value, the column is set to the model's value (a PyTorch candidate list scored by an
-    ONNX Runtime model is scored as ONNX Runtime configs). Candidates that vary a knob over
-    values the model never saw, or a family it never saw, are another space: ModelError.
-    """
-    out = frame
-    for knob in ("family", "precision", "runtime"):
-        levels = _trained_levels(model, knob)
-        if levels is None or knob not in frame:
-            continue
-        values = sorted(set(map(str, frame[knob].unique())))
-        unseen = [v for v in values if v not in levels]
-        if not unseen:
-            continue
-        if knob != "family" and len(levels) == 1 and len(values) == 1:
-            if out is frame:
-                out = frame.copy()
-            out[knob] = levels[0]
-            continue
-        raise ModelError(
-            f"the {role} ({_platform_name(model)}) was trained on another space: it knows "
-            f"{knob} {levels}, got candidates with {knob} {unseen}. Restrict the space to "
-            f"{knob} = {levels} or use a model trained on data that has {unseen}."
-        )
-    return out
-
-
-@contextmanager
-def _threads_for(model: Any, n_rows: int, small: int = 20_000):
-    """One thread for small batches: thread start-up costs more than it saves there (a
-    64-row batch predicts ~4x faster on one thread than on two); the model's own setting
-    for large ones. The model's ``n_jobs`` is restored afterwards."""
-    n_jobs = getattr(model, "n_jobs", None)
-    if n_rows >= small or n_jobs in (None, 1) or not hasattr(model, "set_params"):
-        yield
-        return
-    model.set_params(n_jobs=1)
-    try:
-        yield
-    finally:
-        model.set_params(n_jobs=n_jobs)
-
-
-def predict_frame(
-    model: Any,
-    frame: pd.DataFrame,
-    alpha: float | None = None,
-    X: pd.DataFrame | None = None,
-    chunk_rows: int = 200_000,
-) -> pd.DataFrame:
-    """``model.predict`` on the model inputs of ``frame`` (configs), index aligned with it.
-
-    Predicts in chunks to bound memory, and once per distinct model-input row: rows that agree
-    on every column the model reads get the same prediction by construction, so computing it
-    once and reusing it is exact.
-    """
-    from carb_nas.costmodel import model_inputs
-
-    if X is None:
-        X = model_inputs(frame)
-    names = getattr(model, "feature_names_in_", None)
-    if names is not None:
-        missing = [c for c in names if c not in X.columns]
-        if missing:
-            raise ModelError(
-                f"model/schema mismatch: the model reads columns {missing[:5]} that "
-                f"carb_nas.costmodel.model_inputs does not produce (got {list(X.columns)[:8]}...)"
-                ". The model was trained with another feature schema; retrain it with this "
-                "carb_nas version."
-            )
-        X = X[list(names)]
-    codes = pd.util.hash_pandas_object(X, index=False).to_numpy()
-    uniq, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
-    Xu = X.iloc[first] if len(uniq) < len(X) else X
-    parts = []
-    with _threads_for(model, len(Xu)):
-        for start in range(0, len(Xu), chunk_rows):
-            part = Xu.iloc[start : start + chunk_rows]
-            out = model.predict(part) if alpha is None else model.predict(part, alpha=alpha)
-            parts.append(pd.DataFrame(out).reset_index(drop=True))
-    pred = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
-    if len(uniq) < len(X):
-        pred = pred.iloc[inverse.ravel()].reset_index(drop=True)
-    pred.index = frame.index
-    return pred
+def percent_fewer(kept: int, total: int) -> str:
+    """``100 * (1 - kept / total)`` with as many decimals as it takes to stay true: 1 of 3,072
+    kept is "99.97", never "100.0" (and 3,071 of 3,072 is "0.03", never "0.0")."""
+    total = max(int(total), 1)
+    p = 100.0 * (1.0 - kept / total)
+    for digits in range(1, 7):
+        text = f"{p:.{digits}f}"
+        if not ((kept > 0 and float(text) >= 100.0) or (kept < total and float(text) <= 0.0)):
+            return text
+    return f"{p:.6g}"
 
 
 # -- screening -------------------------------------------------------------------------------
@@ -474,7 +130,7 @@ class ScreenResult:
         return out
 
     def summary(self) -> str:
-        n = max(len(self.candidates), 1)
+        n = len(self.candidates)
         conf = f" at confidence {self.confidence:g} (upper bounds)" if self.confidence else ""
         budgets = ", ".join(f"{k} <= {v:g}" for k, v in self.budgets.items()) or "none"
         lines = [
@@ -484,7 +140,7 @@ class ScreenResult:
             f"{self.spearman:.3f})",
             f"within budget  {len(self.within_budget):>9,}   budgets: {budgets}{conf}",
             f"Pareto         {len(self.pareto):>9,}   over {', '.join(self.objectives)} "
-            f"({100 * (1 - len(self.pareto) / n):.1f}% fewer configs to profile)",
+            f"({percent_fewer(len(self.pareto), n)}% fewer configs to profile)",
             f"time           {self.seconds:>9.2f} s",
         ]
         if str(self.ranking.get("stage1", "")).startswith("distilled"):
@@ -502,17 +158,19 @@ class ScreenResult:
         return "\n".join(lines)
 
 
-def _validate_rank(rank_by: str, top_k: int, source: Any, target: Any) -> None:
+def check_rank(rank_by: str, top_k: Any = 1, source: Any = None, target: Any = None) -> None:
+    """BudgetError / ConfigError for a ranking target or shortlist size screen cannot use
+    (the models, when given, must both predict ``rank_by``)."""
     if rank_by not in KNOWN_METRICS:
         raise BudgetError(
             f"unknown ranking target: expected one of {', '.join(KNOWN_METRICS)}, got "
             f"{rank_by!r}. Rank by a target name such as latency_ms."
         )
     for role, model in (("source model", source), ("target model", target)):
-        if _base_target(rank_by) not in _model_targets(model):
+        if model is not None and base_target(rank_by) not in model_targets(model):
             raise BudgetError(
                 f"ranking target not predicted by the {role}: it predicts "
-                f"{_model_targets(model)} ({_platform_name(model)}), got rank_by={rank_by!r}. "
+                f"{model_targets(model)} ({platform_name(model)}), got rank_by={rank_by!r}. "
                 "Rank by a target both models predict."
             )
     if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
@@ -520,30 +178,6 @@ def _validate_rank(rank_by: str, top_k: int, source: Any, target: Any) -> None:
             f"invalid top_k: expected a whole number >= 1, got {top_k!r}. Keep at least one "
             "candidate, e.g. top_k=100."
         )
-
-
-def _check_confidence(confidence: float | None) -> None:
-    if confidence is None:
-        return
-    if (
-        isinstance(confidence, bool)
-        or not isinstance(confidence, (int, float))
-        or not (0 < confidence < 1)
-    ):
-        raise BudgetError(
-            f"invalid confidence: expected a probability strictly between 0 and 1, got "
-            f"{confidence!r}. Use e.g. 0.9 or 0.99."
-        )
-
-
-def violation_frame(
-    pred: pd.DataFrame, batch_size: Any, budgets: Mapping[str, float], upper: bool
-) -> pd.DataFrame:
-    """Relative excess ``value / limit - 1`` per budget (<= 0 within budget)."""
-    out = pd.DataFrame(index=pred.index)
-    for name, limit in budgets.items():
-        out[name] = metric_values(pred, name, batch_size, upper=upper) / limit - 1.0
-    return out
 
 
 def screen(
@@ -579,13 +213,13 @@ def screen(
     """
     t0 = time.perf_counter()
     budgets = parse_budgets(budgets)
-    _validate_rank(rank_by, top_k, source_model, target_model)
-    _check_confidence(confidence)
+    check_rank(rank_by, top_k, source_model, target_model)
+    confidence = check_confidence(confidence)
     check_budgets(budgets, target_model, role="target model")
-    target_targets = _model_targets(target_model)
+    target_targets = model_targets(target_model)
     objectives = list(objectives) if objectives else list(target_targets)
     for name in objectives:
-        if name not in KNOWN_METRICS or _base_target(name) not in target_targets:
+        if name not in KNOWN_METRICS or base_target(name) not in target_targets:
             raise BudgetError(
                 f"unknown Pareto objective: expected targets of the target model "
                 f"{target_targets} (or <target>_per_image), got {name!r}. Pick among those."
@@ -622,7 +256,7 @@ def screen(
     t2 = time.perf_counter()
     shortlist = candidates.iloc[top].reset_index(drop=True)
     shortlist.insert(0, "source_rank", np.arange(1, len(shortlist) + 1))
-    alpha = None if confidence is None else 1.0 - float(confidence)
+    alpha = confidence_alpha(confidence)
     tgt = predict_frame(target_model, tgt_frame.iloc[top], alpha=alpha)
     for col in tgt.columns:
         shortlist[col] = tgt[col].to_numpy()

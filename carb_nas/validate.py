@@ -19,13 +19,24 @@ budgets={"latency_ms": 50})`` profiles every config with :class:`carb_nas.measur
   which is what the shipped data and the model reflect.
 
 ``append=PATH`` adds the new measurement rows to a dataset CSV/Parquet (written atomically).
-``report_dir`` gets ``validation.json``, ``validation.csv`` and two PNG plots: the Pareto front
-as 2-D projections (predicted, with the measured points) and predicted vs measured.
+The file is checked *before* anything is measured (readable, writable, a carb_nas dataset of
+this platform, no torn last row); a config measured again replaces its old row (same ``key``),
+and ``result.replaced_keys`` says which. ``report_dir`` (checked writable before measuring) gets
+``validation.json``, ``validation.csv`` and two PNG plots: the Pareto front as 2-D projections
+(predicted, with the measured points) and predicted vs measured.
+
+Predictions. ``scored=`` takes the predictions a search already made (its
+:attr:`carb_nas.search.SearchResult.scored`: model inputs and predictions of exactly these
+configs on the model's platform), so nothing is featurized or predicted again. Without it the
+configs are featurized once and predicted here: a table read from a file may come from any
+model, so its prediction columns are not trusted.
 """
 
 from __future__ import annotations
 
-import json
+import os
+import shutil
+import tempfile
 import time
 import warnings
 from collections.abc import Iterable, Mapping
@@ -36,26 +47,31 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from carb_nas._io import atomic_write_json
+from carb_nas.budgets import (
+    accept_mask,
+    base_target,
+    check_budgets,
+    check_confidence,
+    confidence_alpha,
+    model_targets,
+    parse_budgets,
+    platform_name,
+)
 from carb_nas.datasets import SCHEMA, read_table, write_table
 from carb_nas.errors import CampaignError, InputFileError, ModelError
-from carb_nas.screen import (
-    _base_target,
-    _model_targets,
-    _platform_name,
-    align_to_platform,
-    candidate_frame,
-    check_budgets,
-    metric_values,
-    parse_budgets,
-    predict_frame,
-)
+from carb_nas.scoring import Scored, candidate_frame, same_configs, score_configs
 from carb_nas.space import CONFIG_COLUMNS, frame_to_configs
 
 __all__ = [
     "validate",
     "ValidationResult",
+    "append_rows",
+    "check_append_target",
+    "check_report_dir",
     "fingerprint_mismatch",
     "page_fault_shortfall",
+    "write_report",
     "DECISIONS",
 ]
 
@@ -83,6 +99,7 @@ class ValidationResult:
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
     appended_to: str | None = None
+    replaced_keys: list[str] = field(default_factory=list)
     report_files: list[str] = field(default_factory=list)
 
     @property
@@ -124,6 +141,7 @@ class ValidationResult:
             "warnings": self.warnings,
             "seconds": self.seconds,
             "appended_to": self.appended_to,
+            "replaced_keys": self.replaced_keys,
             "report_files": self.report_files,
             "validated": self.validated_items(),
         }
@@ -203,17 +221,22 @@ _PAGES_PER_MB = 1e6 / 4096
 _PAID_FRACTION = 0.5  # fewer faults than half the counted pages: the buffers were reused
 
 
-def page_fault_shortfall(configs: pd.DataFrame, measurements: pd.DataFrame) -> list[str]:
+def page_fault_shortfall(
+    configs: pd.DataFrame, measurements: pd.DataFrame, mmap_mb: Any = None
+) -> list[str]:
     """Warnings for CPU rows that skipped the page faults ``mmap_mb`` prices (see module doc).
 
     ``configs`` holds the config columns (with ``runtime``), ``measurements`` the profiler's
-    rows in the same order. Rows without ``minor_faults_per_run`` are not judged.
+    rows in the same order; ``mmap_mb`` the configs' ``mmap_mb`` feature when already computed.
+    Rows without ``minor_faults_per_run`` are not judged.
     """
-    from carb_nas.features import compute_features
-
     if "minor_faults_per_run" not in measurements or len(configs) == 0:
         return []
-    expected = compute_features(configs)["mmap_mb"].to_numpy() * _PAGES_PER_MB
+    if mmap_mb is None:
+        from carb_nas.features import compute_features
+
+        mmap_mb = compute_features(configs)["mmap_mb"]
+    expected = np.asarray(mmap_mb, dtype=float) * _PAGES_PER_MB
     faults = pd.to_numeric(measurements["minor_faults_per_run"], errors="coerce").to_numpy(float)
     judged = (measurements["status"] == "ok").to_numpy() & (
         measurements["device"] == "cpu"
@@ -267,6 +290,7 @@ def validate(
     profiler: Any = None,
     progress: Any = None,
     fresh_process: bool = False,
+    scored: Scored | None = None,
 ) -> ValidationResult:
     """Profile every config of ``pareto_frame`` and score ``model``'s predictions.
 
@@ -275,15 +299,18 @@ def validate(
         device / runtime / precision: the platform to measure on (the profiler's arguments).
         model: the fitted CostModel whose predictions are validated.
         budgets: ``["latency_ms=50"]`` or ``{"latency_ms": 50}`` (per batch).
-        append: dataset CSV/Parquet to append the new measurement rows to (created if absent).
+        append: dataset CSV/Parquet to append the new measurement rows to (created if absent;
+            checked before anything is measured).
         confidence: budgets checked on the upper bound at ``alpha = 1 - confidence``.
         threads / protocol / meter: passed to :class:`carb_nas.measure.Profiler`; on CPU,
             ``threads=None`` means the thread count recorded in the model's platform.
-        report_dir: where to write validation.json/.csv and the PNG plots.
+        report_dir: where to write validation.json/.csv and the PNG plots (checked first).
         profiler: an existing Profiler (tests pass one with a short protocol).
         progress: optional callable(i, n, config) called before each measurement.
         fresh_process: CPU: measure each config in a process of its own (``Profiler``), as
             fresh as the processes that measured the shipped data.
+        scored: the predictions a search made for exactly these configs (row for row, e.g.
+            ``SearchResult.scored``): used as they are instead of predicting again.
     """
     t0 = time.perf_counter()
     if model is None:
@@ -293,7 +320,8 @@ def validate(
         )
     budgets = parse_budgets(budgets)
     check_budgets(budgets, model)
-    targets = _model_targets(model)
+    confidence = check_confidence(confidence)
+    targets = model_targets(model)
     frame = candidate_frame(pareto_frame)
     if len(frame) == 0:
         raise InputFileError(
@@ -303,6 +331,14 @@ def validate(
     frame["runtime"] = runtime
     frame["precision"] = precision
     frame = frame.drop_duplicates().reset_index(drop=True)
+    if report_dir is not None:
+        check_report_dir(report_dir)
+    old_rows = None
+    if append is not None:
+        from carb_nas.measure import platform_string
+
+        old_rows = check_append_target(append, platform_string(device, runtime, precision))
+    scored = _scores(model, frame, confidence, scored)
 
     from carb_nas.measure import Profiler
 
@@ -317,8 +353,6 @@ def validate(
         warn = fingerprint_mismatch(model, prof.device_name, prof.runtime.name, prof.kind)
         for w in warn:
             warnings.warn(w, stacklevel=2)
-        alpha = None if confidence is None else 1.0 - confidence
-        pred = predict_frame(model, align_to_platform(model, frame, "model"), alpha=alpha)
         measured = []
         configs = frame_to_configs(frame)
         for i, config in enumerate(configs):
@@ -330,10 +364,13 @@ def validate(
         if profiler is None:
             prof.close()
     meas = pd.DataFrame(measured, columns=list(SCHEMA))
-    for w in page_fault_shortfall(frame, meas):
+    # the features of the configs as measured; the scored ones when the model ran them so
+    mmap_mb = scored.X["mmap_mb"] if same_configs(scored.configs, frame) else None
+    for w in page_fault_shortfall(frame, meas, mmap_mb):
         warnings.warn(w, stacklevel=2)
         warn.append(w)
 
+    pred = scored.pred
     rows = frame.copy()
     rows["key"] = meas["key"].to_numpy()
     rows["status"] = meas["status"].to_numpy()
@@ -348,21 +385,16 @@ def validate(
             rows[f"predicted_{t}_upper"] = pred[f"{t}_upper"].to_numpy()
         rows[f"measured_{t}"] = m
         have = np.isfinite(m) & np.isfinite(p)
-        err = np.abs(p[have] - m[have])
-        metrics[t] = {
-            "n": int(have.sum()),
-            "mae": float(err.mean()) if have.any() else float("nan"),
-            "mape_pct": float(100 * np.mean(err / np.abs(m[have]))) if have.any() else float("nan"),
-        }
+        metrics[t] = _errors(p[have], m[have])
     batch = frame["batch_size"].to_numpy()
-    accept_pred = np.ones(len(frame), dtype=bool)
+    accept_pred = accept_mask(pred, batch, budgets, upper=confidence is not None)
     # measured decision per config: False once any budget is exceeded (or OOM), None while a
     # budgeted target is unmeasured, True only when every budget is measured and met
     accept_meas: list[bool | None] = [True] * len(frame)
     status = rows["status"].tolist()
+    measured_frame = pd.DataFrame({t: rows[f"measured_{t}"] for t in targets})
     for name, limit in budgets.items():
-        accept_pred &= metric_values(pred, name, batch, upper=confidence is not None) <= limit
-        mvals = rows[f"measured_{_base_target(name)}"].to_numpy(dtype=float)
+        mvals = measured_frame[base_target(name)].to_numpy(dtype=float)
         if name.endswith("_per_image"):
             mvals = mvals / batch
         for i in range(len(frame)):
@@ -381,7 +413,7 @@ def validate(
     )
     decisions = {d: int((rows["decision"] == d).sum()) for d in DECISIONS}
     if budgets and decisions["undecided"]:
-        unmeasured = [b for b in budgets if metrics[_base_target(b)]["n"] == 0]
+        unmeasured = [b for b in budgets if metrics[base_target(b)]["n"] == 0]
         if unmeasured:
             warn.append(
                 f"budgets on {unmeasured} cannot be checked here: this platform did not measure "
@@ -396,50 +428,195 @@ def validate(
         budgets=budgets,
         confidence=confidence,
         platform=platform,
-        model_platform=_platform_name(model),
+        model_platform=platform_name(model),
         warnings=warn,
     )
     if append is not None:
-        result.appended_to = str(append_rows(meas, append))
+        path, result.replaced_keys = append_rows(meas, append, old=old_rows)
+        result.appended_to = str(path)
     if report_dir is not None:
         result.report_files = write_report(result, report_dir, pareto_frame)
     result.seconds = time.perf_counter() - t0
     if report_dir is not None:
-        _write_json(result, Path(report_dir) / "validation.json")
+        atomic_write_json(Path(report_dir) / "validation.json", result.to_dict(), indent=2)
     return result
 
 
-def append_rows(rows: pd.DataFrame, path: str | Path) -> Path:
-    """Append measurement rows to a dataset table (created if absent), atomically."""
+def _errors(p: np.ndarray, m: np.ndarray) -> dict[str, float]:
+    """n, MAE (target unit) and MAPE (%) of predictions ``p`` against measurements ``m``."""
+    if len(m) == 0:
+        return {"n": 0, "mae": float("nan"), "mape_pct": float("nan")}
+    from sklearn.metrics import mean_absolute_error, mean_absolute_percentage_error
+
+    return {
+        "n": int(len(m)),
+        "mae": float(mean_absolute_error(m, p)),
+        "mape_pct": float(100 * mean_absolute_percentage_error(m, p)),
+    }
+
+
+def _scores(model: Any, frame: pd.DataFrame, confidence: float | None, scored: Any) -> Scored:
+    """The predictions to validate: ``scored`` when given (checked to be these configs with
+    every column needed), else featurized and predicted here, once."""
+    if scored is None:
+        return score_configs(model, frame, alpha=confidence_alpha(confidence), role="model")
+    targets = model_targets(model)
+    need = targets + ([f"{t}_upper" for t in targets] if confidence is not None else [])
+    missing = [c for c in need if c not in scored.pred.columns]
+    if missing:
+        raise ModelError(
+            f"the given predictions lack columns {missing}: expected {need} (with a confidence,"
+            " the upper bounds). Score the configs with the same model and confidence, or pass "
+            "scored=None to predict here."
+        )
+    if len(scored.pred) != len(frame) or not same_configs(
+        scored.configs.assign(
+            runtime=frame["runtime"].to_numpy(), precision=frame["precision"].to_numpy()
+        ),
+        frame,
+    ):
+        raise ModelError(
+            f"the given predictions are for other configs: expected one row per config to "
+            f"validate ({len(frame)}, same order, no duplicates), got {len(scored.pred)} rows. "
+            "Pass the configs the predictions were made for, or scored=None."
+        )
+    pred = scored.pred.set_axis(frame.index)
+    return Scored(
+        scored.configs.set_axis(frame.index), scored.X.set_axis(frame.index), pred, scored.platform
+    )
+
+
+def check_report_dir(path: str | Path) -> Path:
+    """``path`` as a report directory that can be created and written; InputFileError (before
+    any work) otherwise. Creates nothing: a throw-away directory probes the nearest existing
+    ancestor and is removed at once."""
     p = Path(path)
-    if p.exists():
+    if p.exists() and not p.is_dir():
+        raise InputFileError(
+            f"report directory is a file: expected a directory (new or existing), got "
+            f"{str(p)!r}. Choose another --report path."
+        )
+    probe_in = p
+    while not probe_in.exists():
+        probe_in = probe_in.parent
+    try:
+        shutil.rmtree(tempfile.mkdtemp(prefix=".carb_nas_probe.", dir=probe_in))
+    except OSError as e:
+        raise InputFileError(
+            f"report directory not writable: expected a directory that can be created and "
+            f"written, got {str(p)!r} ({e.strerror or e} in {str(probe_in)!r}). Choose "
+            "another --report path."
+        ) from None
+    return p
+
+
+def _torn_csv_tail(p: Path) -> str | None:
+    """Why the last line of CSV ``p`` is not a complete row (None when it is)."""
+    with open(p, "rb") as fh:
+        data = fh.read()
+    if not data:
+        return None
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    if not data.endswith(b"\n"):
+        return f"the file does not end with a newline (last line {len(lines)} is cut off)"
+    import csv
+
+    rows = list(csv.reader(lines))
+    if len(rows) > 1 and len(rows[-1]) != len(rows[0]):
+        return f"its last line {len(lines)} has {len(rows[-1])} fields, the header {len(rows[0])}"
+    return None
+
+
+def check_append_target(path: str | Path, platform: str) -> pd.DataFrame | None:
+    """Check a dataset file before measuring rows for it: the dataset's rows (None when the
+    file does not exist yet); CampaignError / InputFileError for a file that is unreadable,
+    unwritable, torn (a cut-off last row), not a carb_nas dataset, or of another platform."""
+    p = Path(path)
+    if p.suffix not in (".csv", ".parquet"):
+        raise InputFileError(
+            f"unsupported dataset format for --append: expected .csv or .parquet, got "
+            f"{str(p)!r}. Append to a .csv or .parquet file."
+        )
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise InputFileError(
+            f"dataset directory does not exist: expected an existing directory for "
+            f"{str(p)!r}. Create {str(parent)!r} first."
+        )
+    try:  # probes, not os.access: root passes every permission bit, /proc refuses anyway
+        fd, probe = tempfile.mkstemp(prefix=".carb_nas_probe.", dir=parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise InputFileError(
+            f"dataset not writable: expected a directory this user can write the dataset in, "
+            f"got {str(parent)!r} ({e.strerror or e}). Fix the permissions or append to "
+            "another file."
+        ) from None
+    if not p.exists():
+        return None
+    for mode, what in (("rb", "read"), ("ab", "write")):
+        try:
+            with open(p, mode):
+                pass
+        except OSError as e:
+            raise InputFileError(
+                f"dataset not {what}able: expected a file this user can {what}, got "
+                f"{str(p)!r} ({e.strerror or e}). Fix the permissions or append to another "
+                "file."
+            ) from None
+    if p.suffix == ".csv":
+        torn = _torn_csv_tail(p)
+        if torn:
+            raise CampaignError(
+                f"{p}: torn last row: expected complete CSV rows, got a row cut short ({torn}). "
+                "Remove that incomplete line (an interrupted write) or append to a new file."
+            )
+    try:
         old = read_table(p)
-        missing = [c for c in ("key", "platform", "status") if c not in old.columns]
-        if missing:
-            raise CampaignError(
-                f"{p}: not a carb_nas dataset: expected the columns of dataset.SCHEMA, missing "
-                f"{missing}. Append to a dataset written by carb-nas, or to a new file."
-            )
-        platforms = set(old["platform"].dropna().astype(str)) - set(rows["platform"].astype(str))
-        if platforms:
-            raise CampaignError(
-                f"{p}: dataset of another platform: expected rows of "
-                f"{sorted(set(rows['platform']))}, got {sorted(platforms)}. A dataset holds one "
-                "platform; append to that platform's file."
-            )
-        cols = list(old.columns) + [c for c in rows.columns if c not in old.columns]
-        new = pd.concat([old, rows.reindex(columns=cols)], ignore_index=True)
-    else:
-        new = rows
-    return write_table(new, p)
+    except (OSError, ValueError) as e:
+        raise CampaignError(
+            f"{p}: unreadable dataset: expected a CSV/Parquet table written by carb-nas, got "
+            f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}. Append to a new "
+            "file."
+        ) from None
+    missing = [c for c in ("key", "platform", "status") if c not in old.columns]
+    if missing:
+        raise CampaignError(
+            f"{p}: not a carb_nas dataset: expected the columns of dataset.SCHEMA, missing "
+            f"{missing}. Append to a dataset written by carb-nas, or to a new file."
+        )
+    platforms = set(old["platform"].dropna().astype(str)) - {platform}
+    if platforms:
+        raise CampaignError(
+            f"{p}: dataset of another platform: expected rows of ['{platform}'], got "
+            f"{sorted(platforms)}. A dataset holds one platform; append to that platform's file."
+        )
+    return old
 
 
-def _write_json(result: ValidationResult, path: Path) -> None:
-    from carb_nas._json import jsonable as _jsonable
+def append_rows(
+    rows: pd.DataFrame, path: str | Path, old: pd.DataFrame | None = None
+) -> tuple[Path, list[str]]:
+    """Append measurement rows to a dataset table (created if absent), atomically.
 
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(_jsonable(result.to_dict()), indent=2, allow_nan=False))
-    tmp.replace(path)
+    A row whose ``key`` the dataset already holds replaces the old row (a config measured
+    again); returns (the path, the replaced keys). ``old``: the dataset as
+    :func:`check_append_target` read it (read and checked here when None).
+    """
+    p = Path(path)
+    if old is None:
+        platforms = sorted(set(rows["platform"].astype(str)))
+        old = check_append_target(p, platforms[0] if len(platforms) == 1 else "?")
+    if old is None:
+        return write_table(rows, p), []
+    new_keys = set(rows["key"].astype(str))
+    dup = old["key"].astype(str).isin(new_keys).to_numpy()
+    replaced = sorted(set(old.loc[dup, "key"].astype(str)))
+    kept = old[~dup]
+    cols = list(old.columns) + [c for c in rows.columns if c not in old.columns]
+    new = pd.concat([kept, rows.reindex(columns=cols)], ignore_index=True)
+    return write_table(new, p), replaced
 
 
 def write_report(

@@ -20,6 +20,7 @@ for fixed ones.
 
 Last line: ``trials=<n> constrained=<n> pruned=<n> feasible=<n>``.
 Run: python examples/optuna_existing_study.py [--trials 20] [--storage sqlite:///study.db]
+     [--steps 4] [--synthetic]
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ import pandas as pd
 import torch
 
 from carb_nas.errors import CarbNasError
+from carb_nas.integrations import CostConstraints
 from carb_nas.models import build_model
-from carb_nas.optuna import CostConstraints
 from carb_nas.space import Config, load_space
 
 PLATFORM = "cpu/torch/fp32"
@@ -72,10 +73,15 @@ def train_and_score(config: Config, lr: float, steps: int = 4, batch: int = 16) 
 
 
 # -- choosing the cost model ----------------------------------------------------------------
-def cost_model():
+def cost_model(synthetic: bool = False):
     """(model, description): shipped model, else real measurements, else synthetic."""
     from carb_nas.costmodel import CostModel, load_default_model, model_inputs
 
+    if synthetic:
+        return synthetic_model(CostModel, model_inputs), (
+            "a fast model fitted to a SYNTHETIC cost formula (--synthetic; not measurements, "
+            "its numbers mean nothing)"
+        )
     try:
         return load_default_model(PLATFORM), f"the shipped {PLATFORM} cost model"
     except CarbNasError as e:
@@ -131,13 +137,18 @@ def main() -> None:
     parser.add_argument("--storage", default=None, help="any Optuna storage URL")
     parser.add_argument("--latency-ms", type=float, default=None)
     parser.add_argument("--peak-mem-mb", type=float, default=None)
+    parser.add_argument("--steps", type=int, default=4, help="training steps per trial")
+    parser.add_argument("--space", default=SPACE, help="a carb_nas space (TOML or bundled name)")
+    parser.add_argument(
+        "--synthetic", action="store_true", help="a synthetic cost model (a quick run)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(2)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     t0 = time.perf_counter()
 
-    space = load_space(SPACE)
-    model, description = cost_model()
+    space = load_space(args.space)
+    model, description = cost_model(args.synthetic)
     print(f"cost model: {description}")
     budgets = default_budgets(model, space)
     if args.latency_ms is not None:
@@ -152,7 +163,7 @@ def main() -> None:
     def objective(trial: optuna.Trial) -> float:
         config = costs.suggest(trial, space)  # 2. the one new line in the objective
         lr = trial.suggest_float("lr", 1e-3, 0.3, log=True)  # the study's own parameter
-        return train_and_score(config, lr)
+        return train_and_score(config, lr, steps=args.steps)
 
     study = optuna.create_study(
         direction="maximize",

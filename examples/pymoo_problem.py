@@ -8,11 +8,12 @@ constraint ``predicted / limit - 1 <= 0``. Everything else is plain pymoo.
 Model: the shipped ``cpu/torch/fp32`` model when this install has it; otherwise a fast-preset
 model trained here on SYNTHETIC rows (a formula, not measurements) so the example always runs.
 
-    python examples/pymoo_problem.py
+    python examples/pymoo_problem.py [--pop-size 40] [--n-gen 10] [--synthetic]
 """
 
 from __future__ import annotations
 
+import argparse
 import time
 
 import numpy as np
@@ -26,7 +27,7 @@ from pymoo.optimize import minimize
 from carb_nas.costmodel import CostModel, load_default_model, model_inputs
 from carb_nas.errors import ModelError
 from carb_nas.features import compute_features
-from carb_nas.search import SpaceProblem
+from carb_nas.integrations import SpaceProblem
 from carb_nas.space import load_space
 
 
@@ -45,22 +46,31 @@ def synthetic_model(space) -> CostModel:
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pop-size", type=int, default=40)
+    ap.add_argument("--n-gen", type=int, default=10)
+    ap.add_argument("--synthetic", action="store_true", help="skip the shipped model (a quick run)")
+    args = ap.parse_args()
     t0 = time.perf_counter()
     space = load_space("cpu")
-    try:
-        model, source = load_default_model("cpu/torch/fp32"), "shipped cpu/torch/fp32 model"
-    except ModelError:
-        model, source = synthetic_model(space), "fast model on SYNTHETIC rows (no shipped model)"
+    model = None
+    if not args.synthetic:
+        try:
+            model, source = load_default_model("cpu/torch/fp32"), "shipped cpu/torch/fp32 model"
+        except ModelError:
+            pass
+    if model is None:
+        model, source = synthetic_model(space), "fast model on SYNTHETIC rows (not measurements)"
 
     problem = SpaceProblem(space, model, budgets={"latency_ms": 25, "peak_mem_mb": 150})
     algorithm = NSGA2(
-        pop_size=40,
+        pop_size=args.pop_size,
         sampling=IntegerRandomSampling(),
         crossover=SBX(prob=0.9, eta=3.0, vtype=float, repair=RoundingRepair()),
         mutation=PM(prob=1.0, eta=3.0, vtype=float, repair=RoundingRepair()),
         eliminate_duplicates=True,
     )
-    res = minimize(problem, algorithm, ("n_gen", 10), seed=1, verbose=False)
+    res = minimize(problem, algorithm, ("n_gen", args.n_gen), seed=1, verbose=False)
 
     front = problem.decode(res.X)
     front[problem.evaluator.objectives] = res.F * np.where(

@@ -1,4 +1,5 @@
-"""carb_nas.optuna: costs, budget constraints and pruning inside a user's Optuna study."""
+"""carb_nas.integrations (the Optuna plugin): costs, budget constraints and pruning inside a
+user's Optuna study."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pandas as pd
 import pytest
 
 from carb_nas.errors import BudgetError, ConfigError, ModelError
-from carb_nas.optuna import (
+from carb_nas.integrations import (
     CostConstraints,
     config_params,
     param_names,
@@ -432,27 +433,70 @@ def test_model_from_another_space_warns_once(model, space):
 # -- import and example -----------------------------------------------------------------------
 def test_module_name_does_not_shadow_optuna(tmp_path):
     code = (
-        "import optuna, carb_nas.optuna as m; "
+        "import optuna, carb_nas.integrations._optuna_plugin as m; "
         "assert m.optuna is optuna and hasattr(optuna, 'create_study'); "
-        "from carb_nas.optuna import CostConstraints; print('ok')"
+        "import carb_nas, os; assert not any(n in ('optuna.py', 'pymoo.py') "
+        "for n in os.listdir(os.path.dirname(carb_nas.__file__))); "
+        "from carb_nas.integrations import CostConstraints, SpaceProblem; print('ok')"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
     assert out.stdout.strip() == "ok", out.stderr
 
 
-def test_example_runs_and_reports_consistent_counts(tmp_path):
+def _counts(stdout: str) -> tuple[int, ...]:
+    last = stdout.strip().splitlines()[-1]
+    m = re.fullmatch(r"trials=(\d+) constrained=(\d+) pruned=(\d+) feasible=(\d+)", last)
+    assert m, last
+    return tuple(map(int, m.groups()))
+
+
+def _run_example(tmp_path, *args: str) -> tuple[int, ...]:
+    """The example as a script, in a process of its own."""
     out = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "optuna_existing_study.py"), "--trials", "12"],
+        [sys.executable, str(ROOT / "examples" / "optuna_existing_study.py"), *args],
         cwd=tmp_path,
         capture_output=True,
         text=True,
         timeout=180,
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    last = out.stdout.strip().splitlines()[-1]
-    m = re.fullmatch(r"trials=(\d+) constrained=(\d+) pruned=(\d+) feasible=(\d+)", last)
-    assert m, last
-    trials, constrained, pruned, feasible = map(int, m.groups())
+    return _counts(out.stdout)
+
+
+def _run_example_here(tmp_path, monkeypatch, capsys, *args: str) -> tuple[int, ...]:
+    """The example's ``main`` in this process (no interpreter and torch start-up)."""
+    import runpy
+
+    import torch
+
+    threads = torch.get_num_threads()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["optuna_existing_study.py", *args])
+    try:
+        runpy.run_path(str(ROOT / "examples" / "optuna_existing_study.py"), run_name="__main__")
+    finally:
+        torch.set_num_threads(threads)  # the example sets 2
+    return _counts(capsys.readouterr().out)
+
+
+def test_example_runs_small_and_reports_consistent_counts(tmp_path, monkeypatch, capsys):
+    (tmp_path / "tiny.toml").write_text(
+        'name = "tiny"\n[knobs]\nfamily = ["basic"]\ndepth = [8, 10]\nwidth = [0.1, 0.25]\n'
+        "resolution = [32]\nbatch_size = [1, 2, 4]\n"
+    )
+    trials, constrained, pruned, feasible = _run_example_here(
+        tmp_path, monkeypatch, capsys, "--trials", "6", "--steps", "1", "--synthetic",
+        "--space", "tiny.toml",
+    )  # fmt: skip
+    assert trials == 6
+    assert trials - pruned <= constrained <= trials
+    assert 0 <= pruned <= constrained and feasible <= constrained
+    assert feasible + pruned <= trials
+
+
+@pytest.mark.slow
+def test_example_runs_and_reports_consistent_counts(tmp_path):
+    trials, constrained, pruned, feasible = _run_example(tmp_path, "--trials", "12")
     assert trials == 12
     assert trials - pruned <= constrained <= trials
     assert 0 <= pruned <= constrained and feasible <= constrained

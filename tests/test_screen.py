@@ -15,19 +15,20 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from carb_nas.cli import cli
-from carb_nas.costmodel import model_inputs
-from carb_nas.errors import BudgetError, ModelError
-from carb_nas.screen import (
-    align_to_platform,
-    candidate_frame,
+from carb_nas.budgets import (
+    Budgets,
+    accept_mask,
     check_budgets,
+    check_confidence,
     pareto_mask,
     parse_budget,
     parse_budgets,
-    predict_frame,
-    screen,
 )
+from carb_nas.cli import cli
+from carb_nas.costmodel import model_inputs
+from carb_nas.errors import BudgetError, ModelError
+from carb_nas.scoring import align_to_platform, candidate_frame, predict_frame
+from carb_nas.screen import percent_fewer, screen
 from carb_nas.space import CONFIG_COLUMNS, load_space
 
 SYNTHETIC = "synthetic"
@@ -160,6 +161,104 @@ def test_pareto_mask_continuous_3d_large():
     np.testing.assert_array_equal(pareto_mask(v), _brute_force(v))
 
 
+def _old_pareto_mask(values):
+    """The hand-written sort/staircase/elimination implementation pymoo's sorting replaced
+    (kept here as the reference the new one must match exactly)."""
+    from bisect import bisect_left, bisect_right
+
+    v = np.asarray(values, dtype=float)
+    n, m = v.shape
+    mask = np.zeros(n, dtype=bool)
+    ok = ~np.isnan(v).any(axis=1)
+    if n == 0 or m == 0 or not ok.any():
+        return mask
+    idx = np.flatnonzero(ok)
+    w = v[idx]
+    order = np.lexsort(w.T[::-1])
+    s = w[order]
+    first = np.ones(len(s), dtype=bool)
+    first[1:] = (s[1:] != s[:-1]).any(axis=1)
+    group = np.cumsum(first) - 1
+    u = s[first]
+    if m == 1:
+        keep_u = u[:, 0] == u[0, 0]
+    elif m == 2:
+        before = np.empty(len(u))
+        before[0] = np.inf
+        before[1:] = np.minimum.accumulate(u[:-1, 1])
+        keep_u = u[:, 1] < before
+    elif m == 3:
+        keep_u = np.zeros(len(u), dtype=bool)
+        ys, zs = [], []
+        for i in range(len(u)):
+            y, z = u[i, 1], u[i, 2]
+            k = bisect_right(ys, y) - 1
+            if k >= 0 and zs[k] <= z:
+                continue
+            keep_u[i] = True
+            lo = bisect_left(ys, y)
+            hi = lo
+            while hi < len(ys) and zs[hi] >= z:
+                hi += 1
+            ys[lo:hi] = [y]
+            zs[lo:hi] = [z]
+    else:
+        keep_u = np.array(
+            [not ((u <= r).all(axis=1) & (u < r).any(axis=1)).any() for r in u], dtype=bool
+        )
+    mask[idx[order]] = keep_u[group]
+    return mask
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 4])
+def test_pareto_mask_equals_the_old_implementation_with_ties(m):
+    rng = np.random.default_rng(100 + m)
+    for trial in range(60):
+        n = int(rng.integers(0, 300))
+        levels = int(rng.integers(2, 12))  # few levels: many ties and exact duplicates
+        v = rng.integers(0, levels, size=(n, m)).astype(float)
+        if trial % 3 == 0 and n:
+            v[rng.integers(n, size=3), rng.integers(m, size=3)] = np.nan
+        if trial % 5 == 0 and n:
+            v[rng.integers(n), rng.integers(m)] = np.inf
+        np.testing.assert_array_equal(pareto_mask(v), _old_pareto_mask(v))
+
+
+def test_accept_mask_is_the_one_budget_rule():
+    pred = pd.DataFrame({"latency_ms": [5.0, 10.0, 10.000001], "latency_ms_upper": [11, 9, 9]})
+    budgets = parse_budgets(["latency_ms=10"])
+    np.testing.assert_array_equal(accept_mask(pred, 1, budgets, upper=False), [1, 1, 0])
+    np.testing.assert_array_equal(accept_mask(pred, 1, budgets, upper=True), [0, 1, 1])
+    per_image = parse_budgets(["latency_ms_per_image=2.5"])
+    np.testing.assert_array_equal(accept_mask(pred, [2, 4, 4], per_image, False), [1, 1, 0])
+    assert accept_mask(pred, 1, {}, upper=False).all()
+
+
+def test_budgets_are_parsed_once(monkeypatch):
+    import carb_nas.budgets as b
+
+    parsed = parse_budgets(["latency_ms=5", "peak_mem_mb=20"])
+    assert isinstance(parsed, Budgets) and parsed == {"latency_ms": 5.0, "peak_mem_mb": 20.0}
+    calls = []
+    monkeypatch.setattr(b, "_check_budget", lambda *a: calls.append(a))
+    assert b.parse_budgets(parsed) is parsed and calls == []  # already parsed: returned as is
+
+
+@pytest.mark.parametrize("bad", [0, 1, 1.5, -0.1, True, "0.9", float("nan")])
+def test_one_confidence_check(bad):
+    with pytest.raises(BudgetError, match="invalid confidence"):
+        check_confidence(bad)
+    assert check_confidence(np.float64(0.9)) == 0.9 and check_confidence(None) is None
+
+
+@pytest.mark.parametrize(
+    "kept, total, text",
+    [(1, 3072, "99.97"), (3071, 3072, "0.03"), (0, 10, "100.0"), (10, 10, "0.0"), (1, 4, "75.0")],
+)
+def test_percent_fewer_is_never_rounded_to_a_false_value(kept, total, text):
+    assert percent_fewer(kept, total) == text
+
+
 # -- screening -------------------------------------------------------------------------------
 def test_screen_worked_example_counts_and_invariants(torch_model, ort_model):
     budgets = {"latency_ms": 8.0, "peak_mem_mb": 80.0}
@@ -266,9 +365,9 @@ def test_cli_screen_json_and_outputs(model_dirs, tmp_path):
         [
             "screen",
             "search_spaces/carb_screening.toml",
-            "--source",
+            "--source-model",
             str(src),
-            "--target",
+            "--target-model",
             str(tgt),
             "--rank-by",
             "latency_ms",
@@ -293,6 +392,38 @@ def test_cli_screen_json_and_outputs(model_dirs, tmp_path):
     short = pd.read_csv(out)
     assert len(short) == 50 and short["pareto"].sum() == doc["pareto"]
     assert len(pd.read_csv(pareto)) == doc["pareto"]
+    assert "wrote the shortlist" in res.stderr and "wrote" not in res.stdout
+
+
+def test_cli_screen_short_option_names_and_help_example(model_dirs):
+    src, tgt = model_dirs
+    args = ["screen", "carb_screening", "--source", str(src), "--target", str(tgt)]
+    res = CliRunner().invoke(cli, args + ["--rank-by", "latency_ms", "--top-k", "5", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["shortlisted"] == 5
+    help_text = CliRunner().invoke(cli, ["screen", "--help"]).output
+    assert "--source-model" in help_text and "Example:" in help_text
+
+
+def test_cli_screen_space_with_precisions_the_models_do_not_know(model_dirs):
+    """The README's `screen search_spaces/resnet.toml` with CPU (fp32-only) models."""
+    src, tgt = model_dirs
+    res = CliRunner().invoke(
+        cli,
+        ["screen", "search_spaces/resnet.toml", "--source", str(src), "--target", str(tgt),
+         "--rank-by", "latency_ms"],
+    )  # fmt: skip
+    assert res.exit_code == 1
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in res.output
+    assert "['fp16']" in lines[0] and "7,344 of 14,688 candidates" in lines[0]
+    assert "'cpu' space" in lines[0]
+
+
+def test_summary_percentage_stays_true_for_one_pareto_config(torch_model, ort_model):
+    r = screen("search_spaces/carb_screening.toml", torch_model, ort_model, "latency_ms", top_k=1)
+    assert len(r.pareto) == 1
+    assert "(99.97% fewer configs to profile)" in r.summary() and "100.0%" not in r.summary()
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from test_screen import model_dirs, ort_model, torch_model  # noqa: F401 - shared fixtures
 
 from carb_nas.cli import cli
-from carb_nas.errors import BudgetError, CampaignError, ModelError
+from carb_nas.errors import BudgetError, CampaignError, InputFileError, ModelError
 from carb_nas.measure import Profiler, Protocol
 from carb_nas.space import CONFIG_COLUMNS
 from carb_nas.validate import DECISIONS, fingerprint_mismatch, page_fault_shortfall, validate
@@ -155,8 +155,11 @@ def test_append_and_report(torch_model, profiler, tmp_path):
     )
     first = pd.read_csv(data)
     assert len(first) == 2 and r.appended_to == str(data)
-    validate(TINY.head(1), model=torch_model, profiler=profiler, append=data)
-    assert len(pd.read_csv(data)) == 3
+    r2 = validate(TINY.head(1), model=torch_model, profiler=profiler, append=data)
+    again = pd.read_csv(data)  # the same config measured again replaces its row (by key)
+    assert len(again) == 2 and again["key"].is_unique
+    assert r2.replaced_keys == [first["key"].iloc[0]]
+    assert again["key"].iloc[-1] == first["key"].iloc[0]  # the new measurement, appended
     assert not list(tmp_path.glob(".*.tmp"))  # atomic write leaves no temporary behind
     for name in (
         "predicted_vs_measured.png",
@@ -257,7 +260,8 @@ def test_cpu_validation_defaults_to_the_models_thread_count(monkeypatch):
     monkeypatch.setattr("carb_nas.measure.Profiler", fake_profiler)
     model = types.SimpleNamespace(platform_={"threads": 1}, targets_=["latency_ms"])
     monkeypatch.setattr(val, "check_budgets", lambda budgets, model: None)
-    monkeypatch.setattr(val, "_model_targets", lambda model: ["latency_ms"])
+    monkeypatch.setattr(val, "model_targets", lambda model: ["latency_ms"])
+    monkeypatch.setattr(val, "_scores", lambda *a: None)  # the profiler is what is under test
     frame = pd.DataFrame([dict(family="basic", depth=8, width=0.1, resolution=32, batch_size=1)])
     with pytest.raises(Stop):
         val.validate(frame, "cpu", "torch", "fp32", model=model, budgets={"latency_ms": 5})
@@ -291,6 +295,160 @@ def test_page_fault_shortfall_flags_runs_that_skipped_the_mmap_cost():
     )
 
 
-def test_validation_of_small_configs_raises_no_page_fault_warning(measured):
+class FakeProfiler:
+    """Stands in for the Profiler: returns given minor-fault counts (the bookkeeping of the
+    page-fault check inside validate is under test, not the measurement)."""
+
+    device_name, kind, platform = "test cpu", "cpu", "cpu/torch/fp32"
+    runtime = type("R", (), {"name": "torch"})()
+
+    def __init__(self, faults):
+        self.faults = list(faults)
+        self.profiled = 0
+
+    def profile(self, config):
+        self.profiled += 1
+        return {
+            "key": config.key, "status": "ok", "platform": self.platform, "device": "cpu",
+            "latency_ms": 5.0, "peak_mem_mb": 50.0,
+            "minor_faults_per_run": self.faults[self.profiled - 1],
+        }  # fmt: skip
+
+
+BIG = pd.DataFrame(  # basic-50 width 2 r32 batch 2: ~340 MB of buffers mapped per call
+    [{"family": "basic", "depth": 50, "width": 2.0, "resolution": 32, "batch_size": 2}]
+)
+
+
+def test_validate_warns_when_a_big_config_skipped_its_page_faults(torch_model):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r = validate(BIG, model=torch_model, profiler=FakeProfiler([120.0]))
+    assert [w for w in r.warnings if "did not pay the per-call page faults" in w]
+    assert any("page faults" in str(w.message) for w in caught)
+    paid = validate(BIG, model=torch_model, profiler=FakeProfiler([83_000.0]))
+    assert not [w for w in paid.warnings if "page faults" in w]  # paid, as in the data
+
+
+def test_validation_of_small_configs_raises_no_page_fault_warning(measured, torch_model):
     assert (measured.measurements["minor_faults_per_run"] >= 0).all()
     assert not [w for w in measured.warnings if "page faults" in w]
+    # the same small configs with zero faults still do not warn: they map nothing per call
+    r = validate(TINY, model=torch_model, profiler=FakeProfiler([0.0, 0.0]))
+    assert not [w for w in r.warnings if "page faults" in w]
+
+
+# -- --append / --report are checked before anything is measured (issue 19: 4 and 14) ---------
+def _dataset(tmp_path, torch_model, profiler):
+    data = tmp_path / "rows.csv"
+    validate(TINY, model=torch_model, profiler=profiler, append=data)
+    return data
+
+
+def test_append_target_is_checked_before_measuring(torch_model, profiler, tmp_path):
+    data = _dataset(tmp_path, torch_model, profiler)
+    original = data.read_bytes()
+    other = tmp_path / "other.csv"
+    pd.read_csv(data).assign(platform="cpu/onnxruntime/fp32").to_csv(other, index=False)
+    torn = tmp_path / "torn.csv"
+    torn.write_bytes(original[:-25])  # a write cut short: the last row is incomplete
+    short = tmp_path / "short.csv"
+    lines = original.decode().splitlines()
+    short.write_text("\n".join(lines[:-1] + [",".join(lines[-1].split(",")[:5])]) + "\n")
+    cases = [
+        (other, CampaignError, "another platform"),
+        (torn, CampaignError, "torn last row.*does not end with a newline"),
+        (short, CampaignError, "torn last row.*fields"),
+        (tmp_path / "nodir" / "x.csv", InputFileError, "directory does not exist"),
+        (tmp_path / "x.txt", InputFileError, "unsupported dataset format"),
+    ]
+    for path, err, words in cases:
+        prof = FakeProfiler([0.0, 0.0])
+        before = path.read_bytes() if path.exists() else None
+        with pytest.raises(err, match=words):
+            validate(TINY, model=torch_model, profiler=prof, append=path)
+        assert prof.profiled == 0, path  # refused before measuring anything
+        assert (path.read_bytes() if path.exists() else None) == before  # nothing damaged
+    assert data.read_bytes() == original
+
+
+def test_torn_row_is_never_parsed_as_an_ok_row(torch_model, profiler, tmp_path):
+    data = _dataset(tmp_path, torch_model, profiler)
+    raw = data.read_bytes()
+    for cut in range(1, len(raw.splitlines()[-1]) + 1, 7):  # every 7th byte of the last row
+        data.write_bytes(raw[:-cut])
+        with pytest.raises(CampaignError, match="torn last row"):
+            validate(TINY.head(1), model=torch_model, profiler=FakeProfiler([0.0]), append=data)
+        assert data.read_bytes() == raw[:-cut]
+
+
+def test_unwritable_dataset_is_refused_before_measuring(torch_model, profiler, tmp_path):
+    import os
+
+    prof = FakeProfiler([0.0, 0.0])
+    with pytest.raises(InputFileError, match="not writable"):  # refused even for root
+        validate(TINY, model=torch_model, profiler=prof, append="/proc/rows.csv")
+    assert prof.profiled == 0
+    data = _dataset(tmp_path, torch_model, profiler)
+    data.chmod(0o444)
+    try:
+        if os.access(data, os.W_OK):
+            pytest.skip("running as a user who can write read-only files (root)")
+        prof = FakeProfiler([0.0, 0.0])
+        with pytest.raises(InputFileError, match="not writable"):
+            validate(TINY, model=torch_model, profiler=prof, append=data)
+        assert prof.profiled == 0
+    finally:
+        data.chmod(0o644)
+
+
+@pytest.mark.parametrize("where", ["/proc/x", "file"])
+def test_unwritable_report_dir_is_refused_before_measuring(torch_model, tmp_path, where):
+    report = tmp_path / "a_file" if where == "file" else where
+    if where == "file":
+        report.write_text("not a directory")
+    prof = FakeProfiler([0.0, 0.0])
+    with pytest.raises(InputFileError, match="report directory"):
+        validate(TINY, model=torch_model, profiler=prof, report_dir=report)
+    assert prof.profiled == 0
+
+
+def test_cli_validate_refuses_bad_append_and_report_first(model_dirs, tmp_path, monkeypatch):
+    import carb_nas.validate as val
+
+    def no_profiling(*a, **k):
+        raise AssertionError("profiled despite a bad input")
+
+    monkeypatch.setattr(val, "validate", no_profiling)
+    pareto = tmp_path / "pareto.csv"
+    TINY.to_csv(pareto, index=False)
+    other = tmp_path / "other.csv"
+    pd.DataFrame({"key": ["k"], "platform": ["cpu/onnxruntime/fp32"], "status": ["ok"]}).to_csv(
+        other, index=False
+    )
+    base = ["validate", str(pareto), "--model", str(model_dirs[0])]
+    for extra, words in (
+        (["--append", str(other)], "another platform"),
+        (["--report", "/proc/x"], "report directory not writable"),
+    ):
+        before = sorted(p.name for p in tmp_path.iterdir())
+        res = CliRunner().invoke(cli, base + extra)
+        assert res.exit_code == 1, res.output
+        assert res.output.startswith("error: ") and words in res.output
+        assert len(res.output.strip().splitlines()) == 1
+        assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written
+
+
+def test_cli_validate_says_which_keys_were_replaced(model_dirs, tmp_path):
+    pareto = tmp_path / "pareto.csv"
+    TINY.head(1).to_csv(pareto, index=False)
+    args = ["validate", str(pareto), "--model", str(model_dirs[0]), "--threads", "1"]
+    args += ["--append", str(tmp_path / "d.csv")]
+    first = CliRunner().invoke(cli, args)
+    assert first.exit_code == 0, first.output
+    assert "replaced" not in first.stderr
+    second = CliRunner().invoke(cli, args + ["--json"])
+    assert second.exit_code == 0, second.output
+    key = json.loads(second.stdout)["replaced_keys"][0]
+    assert f"replaced 1 earlier row(s) of the same configs (keys {key})" in second.stderr
+    assert len(pd.read_csv(tmp_path / "d.csv")) == 1

@@ -48,7 +48,7 @@ _MARKER_REPORT = "evaluation.json"
 def _per_batch_budgets(items: tuple[str, ...]) -> dict[str, float]:
     """``--budget`` values by the shared rules (carb_nas.screen.parse_budgets), per batch only:
     evaluation classifies the measured target columns themselves."""
-    from carb_nas.screen import parse_budgets
+    from carb_nas.budgets import parse_budgets
 
     budgets = parse_budgets(items)
     per_image = [t for t in budgets if t not in TARGETS]

@@ -8,7 +8,18 @@ from typing import Any
 
 import click
 
-from carb_nas.cli._options import echo_json
+from carb_nas.cli._options import (
+    echo_json,
+    example,
+    info,
+    json_option,
+    model_option,
+    output_option,
+    report_option,
+    seed_option,
+    storage_option,
+    threads_option,
+)
 from carb_nas.errors import ConfigError, MissingFileError, ModelError
 
 # The embedded default of `carb-nas search` with no arguments: the shipped CPU models, the
@@ -20,26 +31,14 @@ DEFAULT_MODEL = "cpu/torch/fp32"
 DEFAULT_RESCORE = "cpu/onnxruntime/fp32"
 DEFAULT_BUDGETS = ("latency_ms=20", "peak_mem_mb=100")
 DEFAULT_VALIDATE_MAX = 6
-
-
-def _info(msg: str) -> None:
-    click.echo(msg, err=True)
+TABLE_SUFFIXES = (".csv", ".parquet")
 
 
 def load_model(spec: str, role: str = "--model") -> Any:
     """A CostModel from a saved model directory or a shipped platform name (cpu/torch/fp32)."""
-    from carb_nas.costmodel import CostModel, load_default_model
+    from carb_nas.scoring import resolve_model
 
-    p = Path(spec)
-    if p.is_dir():
-        return CostModel.load(p)
-    if spec.count("/") == 2 and not p.exists():
-        return load_default_model(spec)
-    raise MissingFileError(
-        f"{role}: model not found: expected a directory written by `carb-nas model train` (or "
-        f"CostModel.save) or a shipped platform such as cpu/torch/fp32, got {spec!r}. Check "
-        "the path."
-    )
+    return resolve_model(spec, role)
 
 
 def platform_parts(model: Any) -> tuple[str, str, str]:
@@ -64,11 +63,19 @@ def _shipped(platform: str) -> Any | None:
         return None
 
 
+def _check_table_path(path: str | None, option: str) -> None:
+    if path is not None and Path(path).suffix not in TABLE_SUFFIXES:
+        raise ConfigError(
+            f"unsupported {option} format: expected a path ending in .csv or .parquet, got "
+            f"{path!r}. Rename the output."
+        )
+
+
 def _check_space_model(space: Any, model: Any, role: str) -> None:
     """A model trained on another space's knobs (family/precision) is a clear error."""
     import pandas as pd
 
-    from carb_nas.screen import align_to_platform
+    from carb_nas.scoring import align_to_platform
 
     grid = space.grid()
     align_to_platform(model, grid.head(1) if len(grid) else pd.DataFrame(), role)
@@ -79,31 +86,42 @@ def _check_space_model(space: Any, model: Any, role: str) -> None:
             align_to_platform(model, pd.DataFrame({knob: values}), role)
 
 
-def _pick_spread(frame: Any, column: str, n: int) -> Any:
-    """``n`` rows spread evenly over ``column`` (both extremes included)."""
+def _spread_labels(frame: Any, column: str, n: int) -> list:
+    """Index labels of ``n`` rows spread evenly over ``column`` (both extremes included)."""
     import numpy as np
 
     if len(frame) <= n:
-        return frame
-    order = frame.sort_values(column).reset_index(drop=True)
+        return list(frame.index)
+    order = frame.sort_values(column, kind="stable")
     idx = np.unique(np.round(np.linspace(0, len(order) - 1, n)).astype(int))
-    return order.iloc[idx].reset_index(drop=True)
+    return list(order.index[idx])
+
+
+def _progress(i: int, n: int, config: Any) -> None:
+    info(
+        f"  [{i + 1}/{n}] {config.family}-{config.depth} w{config.width:g} "
+        f"r{config.resolution} b{config.batch_size}"
+    )
 
 
 # -- screen ----------------------------------------------------------------------------------
 @click.command("screen")
 @click.argument("space")
 @click.option(
+    "--source-model",
     "--source",
     "source",
     required=True,
-    help="Source-platform model: a model directory or a shipped platform name.",
+    help="Source-platform model (ranks every candidate): a model directory or a shipped "
+    "platform name.",
 )
 @click.option(
+    "--target-model",
     "--target",
     "target",
     required=True,
-    help="Target-platform model: a model directory or a shipped platform name.",
+    help="Target-platform model (re-scores the shortlist): a model directory or a shipped "
+    "platform name.",
 )
 @click.option(
     "--rank-by",
@@ -130,13 +148,7 @@ def _pick_spread(frame: Any, column: str, n: int) -> Any:
     default=None,
     help="Comma-separated Pareto objectives (default: every target of the target model).",
 )
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Write the shortlist (.csv/.parquet) with within_budget and pareto columns.",
-)
+@output_option("Write the shortlist (.csv/.parquet) with within_budget and pareto columns.")
 @click.option(
     "--pareto-out",
     type=click.Path(dir_okay=False),
@@ -152,7 +164,12 @@ def _pick_spread(frame: Any, column: str, n: int) -> Any:
     "scores a sample, fits a surrogate and re-scores all it cannot rule out; auto is exact "
     "below 200,000 candidates.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print counts and the Pareto set as JSON.")
+@seed_option("Seed of the distilled stage 1's sample (an integer >= 0).")
+@json_option("Print counts and the Pareto set as JSON.")
+@example(
+    "carb-nas screen cpu --source-model cpu/torch/fp32 --target-model cpu/onnxruntime/fp32 "
+    "--rank-by latency_ms --top-k 100 --budget latency_ms=20"
+)
 def screen_command(
     space: str,
     source: str,
@@ -164,37 +181,28 @@ def screen_command(
     objectives: str | None,
     output: str | None,
     pareto_out: str | None,
-    as_json: bool,
     stage1: str,
+    seed: int,
+    as_json: bool,
 ) -> None:
-    """Two-stage screening of SPACE (a space TOML or a configs table).
+    """Two-stage screening of SPACE (a space TOML, a bundled space name or a configs table).
 
     Stage 1 ranks every candidate by the source model's RANK_BY and keeps the top K; stage 2
     re-scores the shortlist with the target model, keeps the configs within every budget and
     extracts their Pareto set.
     """
+    from carb_nas.budgets import check_confidence, parse_budgets
+    from carb_nas.screen import check_rank, screen
     from carb_nas.datasets import write_table
-    from carb_nas.screen import KNOWN_METRICS, _check_confidence, parse_budgets, screen
+    from carb_nas.space import CONFIG_COLUMNS
 
     parsed = parse_budgets(budgets)  # validate before loading anything heavy
-    _check_confidence(confidence)
-    if rank_by not in KNOWN_METRICS:
-        from carb_nas.errors import BudgetError
-
-        raise BudgetError(
-            f"unknown ranking target: expected one of {', '.join(KNOWN_METRICS)}, got "
-            f"{rank_by!r}. Rank by a target name such as latency_ms."
-        )
-    if top_k < 1:
-        raise ConfigError(f"invalid --top-k: expected a whole number >= 1, got {top_k}.")
-    for path in (output, pareto_out):
-        if path is not None and Path(path).suffix not in (".csv", ".parquet"):
-            raise ConfigError(
-                f"unsupported output format: expected a path ending in .csv or .parquet, got "
-                f"{path!r}. Rename the output."
-            )
-    src = load_model(source, "--source")
-    tgt = load_model(target, "--target")
+    confidence = check_confidence(confidence)
+    check_rank(rank_by, top_k)
+    _check_table_path(output, "-o/--output")
+    _check_table_path(pareto_out, "--pareto-out")
+    src = load_model(source, "--source-model")
+    tgt = load_model(target, "--target-model")
     objs = [o.strip() for o in objectives.split(",") if o.strip()] if objectives else None
     result = screen(
         space,
@@ -206,28 +214,18 @@ def screen_command(
         confidence=confidence,
         objectives=objs,
         stage1=stage1,
+        seed=seed,
     )
     shortlist = result.shortlist.copy()
-    keys = set(
-        map(
-            tuple,
-            result.pareto[["family", "depth", "width", "resolution", "batch_size"]].itertuples(
-                index=False
-            ),
-        )
-    )
-    shortlist["pareto"] = [
-        tuple(r) in keys
-        for r in shortlist[["family", "depth", "width", "resolution", "batch_size"]].itertuples(
-            index=False
-        )
-    ]
+    cols = list(CONFIG_COLUMNS)
+    keys = set(result.pareto[cols].itertuples(index=False))
+    shortlist["pareto"] = [tuple(r) in keys for r in shortlist[cols].itertuples(index=False)]
     if output:
         write_table(shortlist, output)
-        _info(f"wrote the shortlist ({len(shortlist)} configs) to {output}")
+        info(f"wrote the shortlist ({len(shortlist)} configs) to {output}")
     if pareto_out:
         write_table(result.pareto, pareto_out)
-        _info(f"wrote the Pareto set ({len(result.pareto)} configs) to {pareto_out}")
+        info(f"wrote the Pareto set ({len(result.pareto)} configs) to {pareto_out}")
     if as_json:
         echo_json(result.to_dict())
     else:
@@ -239,10 +237,8 @@ def screen_command(
 # -- search ----------------------------------------------------------------------------------
 @click.command("search")
 @click.argument("space", required=False)
-@click.option(
-    "--model",
-    "model_spec",
-    default=None,
+@model_option(
+    dest="model_spec",
     help=f"Search model: a model directory or a shipped platform (default {DEFAULT_MODEL}).",
 )
 @click.option(
@@ -285,11 +281,16 @@ def screen_command(
 @click.option(
     "--trials", type=int, default=None, help="Evaluations (default: 3000 pymoo, 1500 optuna)."
 )
-@click.option("--pop-size", type=int, default=64, show_default=True)
 @click.option(
-    "--storage",
-    default=None,
-    help="Optuna storage URL (sqlite:///x.db, journal:PATH); optuna backend.",
+    "--pop-size",
+    type=int,
+    default=64,
+    show_default=True,
+    help="Population size (>= 1; >= 2 for Optuna's NSGA-II).",
+)
+@storage_option(
+    "Optuna storage URL (journal:PATH, sqlite:///x.db, postgresql://...); optuna backend "
+    "only; default $CARB_NAS_STORAGE there, else in memory."
 )
 @click.option("--study-name", default=None, help="Optuna study name (with --storage).")
 @click.option(
@@ -309,27 +310,11 @@ def screen_command(
     show_default=True,
     help="Profile at most this many Pareto configs (spread over the front).",
 )
-@click.option(
-    "--report",
-    "report_dir",
-    type=click.Path(file_okay=False),
-    default=None,
-    help="Write validation plots and tables here.",
-)
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Write the Pareto set (.csv/.parquet).",
-)
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option(
-    "--json",
-    "as_json",
-    is_flag=True,
-    help='Print {"pareto": [...], "validated": [...], ...} as JSON.',
-)
+@report_option("Write validation plots and tables here (checked writable before searching).")
+@output_option("Write the Pareto set (.csv/.parquet).")
+@seed_option()
+@json_option('Print {"pareto": [...], "validated": [...], ...} as JSON.')
+@example("carb-nas search cpu --budget latency_ms=20 --budget peak_mem_mb=100 --json")
 def search_command(
     space: str | None,
     model_spec: str | None,
@@ -356,28 +341,32 @@ def search_command(
     With no arguments: the shipped CPU models, the `cpu` space, the default budget, and the
     final Pareto set profiled on this machine.
     """
-    from carb_nas.datasets import write_table
-    from carb_nas.screen import check_budgets, parse_budgets
-    from carb_nas.search import check_objectives, load_quality, open_storage, search
-    from carb_nas.space import load_space
+    from click.core import ParameterSource
 
+    from carb_nas.budgets import check_budgets, check_confidence, parse_budgets
+    from carb_nas.search import check_objectives, check_search_args, load_quality, search
+    from carb_nas.datasets import write_table
+    from carb_nas.space import load_space
+    from carb_nas.storage import open_storage
+    from carb_nas.validate import check_report_dir
+
+    source = click.get_current_context().get_parameter_source("storage")
+    if backend != "optuna" and source == ParameterSource.ENVIRONMENT:
+        storage = None  # $CARB_NAS_STORAGE is the optuna backend's default, not an error
     embedded = model_spec is None
     parsed = parse_budgets(budgets if budgets or not embedded else DEFAULT_BUDGETS)
-    if output is not None and Path(output).suffix not in (".csv", ".parquet"):
-        raise ConfigError(
-            f"unsupported output format: expected a path ending in .csv or .parquet, got "
-            f"{output!r}. Rename the output."
-        )
+    confidence = check_confidence(confidence)
+    n_trials = trials if trials is not None else (3000 if backend == "pymoo" else 1500)
+    check_search_args(backend, n_trials, pop_size, sampler, storage)
+    _check_table_path(output, "-o/--output")
     if validate_max < 1:
-        raise ConfigError(f"invalid --validate-max: expected >= 1, got {validate_max}.")
-    load_quality(quality)  # import errors before any work
-    if storage is not None and backend != "optuna":
-        from carb_nas.search import StorageError
-
-        raise StorageError(
-            f"--storage needs the optuna backend: expected --backend optuna, got {backend!r}. "
-            "Add --backend optuna."
+        raise ConfigError(
+            f"invalid --validate-max: expected a whole number >= 1, got {validate_max}. "
+            "Use e.g. --validate-max 6."
         )
+    if report_dir is not None:
+        check_report_dir(report_dir)
+    load_quality(quality)  # import errors before any work
     if storage is not None:
         open_storage(storage)  # a storage that does not open fails before the search
     space_obj = load_space(space or DEFAULT_SPACE)
@@ -395,14 +384,13 @@ def search_command(
     )
     if do_validate is None:
         do_validate = embedded
-    n_trials = trials if trials is not None else (3000 if backend == "pymoo" else 1500)
     if embedded:
-        _info(
+        info(
             f"embedded default: shipped {DEFAULT_MODEL} model"
             + (f", re-scored with the shipped {DEFAULT_RESCORE} model" if rescore else "")
             + f"; budgets {' '.join(f'{k}={v:g}' for k, v in parsed.items())}"
         )
-    _info(
+    info(
         f"searching {space_obj.name!r} ({len(space_obj):,} configs) with {backend}, "
         f"{n_trials} evaluations ..."
     )
@@ -424,45 +412,10 @@ def search_command(
     )
     if output:
         write_table(result.pareto, output)
-        _info(f"wrote the Pareto set ({len(result.pareto)} configs) to {output}")
+        info(f"wrote the Pareto set ({len(result.pareto)} configs) to {output}")
     validation = None
     if do_validate and result.feasible:
-        vmodel = rescore if result.rescored else model
-        device, runtime, precision = platform_parts(vmodel)
-        shortlist = result.pareto
-        if result.rescored:
-            ok = shortlist[shortlist["target_within_budget"]]
-            shortlist = ok if len(ok) else shortlist
-        picked = _pick_spread(
-            shortlist,
-            result.objectives[0] if result.objectives[0] in shortlist else "latency_ms",
-            validate_max,
-        )
-        _info(
-            f"profiling {len(picked)} of {len(result.pareto)} Pareto configs on this machine "
-            f"({device}/{runtime}/{precision}) ..."
-        )
-        from carb_nas.validate import validate
-
-        def progress(i: int, n: int, config: Any) -> None:
-            _info(
-                f"  [{i + 1}/{n}] {config.family}-{config.depth} w{config.width:g} "
-                f"r{config.resolution} b{config.batch_size}"
-            )
-
-        with warnings.catch_warnings(record=True):
-            warnings.simplefilter("always")
-            validation = validate(
-                picked,
-                device=device,
-                runtime=runtime,
-                precision=precision,
-                model=vmodel,
-                budgets=parsed,
-                confidence=confidence,
-                report_dir=report_dir,
-                progress=progress,
-            )
+        validation = _validate_front(result, model, rescore, parsed, validate_max, report_dir)
     if as_json:
         out = result.to_dict()
         out["validated"] = validation.validated_items() if validation else []
@@ -478,15 +431,49 @@ def search_command(
         click.echo("nothing to validate: no feasible config was found")
 
 
+def _validate_front(
+    result: Any, model: Any, rescore: Any, budgets: Any, validate_max: int, report_dir: Any
+) -> Any:
+    """Profile up to ``validate_max`` Pareto configs, compared with the predictions the search
+    made for them (``result.scored``: nothing is featurized or predicted again)."""
+    from carb_nas.validate import validate
+
+    vmodel = rescore if result.rescored else model
+    device, runtime, precision = platform_parts(vmodel)
+    shortlist = result.pareto
+    if result.rescored:
+        ok = shortlist[shortlist["target_within_budget"]]
+        shortlist = ok if len(ok) else shortlist
+    column = result.objectives[0] if result.objectives[0] in shortlist else "latency_ms"
+    labels = _spread_labels(shortlist, column, validate_max)
+    info(
+        f"profiling {len(labels)} of {len(result.pareto)} Pareto configs on this machine "
+        f"({device}/{runtime}/{precision}) ..."
+    )
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        return validate(
+            shortlist.loc[labels],
+            device=device,
+            runtime=runtime,
+            precision=precision,
+            model=vmodel,
+            budgets=budgets,
+            confidence=result.confidence,
+            report_dir=report_dir,
+            progress=_progress,
+            scored=result.scored.take(labels),
+        )
+
+
 # -- validate --------------------------------------------------------------------------------
 @click.command("validate")
 @click.argument("pareto")
 @click.option("--device", default="cpu", show_default=True, help="cpu or cuda[:N].")
 @click.option("--runtime", default="torch", show_default=True, help="torch or onnxruntime.")
 @click.option("--precision", default="fp32", show_default=True)
-@click.option(
-    "--model",
-    "model_spec",
+@model_option(
+    dest="model_spec",
     required=True,
     help="The cost model whose predictions are validated (directory or platform).",
 )
@@ -500,7 +487,7 @@ def search_command(
 @click.option(
     "--confidence", type=float, default=None, help="Decide on the upper bound at alpha = 1 - C."
 )
-@click.option("--threads", type=int, default=None, help="CPU threads for the profiler.")
+@threads_option("CPU threads for the profiler (default: the model's recorded thread count).")
 @click.option(
     "--protocol", type=click.Choice(["adaptive", "carb"]), default="adaptive", show_default=True
 )
@@ -508,21 +495,16 @@ def search_command(
     "--max-configs",
     type=int,
     default=None,
-    help="Profile at most this many configs (spread over the first target).",
+    help="Profile at most this many configs (spread over the batch size).",
 )
-@click.option(
-    "--report",
-    "report_dir",
-    type=click.Path(file_okay=False),
-    default=None,
-    help="Write validation.json/.csv and PNG plots here.",
-)
+@report_option("Write validation.json/.csv and PNG plots here (checked before measuring).")
 @click.option(
     "--append",
     "append",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Append the new measurement rows to this dataset (.csv/.parquet).",
+    help="Append the new measurement rows to this dataset (.csv/.parquet); checked before "
+    "measuring; a config measured again replaces its old row.",
 )
 @click.option(
     "--fresh-process",
@@ -530,7 +512,8 @@ def search_command(
     help="CPU: measure each config in a new forked process (as fresh as the processes that "
     "measured the shipped data; see mmap_mb).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@json_option()
+@example("carb-nas validate pareto.csv --model cpu/torch/fp32 --budget latency_ms=20 --json")
 def validate_command(
     pareto: str,
     device: str,
@@ -548,28 +531,27 @@ def validate_command(
     as_json: bool,
 ) -> None:
     """Profile the configs of PARETO (.csv/.parquet) and score the model's predictions."""
-    from carb_nas.screen import candidate_frame, check_budgets, parse_budgets
-    from carb_nas.validate import validate
+    from carb_nas.budgets import check_budgets, check_confidence, parse_budgets
+    from carb_nas.measure import platform_string
+    from carb_nas.scoring import candidate_frame
+    from carb_nas.validate import check_append_target, check_report_dir, validate
 
     parsed = parse_budgets(budgets)
-    if append is not None and Path(append).suffix not in (".csv", ".parquet"):
+    confidence = check_confidence(confidence)
+    if max_configs is not None and max_configs < 1:
         raise ConfigError(
-            f"unsupported dataset format for --append: expected .csv or .parquet, got {append!r}."
+            f"invalid --max-configs: expected a whole number >= 1, got {max_configs}. "
+            "Use e.g. --max-configs 6."
         )
+    if append is not None:
+        check_append_target(append, platform_string(device, runtime, precision))
+    if report_dir is not None:
+        check_report_dir(report_dir)
     frame = candidate_frame(pareto)
     model = load_model(model_spec)
     check_budgets(parsed, model)
     if max_configs is not None:
-        if max_configs < 1:
-            raise ConfigError(f"invalid --max-configs: expected >= 1, got {max_configs}.")
-        frame = _pick_spread(frame, "batch_size", max_configs)
-
-    def progress(i: int, n: int, config: Any) -> None:
-        if not as_json:
-            _info(
-                f"  [{i + 1}/{n}] {config.family}-{config.depth} w{config.width:g} "
-                f"r{config.resolution} b{config.batch_size}"
-            )
+        frame = frame.loc[_spread_labels(frame, "batch_size", max_configs)]
 
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
@@ -585,17 +567,22 @@ def validate_command(
             threads=threads,
             protocol=protocol,
             report_dir=report_dir,
-            progress=progress,
+            progress=None if as_json else _progress,
             fresh_process=fresh_process,
         )
+    if result.appended_to:
+        info(f"appended {len(result.measurements)} rows to {result.appended_to}")
+    if result.replaced_keys:
+        info(
+            f"replaced {len(result.replaced_keys)} earlier row(s) of the same configs (keys "
+            f"{', '.join(result.replaced_keys)})"
+        )
+    if result.report_files:
+        info(f"wrote {len(result.report_files)} report files to {report_dir}")
     if as_json:
         echo_json(result.to_dict())
         return
     click.echo(result.summary())
-    if result.appended_to:
-        click.echo(f"appended {len(result.measurements)} rows to {result.appended_to}")
-    if result.report_files:
-        click.echo(f"wrote {len(result.report_files)} report files to {report_dir}")
 
 
 COMMANDS = [screen_command, search_command, validate_command]

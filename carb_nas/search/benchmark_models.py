@@ -1,4 +1,7 @@
-"""Shared by benchmarks/screening.py and benchmarks/search_quality.py: training data and models.
+"""Training rows and cost models for the screening and search benchmarks.
+
+Used by ``benchmarks/screening.py`` and ``benchmarks/search_quality.py`` (which import only the
+package); a benchmark of your own can use the same models.
 
 Training rows come from the first source that has them, and every run says which:
 
@@ -8,7 +11,8 @@ Training rows come from the first source that has them, and every run says which
    seeded noise, labelled ``meter="synthetic"`` -- never measurements, only so the benchmark
    runs on a fresh checkout.
 
-Trained models are cached under ``out/benchmark_models/`` keyed by platform, preset and a hash of
+Trained models are cached under ``ROOT/out/benchmark_models/`` (``ROOT``: the checkout the
+benchmark runs from, the working directory by default) keyed by platform, preset and a hash of
 the training rows, so reruns skip training.
 """
 
@@ -16,13 +20,15 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[1]
-CACHE = ROOT / "out" / "benchmark_models"  # /out/ is git-ignored
+__all__ = ["be_nice", "synthetic_rows", "training_rows", "trained_model", "TARGET_COLUMNS"]
+
 TARGET_COLUMNS = ("peak_mem_mb", "energy_j", "latency_ms")
 
 
@@ -61,8 +67,12 @@ def synthetic_rows(platform: str, n: int = 3000, seed: int = 0, space: str = "cp
     return out
 
 
-def training_rows(platform: str, min_rows: int = 300) -> tuple[pd.DataFrame, str]:
-    """(rows with status ok, where they came from) for ``platform``."""
+def training_rows(
+    platform: str, min_rows: int = 300, root: Path | None = None
+) -> tuple[pd.DataFrame, str]:
+    """(rows with status ok, where they came from) for ``platform``; campaigns are looked for
+    under ``root/campaigns`` (``root``: the working directory by default)."""
+    root = Path.cwd() if root is None else Path(root)
     try:
         from carb_nas.datasets import load_dataset
 
@@ -71,25 +81,29 @@ def training_rows(platform: str, min_rows: int = 300) -> tuple[pd.DataFrame, str
             return rows, f"shipped dataset {platform} ({len(rows)} measured rows)"
     except Exception:  # noqa: BLE001 - not shipped (yet)
         pass
-    camp = ROOT / "campaigns" / platform.replace("/", "_")
+    camp = root / "campaigns" / platform.replace("/", "_")
     if (camp / "journal.log").exists():
         try:
             from carb_nas.measure import campaign_rows
 
             rows = campaign_rows(camp, statuses=["ok"])
             if len(rows) >= min_rows:
-                return rows, f"campaign {camp.relative_to(ROOT)} ({len(rows)} measured rows)"
+                return rows, f"campaign {camp.relative_to(root)} ({len(rows)} measured rows)"
         except Exception:  # noqa: BLE001 - a campaign being written may not open yet
             pass
     rows = synthetic_rows(platform)
     return rows, f"SYNTHETIC rows for {platform} ({len(rows)} rows; no measurements found)"
 
 
-def trained_model(platform: str, preset: str = "carb", log=print):
-    """A CostModel for ``platform`` trained on ``training_rows`` (cached)."""
+def trained_model(
+    platform: str, preset: str = "carb", log: Callable[[str], Any] = print, root: Path | None = None
+) -> tuple[Any, str]:
+    """(a CostModel for ``platform`` trained on ``training_rows``, where its rows came from),
+    cached under ``root/out/benchmark_models`` (``root``: the working directory by default)."""
     from carb_nas.costmodel import CostModel, frame_sha256, model_inputs
 
-    rows, source = training_rows(platform)
+    root = Path.cwd() if root is None else Path(root)
+    rows, source = training_rows(platform, root=root)
     targets = [
         t
         for t in TARGET_COLUMNS
@@ -100,7 +114,7 @@ def trained_model(platform: str, preset: str = "carb", log=print):
             drop=True
         )
     )[:12]
-    path = CACHE / f"{platform.replace('/', '_')}_{preset}_{key}"
+    path = root / "out" / "benchmark_models" / f"{platform.replace('/', '_')}_{preset}_{key}"
     if (path / "manifest.json").exists():
         log(f"  {platform}: cached {preset} model ({source})")
         return CostModel.load(path), source

@@ -214,7 +214,7 @@ def test_storage_that_does_not_open(torch_model, tmp_path, monkeypatch):
     monkeypatch.setattr(carb_nas.storage.time, "sleep", lambda s: None)  # no retry back-off
     for url, words in (
         ("nosuchdb://x/y", "unsupported storage URL"),
-        (f"sqlite:///{tmp_path}/no/dir/x.db", "cannot open the Optuna storage"),
+        (f"sqlite:///{tmp_path}/no/dir/x.db", "SQLite database directory does not exist"),
         (f"journal:{tmp_path}/missing/dir/j.log", "journal directory does not exist"),
     ):
         with pytest.raises(StorageError, match=words):
@@ -389,7 +389,7 @@ def test_cli_search_json(model_dirs, tmp_path):
         ),
         (
             ["--backend", "optuna", "--storage", "sqlite:////nonexistent/dir/x.db"],
-            "cannot open the Optuna storage",
+            "SQLite database directory does not exist",
         ),
         (["--pop-size", "0"], "invalid --pop-size for pymoo: expected a whole number >= 1"),
         (["--pop-size", "-3"], "got -3"),

@@ -20,7 +20,13 @@ from typing import Any
 from carb_nas._json import jsonable
 from carb_nas.errors import InputFileError
 
-__all__ = ["atomic_write", "atomic_write_text", "atomic_write_json", "atomic_directory"]
+__all__ = [
+    "atomic_write",
+    "atomic_write_text",
+    "atomic_write_json",
+    "atomic_directory",
+    "check_writable_dir",
+]
 
 
 def _tmp_sibling(path: Path) -> Path:
@@ -98,3 +104,37 @@ def atomic_directory(path: str | Path, *, overwrite: bool = True) -> Iterator[Pa
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def check_writable_dir(
+    path: str | Path, what: str = "report directory", option: str = "--report"
+) -> Path:
+    """``path`` once it is known that it can be created and written as a directory.
+
+    Creates nothing: the directory (or its nearest existing ancestor) is probed with a
+    temporary directory removed at once, so an unwritable place (``/proc/x``, a read-only
+    mount, a file in the way) is refused before any work. ``what`` names the directory, ``option`` the flag to fix.
+    """
+    d = Path(path)
+    if d.exists() and not d.is_dir():
+        raise InputFileError(
+            f"{what} is a file: expected a directory path, got {str(d)!r}. Choose another "
+            f"{option} path."
+        )
+    anchor = d
+    while not anchor.exists() and anchor != anchor.parent:
+        anchor = anchor.parent
+    if not anchor.is_dir():
+        raise InputFileError(
+            f"cannot create {what} {str(d)!r}: expected a path under a directory, "
+            f"got the file {str(anchor)!r} in the way. Choose another {option} path."
+        )
+    try:
+        Path(tempfile.mkdtemp(prefix=".carb_nas_probe.", dir=anchor)).rmdir()
+    except OSError as e:
+        raise InputFileError(
+            f"cannot write {what} {str(d)!r}: expected a creatable, writable "
+            f"directory, got {type(e).__name__}: {e.strerror or e} in {str(anchor)!r}. Choose "
+            f"another {option} path or fix its permissions."
+        ) from None
+    return d

@@ -21,7 +21,7 @@ import pandas as pd
 
 from carb_nas.budgets import model_targets, platform_name
 from carb_nas.datasets import read_configs
-from carb_nas.errors import ConfigError, MissingFileError, ModelError
+from carb_nas.errors import ConfigError, ModelError
 from carb_nas.space import CONFIG_COLUMNS, Space, load_space, normalize_config_frame
 
 __all__ = [

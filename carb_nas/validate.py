@@ -34,9 +34,6 @@ model, so its prediction columns are not trusted.
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 import time
 import warnings
 from collections.abc import Iterable, Mapping
@@ -47,7 +44,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from carb_nas._io import atomic_write_json
+from carb_nas._io import atomic_write_json, check_writable_dir
 from carb_nas.budgets import (
     accept_mask,
     base_target,
@@ -58,17 +55,14 @@ from carb_nas.budgets import (
     parse_budgets,
     platform_name,
 )
-from carb_nas.datasets import SCHEMA, read_table, write_table
-from carb_nas.errors import CampaignError, InputFileError, ModelError
+from carb_nas.datasets import SCHEMA, append_rows, check_appendable, write_table
+from carb_nas.errors import InputFileError, ModelError
 from carb_nas.scoring import Scored, candidate_frame, same_configs, score_configs
 from carb_nas.space import CONFIG_COLUMNS, frame_to_configs
 
 __all__ = [
     "validate",
     "ValidationResult",
-    "append_rows",
-    "check_append_target",
-    "check_report_dir",
     "fingerprint_mismatch",
     "page_fault_shortfall",
     "write_report",
@@ -332,12 +326,12 @@ def validate(
     frame["precision"] = precision
     frame = frame.drop_duplicates().reset_index(drop=True)
     if report_dir is not None:
-        check_report_dir(report_dir)
+        check_writable_dir(report_dir)
     old_rows = None
     if append is not None:
         from carb_nas.measure import platform_string
 
-        old_rows = check_append_target(append, platform_string(device, runtime, precision))
+        old_rows = check_appendable(append, platform_string(device, runtime, precision))
     scored = _scores(model, frame, confidence, scored)
 
     from carb_nas.measure import Profiler
@@ -484,139 +478,6 @@ def _scores(model: Any, frame: pd.DataFrame, confidence: float | None, scored: A
     return Scored(
         scored.configs.set_axis(frame.index), scored.X.set_axis(frame.index), pred, scored.platform
     )
-
-
-def check_report_dir(path: str | Path) -> Path:
-    """``path`` as a report directory that can be created and written; InputFileError (before
-    any work) otherwise. Creates nothing: a throw-away directory probes the nearest existing
-    ancestor and is removed at once."""
-    p = Path(path)
-    if p.exists() and not p.is_dir():
-        raise InputFileError(
-            f"report directory is a file: expected a directory (new or existing), got "
-            f"{str(p)!r}. Choose another --report path."
-        )
-    probe_in = p
-    while not probe_in.exists():
-        probe_in = probe_in.parent
-    try:
-        shutil.rmtree(tempfile.mkdtemp(prefix=".carb_nas_probe.", dir=probe_in))
-    except OSError as e:
-        raise InputFileError(
-            f"report directory not writable: expected a directory that can be created and "
-            f"written, got {str(p)!r} ({e.strerror or e} in {str(probe_in)!r}). Choose "
-            "another --report path."
-        ) from None
-    return p
-
-
-def _torn_csv_tail(p: Path) -> str | None:
-    """Why the last line of CSV ``p`` is not a complete row (None when it is)."""
-    with open(p, "rb") as fh:
-        data = fh.read()
-    if not data:
-        return None
-    lines = data.decode("utf-8", errors="replace").splitlines()
-    if not data.endswith(b"\n"):
-        return f"the file does not end with a newline (last line {len(lines)} is cut off)"
-    import csv
-
-    rows = list(csv.reader(lines))
-    if len(rows) > 1 and len(rows[-1]) != len(rows[0]):
-        return f"its last line {len(lines)} has {len(rows[-1])} fields, the header {len(rows[0])}"
-    return None
-
-
-def check_append_target(path: str | Path, platform: str) -> pd.DataFrame | None:
-    """Check a dataset file before measuring rows for it: the dataset's rows (None when the
-    file does not exist yet); CampaignError / InputFileError for a file that is unreadable,
-    unwritable, torn (a cut-off last row), not a carb_nas dataset, or of another platform."""
-    p = Path(path)
-    if p.suffix not in (".csv", ".parquet"):
-        raise InputFileError(
-            f"unsupported dataset format for --append: expected .csv or .parquet, got "
-            f"{str(p)!r}. Append to a .csv or .parquet file."
-        )
-    parent = p.parent if str(p.parent) else Path(".")
-    if not parent.is_dir():
-        raise InputFileError(
-            f"dataset directory does not exist: expected an existing directory for "
-            f"{str(p)!r}. Create {str(parent)!r} first."
-        )
-    try:  # probes, not os.access: root passes every permission bit, /proc refuses anyway
-        fd, probe = tempfile.mkstemp(prefix=".carb_nas_probe.", dir=parent)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as e:
-        raise InputFileError(
-            f"dataset not writable: expected a directory this user can write the dataset in, "
-            f"got {str(parent)!r} ({e.strerror or e}). Fix the permissions or append to "
-            "another file."
-        ) from None
-    if not p.exists():
-        return None
-    for mode, what in (("rb", "read"), ("ab", "write")):
-        try:
-            with open(p, mode):
-                pass
-        except OSError as e:
-            raise InputFileError(
-                f"dataset not {what}able: expected a file this user can {what}, got "
-                f"{str(p)!r} ({e.strerror or e}). Fix the permissions or append to another "
-                "file."
-            ) from None
-    if p.suffix == ".csv":
-        torn = _torn_csv_tail(p)
-        if torn:
-            raise CampaignError(
-                f"{p}: torn last row: expected complete CSV rows, got a row cut short ({torn}). "
-                "Remove that incomplete line (an interrupted write) or append to a new file."
-            )
-    try:
-        old = read_table(p)
-    except (OSError, ValueError) as e:
-        raise CampaignError(
-            f"{p}: unreadable dataset: expected a CSV/Parquet table written by carb-nas, got "
-            f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}. Append to a new "
-            "file."
-        ) from None
-    missing = [c for c in ("key", "platform", "status") if c not in old.columns]
-    if missing:
-        raise CampaignError(
-            f"{p}: not a carb_nas dataset: expected the columns of dataset.SCHEMA, missing "
-            f"{missing}. Append to a dataset written by carb-nas, or to a new file."
-        )
-    platforms = set(old["platform"].dropna().astype(str)) - {platform}
-    if platforms:
-        raise CampaignError(
-            f"{p}: dataset of another platform: expected rows of ['{platform}'], got "
-            f"{sorted(platforms)}. A dataset holds one platform; append to that platform's file."
-        )
-    return old
-
-
-def append_rows(
-    rows: pd.DataFrame, path: str | Path, old: pd.DataFrame | None = None
-) -> tuple[Path, list[str]]:
-    """Append measurement rows to a dataset table (created if absent), atomically.
-
-    A row whose ``key`` the dataset already holds replaces the old row (a config measured
-    again); returns (the path, the replaced keys). ``old``: the dataset as
-    :func:`check_append_target` read it (read and checked here when None).
-    """
-    p = Path(path)
-    if old is None:
-        platforms = sorted(set(rows["platform"].astype(str)))
-        old = check_append_target(p, platforms[0] if len(platforms) == 1 else "?")
-    if old is None:
-        return write_table(rows, p), []
-    new_keys = set(rows["key"].astype(str))
-    dup = old["key"].astype(str).isin(new_keys).to_numpy()
-    replaced = sorted(set(old.loc[dup, "key"].astype(str)))
-    kept = old[~dup]
-    cols = list(old.columns) + [c for c in rows.columns if c not in old.columns]
-    new = pd.concat([kept, rows.reindex(columns=cols)], ignore_index=True)
-    return write_table(new, p), replaced
 
 
 def write_report(

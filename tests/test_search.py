@@ -395,7 +395,7 @@ def test_cli_search_json(model_dirs, tmp_path):
         (["--pop-size", "-3"], "got -3"),
         (["--backend", "optuna", "--pop-size", "1"], "expected a whole number >= 2"),
         (["--seed", "-1"], "Invalid value for '--seed'"),
-        (["--report", "/proc/x"], "report directory not writable"),
+        (["--report", "/proc/x"], "cannot write report directory"),
         (["--quality", "nosuchmodule_xyz:f"], "cannot import the quality module"),
         (["--objectives", "latency_ms,speed"], "unknown objective"),
     ],

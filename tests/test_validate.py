@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from test_screen import model_dirs, ort_model, torch_model  # noqa: F401 - shared fixtures
 
 from carb_nas.cli import cli
-from carb_nas.errors import BudgetError, CampaignError, InputFileError, ModelError
+from carb_nas.errors import BudgetError, InputFileError, ModelError
 from carb_nas.measure import Profiler, Protocol
 from carb_nas.space import CONFIG_COLUMNS
 from carb_nas.validate import DECISIONS, fingerprint_mismatch, page_fault_shortfall, validate
@@ -171,9 +171,8 @@ def test_append_and_report(torch_model, profiler, tmp_path):
     doc = json.loads((tmp_path / "report" / "validation.json").read_text())
     assert len(doc["validated"]) == 2
     # a dataset of another platform is refused
-    other = first.assign(platform="cpu/onnxruntime/fp32")
-    other.to_csv(tmp_path / "other.csv", index=False)
-    with pytest.raises(CampaignError, match="another platform"):
+    _other_platform_rows(tmp_path / "other.csv")
+    with pytest.raises(InputFileError, match="another platform"):
         validate(TINY.head(1), model=torch_model, profiler=profiler, append=tmp_path / "other.csv")
 
 
@@ -339,6 +338,13 @@ def test_validation_of_small_configs_raises_no_page_fault_warning(measured, torc
 
 
 # -- --append / --report are checked before anything is measured (issue 19: 4 and 14) ---------
+def _other_platform_rows(path):
+    """A real dataset of another platform (two shipped ONNX Runtime rows)."""
+    from carb_nas.datasets import load_dataset
+
+    load_dataset("cpu/onnxruntime/fp32").head(2).to_csv(path, index=False)
+
+
 def _dataset(tmp_path, torch_model, profiler):
     data = tmp_path / "rows.csv"
     validate(TINY, model=torch_model, profiler=profiler, append=data)
@@ -349,16 +355,16 @@ def test_append_target_is_checked_before_measuring(torch_model, profiler, tmp_pa
     data = _dataset(tmp_path, torch_model, profiler)
     original = data.read_bytes()
     other = tmp_path / "other.csv"
-    pd.read_csv(data).assign(platform="cpu/onnxruntime/fp32").to_csv(other, index=False)
+    _other_platform_rows(other)
     torn = tmp_path / "torn.csv"
     torn.write_bytes(original[:-25])  # a write cut short: the last row is incomplete
     short = tmp_path / "short.csv"
     lines = original.decode().splitlines()
     short.write_text("\n".join(lines[:-1] + [",".join(lines[-1].split(",")[:5])]) + "\n")
     cases = [
-        (other, CampaignError, "another platform"),
-        (torn, CampaignError, "torn last row.*does not end with a newline"),
-        (short, CampaignError, "torn last row.*fields"),
+        (other, InputFileError, "another platform"),
+        (torn, InputFileError, "torn last row.*does not end with a newline"),
+        (short, InputFileError, "torn last row.*fields"),
         (tmp_path / "nodir" / "x.csv", InputFileError, "directory does not exist"),
         (tmp_path / "x.txt", InputFileError, "unsupported dataset format"),
     ]
@@ -377,7 +383,7 @@ def test_torn_row_is_never_parsed_as_an_ok_row(torch_model, profiler, tmp_path):
     raw = data.read_bytes()
     for cut in range(1, len(raw.splitlines()[-1]) + 1, 7):  # every 7th byte of the last row
         data.write_bytes(raw[:-cut])
-        with pytest.raises(CampaignError, match="torn last row"):
+        with pytest.raises(InputFileError, match="torn last row"):
             validate(TINY.head(1), model=torch_model, profiler=FakeProfiler([0.0]), append=data)
         assert data.read_bytes() == raw[:-cut]
 
@@ -423,13 +429,11 @@ def test_cli_validate_refuses_bad_append_and_report_first(model_dirs, tmp_path, 
     pareto = tmp_path / "pareto.csv"
     TINY.to_csv(pareto, index=False)
     other = tmp_path / "other.csv"
-    pd.DataFrame({"key": ["k"], "platform": ["cpu/onnxruntime/fp32"], "status": ["ok"]}).to_csv(
-        other, index=False
-    )
+    _other_platform_rows(other)
     base = ["validate", str(pareto), "--model", str(model_dirs[0])]
     for extra, words in (
         (["--append", str(other)], "another platform"),
-        (["--report", "/proc/x"], "report directory not writable"),
+        (["--report", "/proc/x"], "cannot write report directory"),
     ):
         before = sorted(p.name for p in tmp_path.iterdir())
         res = CliRunner().invoke(cli, base + extra)

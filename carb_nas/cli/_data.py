@@ -40,8 +40,8 @@ def export_cmd(
 
     Reads the campaign only: nothing in CAMPAIGN or its storage is created or changed.
     """
-    from carb_nas.measure import campaign_rows, salvage_rows
     from carb_nas.datasets import write_table
+    from carb_nas.measure import campaign_rows, salvage_rows
 
     if salvage:
         frame = salvage_rows(campaign)

@@ -165,9 +165,9 @@ def profile_cmd(
     duplicated. Export the rows with `carb-nas dataset export DIR -o rows.csv`. Every option is
     checked before anything is created: a refused command leaves no directory behind.
     """
+    from carb_nas.datasets import read_configs
     from carb_nas.errors import ConfigError
     from carb_nas.measure import Protocol, check_campaign_args, check_platform, run_campaign
-    from carb_nas.datasets import read_configs
     from carb_nas.space import load_space
     from carb_nas.storage import check_storage_url
 

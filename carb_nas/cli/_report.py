@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from carb_nas._io import check_writable_dir
 from carb_nas.cli._options import echo_json, example, info, json_option, report_option, seed_option
 from carb_nas.errors import ConfigError
 
@@ -119,7 +120,7 @@ def transfer_command(
 
     sizes = _parse_sizes(few_shot)
     if report_dir:
-        reports.check_report_dir(report_dir)
+        check_writable_dir(report_dir)
     if reports.same_dataset(dataset_a, dataset_b):
         info(f"warning: A and B are the same dataset ({dataset_a}): every fit is trivially perfect")
     model = None

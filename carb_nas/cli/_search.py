@@ -192,8 +192,8 @@ def screen_command(
     extracts their Pareto set.
     """
     from carb_nas.budgets import check_confidence, parse_budgets
-    from carb_nas.screen import check_rank, screen
     from carb_nas.datasets import write_table
+    from carb_nas.screen import check_rank, screen
     from carb_nas.space import CONFIG_COLUMNS
 
     parsed = parse_budgets(budgets)  # validate before loading anything heavy
@@ -343,12 +343,12 @@ def search_command(
     """
     from click.core import ParameterSource
 
+    from carb_nas._io import check_writable_dir
     from carb_nas.budgets import check_budgets, check_confidence, parse_budgets
-    from carb_nas.search import check_objectives, check_search_args, load_quality, search
     from carb_nas.datasets import write_table
+    from carb_nas.search import check_objectives, check_search_args, load_quality, search
     from carb_nas.space import load_space
     from carb_nas.storage import open_storage
-    from carb_nas.validate import check_report_dir
 
     source = click.get_current_context().get_parameter_source("storage")
     if backend != "optuna" and source == ParameterSource.ENVIRONMENT:
@@ -365,7 +365,7 @@ def search_command(
             "Use e.g. --validate-max 6."
         )
     if report_dir is not None:
-        check_report_dir(report_dir)
+        check_writable_dir(report_dir)
     load_quality(quality)  # import errors before any work
     if storage is not None:
         open_storage(storage)  # a storage that does not open fails before the search
@@ -531,10 +531,12 @@ def validate_command(
     as_json: bool,
 ) -> None:
     """Profile the configs of PARETO (.csv/.parquet) and score the model's predictions."""
+    from carb_nas._io import check_writable_dir
     from carb_nas.budgets import check_budgets, check_confidence, parse_budgets
+    from carb_nas.datasets import check_appendable
     from carb_nas.measure import platform_string
     from carb_nas.scoring import candidate_frame
-    from carb_nas.validate import check_append_target, check_report_dir, validate
+    from carb_nas.validate import validate
 
     parsed = parse_budgets(budgets)
     confidence = check_confidence(confidence)
@@ -544,9 +546,9 @@ def validate_command(
             "Use e.g. --max-configs 6."
         )
     if append is not None:
-        check_append_target(append, platform_string(device, runtime, precision))
+        check_appendable(append, platform_string(device, runtime, precision))
     if report_dir is not None:
-        check_report_dir(report_dir)
+        check_writable_dir(report_dir)
     frame = candidate_frame(pareto)
     model = load_model(model_spec)
     check_budgets(parsed, model)

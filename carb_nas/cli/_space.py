@@ -8,8 +8,8 @@ import click
 import pandas as pd
 
 from carb_nas.cli._options import echo_json, example, info, json_option, output_option, seed_option
-from carb_nas.errors import ConfigError, InputFileError
 from carb_nas.datasets import read_configs, write_table
+from carb_nas.errors import ConfigError, InputFileError
 from carb_nas.space import (
     CONFIG_COLUMNS,
     REQUIRED_COLUMNS,

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import csv
+import os
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -65,20 +68,70 @@ def median_of_passes(frames: list[pd.DataFrame], sources: list[str] | None = Non
     return chosen.drop(columns=["_pass", "_failed", "_lat"])[list(checked[0].columns)]
 
 
+def _torn_csv_tail(p: Path) -> str | None:
+    """Why the last line of CSV ``p`` is not a complete row (None when it is)."""
+    data = p.read_bytes()
+    if not data:
+        return None
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    if not data.endswith(b"\n"):
+        return f"the file does not end with a newline (last line {len(lines)} is cut off)"
+    rows = list(csv.reader(lines))
+    if len(rows) > 1 and len(rows[-1]) != len(rows[0]):
+        return f"its last line {len(lines)} has {len(rows[-1])} fields, the header {len(rows[0])}"
+    return None
+
+
+def _probe_writable(directory: Path, what: str) -> None:
+    # a probe, not os.access: root passes every permission bit, yet /proc refuses anyway
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".carb_nas_probe.", dir=directory)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise InputFileError(
+            f"{what} not writable: expected a directory this user can write in, got "
+            f"{str(directory)!r} ({e.strerror or e}). Fix the permissions or append to "
+            "another file."
+        ) from None
+
+
 def check_appendable(path: str | Path, platform: str) -> pd.DataFrame | None:
     """The rows of dataset ``path`` (validated, as read) if rows of ``platform`` may join it.
 
-    None when ``path`` does not exist yet (its directory must). Call it before measuring: a
-    file of another platform, an unreadable or invalid one is refused up front.
+    None when ``path`` does not exist yet (its directory must, and be writable). Call it before
+    measuring: a file that is unreadable, unwritable, torn (a cut-off last row), not a dataset
+    or of another platform is refused up front, so no measurement is thrown away.
     """
     p = Path(path)
+    if p.suffix not in TABLE_SUFFIXES:
+        raise InputFileError(
+            f"unsupported dataset format for {str(p)!r}: expected a .csv or .parquet path, got "
+            f"the suffix {p.suffix!r}. Append to a .csv or .parquet file."
+        )
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise InputFileError(
+            f"dataset directory does not exist: expected an existing directory for {str(p)!r}. "
+            f"Create {str(parent)!r} first or choose another --append path."
+        )
+    _probe_writable(parent, "dataset directory")
     if not p.exists():
-        if p.suffix not in TABLE_SUFFIXES or not p.parent.is_dir():
-            raise InputFileError(
-                f"cannot append to {str(p)!r}: expected a .csv or .parquet path in an existing "
-                "directory. Choose another --append path."
-            )
         return None
+    for mode, what in (("rb", "read"), ("ab", "write")):
+        try:
+            with open(p, mode):
+                pass
+        except OSError as e:
+            raise InputFileError(
+                f"dataset not {what}able: expected a file this user can {what}, got "
+                f"{str(p)!r} ({e.strerror or e}). Fix the permissions or append to another file."
+            ) from None
+    if p.suffix == ".csv" and (torn := _torn_csv_tail(p)):
+        raise InputFileError(
+            f"{p}: torn last row: expected complete CSV rows, got a row cut short ({torn}). "
+            "Remove that incomplete line (an interrupted write) or append to a new file."
+        )
     old = read_table(p)
     others = [x for x in _platforms(validate_rows(old, str(p))) if x != platform]
     if others:
@@ -89,24 +142,27 @@ def check_appendable(path: str | Path, platform: str) -> pd.DataFrame | None:
     return old
 
 
-def append_rows(rows: pd.DataFrame, path: str | Path) -> tuple[Path, int]:
+def append_rows(
+    rows: pd.DataFrame, path: str | Path, old: pd.DataFrame | None = None
+) -> tuple[Path, list[str]]:
     """Append measured rows to dataset ``path`` (created if absent), atomically.
 
     Rows whose key is already in the file replace the old rows (one row per config); returns
-    the path and how many rows were replaced.
+    the path and the replaced keys. ``old``: the dataset as :func:`check_appendable` read it
+    before measuring (read and checked again here when None).
     """
-    new = rows
     platforms = _platforms(validate_rows(rows, "appended rows"))
     if len(platforms) != 1:
         raise InputFileError(
             f"appended rows: expected rows of one platform, got {platforms}. Append one "
             "platform's rows at a time."
         )
-    old = check_appendable(path, platforms[0])
-    replaced = 0
-    if old is not None:
-        dup = old["key"].isin(set(new["key"]))
-        replaced = int(dup.sum())
-        cols = list(old.columns) + [c for c in new.columns if c not in old.columns]
-        new = pd.concat([old[~dup], new.reindex(columns=cols)], ignore_index=True)
+    if old is None:
+        old = check_appendable(path, platforms[0])
+    if old is None:
+        return write_table(rows, path), []
+    dup = old["key"].astype(str).isin(set(rows["key"].astype(str))).to_numpy()
+    replaced = sorted(set(old.loc[dup, "key"].astype(str)))
+    cols = list(old.columns) + [c for c in rows.columns if c not in old.columns]
+    new = pd.concat([old[~dup], rows.reindex(columns=cols)], ignore_index=True)
     return write_table(new, path), replaced

@@ -35,7 +35,6 @@ from carb_nas.reports._load import (
 from carb_nas.reports._markdown import characterization_markdown, transfer_markdown
 from carb_nas.reports._transfer import FEW_SHOT_SIZES, MIN_EVALUATION_ROWS, transfer
 from carb_nas.reports._write import (
-    check_report_dir,
     write_characterization_report,
     write_transfer_report,
 )
@@ -51,7 +50,6 @@ __all__ = [
     "batch_tier",
     "characterization_markdown",
     "characterize",
-    "check_report_dir",
     "load_measurements",
     "same_dataset",
     "transfer",

@@ -13,11 +13,13 @@ import pandas as pd
 from carb_nas._json import jsonable
 from carb_nas.costmodel import (
     CALIBRATION_METHODS,
+    MIN_TRAIN_ROWS,
     CalibratedModel,
+    CostModel,
     calibration_features,
+    model_inputs,
     penalized_fit,
 )
-from carb_nas.costmodel import MIN_TRAIN_ROWS, CostModel, model_inputs
 from carb_nas.datasets import TARGETS
 from carb_nas.errors import InputFileError, ModelError
 from carb_nas.reports._characterize import aggregate, variant_parts

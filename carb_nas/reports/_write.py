@@ -7,53 +7,20 @@ partial file, and other files in the directory are left alone.
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from carb_nas._io import atomic_write, atomic_write_json, atomic_write_text
+from carb_nas._io import atomic_write, atomic_write_json, atomic_write_text, check_writable_dir
 from carb_nas.errors import InputFileError
 from carb_nas.reports._characterize import characterize_frames
 from carb_nas.reports._markdown import characterization_markdown, transfer_markdown
 from carb_nas.reports._plots import plot_characterization, plot_transfer
 from carb_nas.reports._transfer import transfer_frames
 
-__all__ = ["check_report_dir", "write_characterization_report", "write_transfer_report"]
-
-
-def check_report_dir(report_dir: str | Path) -> Path:
-    """``report_dir`` as a Path once it is known to be creatable and writable; creates nothing.
-
-    Probes the directory (or its nearest existing ancestor) with a temporary directory that is
-    removed at once, so an unwritable place (``/proc/x``, a read-only mount, a file in the way)
-    is refused before any work.
-    """
-    d = Path(report_dir)
-    if d.exists() and not d.is_dir():
-        raise InputFileError(
-            f"report directory is a file: expected a directory path, got {str(d)!r}. "
-            "Choose another --report path."
-        )
-    anchor = d
-    while not anchor.exists() and anchor != anchor.parent:
-        anchor = anchor.parent
-    if not anchor.is_dir():
-        raise InputFileError(
-            f"cannot create report directory {str(d)!r}: expected a path under a directory, got "
-            f"the file {str(anchor)!r} in the way. Choose another --report path."
-        )
-    try:
-        Path(tempfile.mkdtemp(prefix=".carb_nas_probe.", dir=anchor)).rmdir()
-    except OSError as e:
-        raise InputFileError(
-            f"cannot write report directory {str(d)!r}: expected a creatable, writable "
-            f"directory, got {type(e).__name__}: {e.strerror or e} in {str(anchor)!r}. "
-            "Choose another --report path or fix its permissions."
-        ) from None
-    return d
+__all__ = ["write_characterization_report", "write_transfer_report"]
 
 
 def _write(d: Path, markdown: str, pngs: dict[str, bytes], json_name: str, result: Any) -> None:
@@ -79,7 +46,7 @@ def write_characterization_report(
     report_dir: str | Path,
 ) -> dict[str, Any]:
     """Run ``characterize`` and write ``characterization.json``, ``README.md`` and PNGs."""
-    d = check_report_dir(report_dir)
+    d = check_writable_dir(report_dir)
     result, frame = characterize_frames(datasets)
     pngs = plot_characterization(result, frame)
     md = _with_plots(characterization_markdown(result), list(pngs))
@@ -95,7 +62,7 @@ def write_transfer_report(
     **kwargs: Any,
 ) -> dict[str, Any]:
     """Run ``transfer`` and write ``transfer.json``, ``README.md`` and PNGs to ``report_dir``."""
-    d = check_report_dir(report_dir)
+    d = check_writable_dir(report_dir)
     result, a, b = transfer_frames(dataset_a, dataset_b, **kwargs)
     pngs = plot_transfer(result, a, b)
     md = _with_plots(transfer_markdown(result), list(pngs))

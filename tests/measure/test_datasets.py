@@ -261,8 +261,9 @@ def test_append_rows_replaces_duplicates_and_refuses_other_platforms(real_rows, 
     from carb_nas.datasets import append_rows, check_appendable, read_table
 
     path = tmp_path / "rows.csv"
-    assert append_rows(real_rows.iloc[:1], path) == (path, 0)
-    assert append_rows(real_rows, path) == (path, 1)  # the first config again: replaced
+    assert append_rows(real_rows.iloc[:1], path) == (path, [])
+    first = str(real_rows["key"].iloc[0])
+    assert append_rows(real_rows, path) == (path, [first])  # the first config again: replaced
     again = read_table(path)
     assert len(again) == 2 and again["key"].is_unique
     before = path.read_bytes()

@@ -87,10 +87,12 @@ def atomic_directory(path: str | Path, *, overwrite: bool = True) -> Iterator[Pa
             f"output directory exists: expected a new path, got {str(p)!r}. "
             "Remove it or choose another path."
         )
+    created = [d for d in p.parents if not d.exists()]  # innermost first: removed on failure
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent))
     except OSError as e:
+        _remove_empty(created)
         raise _unwritable(p, e) from e
     try:
         yield tmp
@@ -103,7 +105,16 @@ def atomic_directory(path: str | Path, *, overwrite: bool = True) -> Iterator[Pa
             shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        _remove_empty(created)
         raise
+
+
+def _remove_empty(directories: list[Path]) -> None:
+    for d in directories:
+        try:
+            d.rmdir()
+        except OSError:  # not empty (someone else wrote there) or already gone
+            pass
 
 
 def check_writable_dir(

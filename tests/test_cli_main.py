@@ -37,3 +37,23 @@ def test_help_and_version_exit_0() -> None:
     assert CliRunner().invoke(cli, ["--help"]).exit_code == 0
     res = CliRunner().invoke(cli, ["--version"])
     assert res.exit_code == 0 and "version" in res.stdout
+
+
+def test_atomic_directory_leaves_nothing_behind_on_failure(tmp_path) -> None:
+    from carb_nas._io import atomic_directory
+
+    target = tmp_path / "new" / "nested" / "model"
+    with pytest.raises(RuntimeError), atomic_directory(target) as tmp:
+        (tmp / "half.json").write_text("{")
+        raise RuntimeError("fails half-way")
+    assert list(tmp_path.iterdir()) == []  # not even the parents it created
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "keep.json").write_text("1")
+    with pytest.raises(RuntimeError), atomic_directory(old) as tmp:
+        raise RuntimeError("fails")
+    assert [p.name for p in old.iterdir()] == ["keep.json"]
+    with atomic_directory(old) as tmp:
+        (tmp / "new.json").write_text("2")
+    assert [p.name for p in old.iterdir()] == ["new.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old"]

@@ -46,7 +46,7 @@ _MARKER_REPORT = "evaluation.json"
 
 
 def _per_batch_budgets(items: tuple[str, ...]) -> dict[str, float]:
-    """``--budget`` values by the shared rules (carb_nas.screen.parse_budgets), per batch only:
+    """``--budget`` values by the shared rules (carb_nas.budgets.parse_budgets), per batch only:
     evaluation classifies the measured target columns themselves."""
     from carb_nas.budgets import parse_budgets
 
@@ -342,6 +342,10 @@ def evaluate_cmd(
     if report_dir:
         check_output_dir(report_dir, _MARKER_REPORT, "report")
     cost_model = load_model(model, "MODEL")
+    if budget_limits:
+        from carb_nas.budgets import check_budgets
+
+        check_budgets(budget_limits, cost_model, "MODEL")
     frame = read_table(dataset)
     wanted = [t for t in cost_model.targets_ if t in frame and frame[t].notna().any()]
     data = prepare_table(frame, dataset, wanted if wanted else ())

@@ -50,10 +50,12 @@ from carb_nas.measure._runtimes import (
     check_platform,
     get_runtime,
     group_of,
+    usable_cpus,
     torch_cpu_peak_bytes,
 )
 
 __all__ = [
+    "usable_cpus",
     "CALIBRATION",
     "CampaignSummary",
     "JOURNAL",

@@ -49,7 +49,7 @@ from carb_nas.datasets import SCHEMA
 from carb_nas.errors import CampaignError, ConfigError, MissingFileError, StorageError
 from carb_nas.measure._profiler import Profiler, platform_string
 from carb_nas.measure._protocol import Protocol
-from carb_nas.measure._runtimes import check_platform
+from carb_nas.measure._runtimes import check_platform, usable_cpus
 from carb_nas.space import CONFIG_COLUMNS, Config, frame_to_configs
 from carb_nas.storage import (
     GRACE_S,
@@ -311,13 +311,6 @@ def _check_manifest(old: dict, new: dict, where: str) -> None:
             )
 
 
-def _usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
 def check_campaign_args(
     *,
     threads: int | None = None,
@@ -334,7 +327,7 @@ def check_campaign_args(
     ``threads`` may not exceed the CPUs this process may run on: more intra-op threads than
     cores time the machine's oversubscription, not the platform.
     """
-    cpus = _usable_cpus()
+    cpus = usable_cpus()
 
     def bad(name: str, expected: str, got: object, fix: str) -> ConfigError:
         return ConfigError(f"invalid {name}: expected {expected}, got {got!r}. {fix}")

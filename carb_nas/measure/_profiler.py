@@ -34,6 +34,7 @@ from carb_nas.measure._runtimes import (
     Runtime,
     get_runtime,
     group_of,
+    usable_cpus,
 )
 from carb_nas.space import Config
 
@@ -136,6 +137,12 @@ class Profiler:
                 f"device={device!r}, meter={meter!r}, runtime_obj={runtime_obj!r}, fork "
                 f"{'available' if hasattr(os, 'fork') else 'missing'}. Drop fresh_process (it "
                 "removes host-allocator history, which only CPU measurements carry)."
+            )
+        if threads is not None and device == "cpu" and not 1 <= threads <= usable_cpus():
+            raise ConfigError(
+                f"invalid threads: expected 1 to {usable_cpus()} (the CPUs this process may "
+                f"use), got {threads!r}. More intra-op threads than cores measure "
+                "oversubscription, not the platform; use at most the core count."
             )
         self.fresh_process = fresh_process
         self._fresh_args = {

@@ -35,6 +35,7 @@ from carb_nas.models import TORCH_DTYPES, build_model
 from carb_nas.space import Config
 
 __all__ = [
+    "usable_cpus",
     "Runtime",
     "TorchRuntime",
     "OnnxRuntime",
@@ -80,6 +81,14 @@ ONNX_OPSET = 17
 MODEL_SEED = 0
 INPUT_SEED = 42
 
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask; the CPU count off Linux)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 def check_platform(device: str, runtime: str, precision: str) -> str:
     """Validate a platform; returns the device kind (``cpu`` or ``cuda``)."""

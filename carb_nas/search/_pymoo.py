@@ -55,10 +55,10 @@ class EvaluatorProblem(Problem):
 
 
 def check_pop_size(pop_size: Any, backend: str, sampler: str = "nsga2") -> int:
-    """``pop_size`` as an int the backend can use (NSGA-II in Optuna needs >= 2)."""
-    low = 2 if backend == "optuna" and sampler == "nsga2" else 1
+    """``pop_size`` as an int the backend can use (NSGA-II, pymoo's or Optuna's, needs >= 2)."""
+    low = 2 if backend == "pymoo" or sampler == "nsga2" else 1
     if isinstance(pop_size, bool) or not isinstance(pop_size, (int, np.integer)) or pop_size < low:
-        why = " (Optuna's NSGA-II breeds from pairs)" if low == 2 else ""
+        why = " (NSGA-II breeds from pairs)" if low == 2 else ""
         raise ConfigError(
             f"invalid --pop-size for {backend}"
             + (f"/{sampler}" if backend == "optuna" else "")

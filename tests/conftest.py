@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.synthetic import TINY_PARAMS, synthetic_dataset, tiny
+from tests.synthetic import TINY_PARAMS, fit_fast, synthetic_dataset, tiny
 
 
 @pytest.fixture(scope="session")
@@ -32,3 +32,22 @@ def tiny_default_params():
     """A cheap recipe for ``load_default_model(params=...)`` (the real default, the CARB
     preset, takes about a minute; the registry logic is the same)."""
     return dict(TINY_PARAMS)
+
+
+# fast-preset models on SYNTHETIC CPU-like rows (screen, search, validate tests)
+@pytest.fixture(scope="session")
+def torch_model():
+    return fit_fast("torch", 0)
+
+
+@pytest.fixture(scope="session")
+def ort_model():
+    return fit_fast("onnxruntime", 1)
+
+
+@pytest.fixture(scope="session")
+def model_dirs(tmp_path_factory, torch_model, ort_model):
+    root = tmp_path_factory.mktemp("models")
+    torch_model.save(root / "torch")
+    ort_model.save(root / "ort")
+    return root / "torch", root / "ort"

@@ -17,7 +17,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from carb_nas.costmodel import CostModel
+from carb_nas.costmodel import CostModel, model_inputs
 from carb_nas.space import CONFIG_COLUMNS, load_space, stage_layout
 
 SYNTHETIC_LABEL = "synthetic"
@@ -168,3 +168,41 @@ def tiny(**kw) -> CostModel:
     """A CostModel with the TINY_LEARNERS sizes, one thread, 3 cascade folds."""
     kw.setdefault("cascade_folds", 3)
     return CostModel(**{**TINY_PARAMS, **kw})
+
+
+# -- CPU-like rows and fast models for the screen/search/validate tests --------------------
+def synthetic_rows(
+    n: int, runtime: str = "torch", seed: int = 0, space: str = "cpu", energy: bool = False
+) -> pd.DataFrame:
+    """SYNTHETIC dataset rows (not measurements): a CPU-like formula over real features."""
+    from carb_nas.features import compute_features
+
+    rng = np.random.default_rng(seed)
+    grid = load_space(space).grid()
+    cfg = grid.iloc[np.sort(rng.choice(len(grid), size=min(n, len(grid)), replace=False))]
+    cfg = cfg.reset_index(drop=True)
+    cfg["runtime"] = runtime
+    f = compute_features(cfg)
+    b = cfg["batch_size"].to_numpy(dtype=float)
+    speed = 25e9 * (1 - 0.6 * np.exp(-b / 8)) * (1.7 if runtime == "onnxruntime" else 1.0)
+    lat = 0.1 + 1e3 * f["flops"].to_numpy() / speed + f["act_mb_total"].to_numpy() / 40
+    out = cfg.copy()
+    out["latency_ms"] = lat * np.exp(rng.normal(0, 0.03, len(cfg)))
+    out["peak_mem_mb"] = (2 + f["tensor_peak_mb"].to_numpy()) * np.exp(
+        rng.normal(0, 0.01, len(cfg))
+    )
+    if energy:
+        out["energy_j"] = 30 * out["latency_ms"] / 1e3
+    out["status"] = "ok"
+    out["meter"] = "synthetic"
+    out["platform"] = f"cpu/{runtime}/fp32"
+    return out
+
+
+def fit_fast(runtime: str, seed: int, n: int = 500):
+    rows = synthetic_rows(n, runtime=runtime, seed=seed)
+    return CostModel(preset="fast", n_jobs=1, random_state=seed).fit(
+        model_inputs(rows), rows[["peak_mem_mb", "latency_ms"]], platform=f"cpu/{runtime}/fp32"
+    )
+
+

@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from carb_nas.costmodel import CalibratedModel, calibrate
 from carb_nas.cli import cli
+from carb_nas.costmodel import CalibratedModel, calibrate
 from carb_nas.errors import InputFileError, MissingFileError, ModelError
 from carb_nas.reports import (
     JOIN_COLUMNS,

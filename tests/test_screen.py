@@ -2,8 +2,8 @@
 
 The cost models here are real ``CostModel(preset="fast")`` fits on SYNTHETIC rows (a closed-form
 formula over the real architecture features plus seeded noise, labelled ``meter="synthetic"``);
-nothing here is a measurement. ``synthetic_rows`` and the model fixtures are shared with
-test_search.py and test_validate.py.
+nothing here is a measurement. ``synthetic_rows`` and the model fixtures (``torch_model``,
+``ort_model``, ``model_dirs``) live in tests/synthetic.py and tests/conftest.py.
 """
 
 from __future__ import annotations
@@ -30,64 +30,6 @@ from carb_nas.errors import BudgetError, ModelError
 from carb_nas.scoring import align_to_platform, candidate_frame, predict_frame
 from carb_nas.screen import percent_fewer, screen
 from carb_nas.space import CONFIG_COLUMNS, load_space
-
-SYNTHETIC = "synthetic"
-
-
-# -- shared fixtures -------------------------------------------------------------------------
-def synthetic_rows(
-    n: int, runtime: str = "torch", seed: int = 0, space: str = "cpu", energy: bool = False
-) -> pd.DataFrame:
-    """SYNTHETIC dataset rows (not measurements): a CPU-like formula over real features."""
-    from carb_nas.features import compute_features
-
-    rng = np.random.default_rng(seed)
-    grid = load_space(space).grid()
-    cfg = grid.iloc[np.sort(rng.choice(len(grid), size=min(n, len(grid)), replace=False))]
-    cfg = cfg.reset_index(drop=True)
-    cfg["runtime"] = runtime
-    f = compute_features(cfg)
-    b = cfg["batch_size"].to_numpy(dtype=float)
-    speed = 25e9 * (1 - 0.6 * np.exp(-b / 8)) * (1.7 if runtime == "onnxruntime" else 1.0)
-    lat = 0.1 + 1e3 * f["flops"].to_numpy() / speed + f["act_mb_total"].to_numpy() / 40
-    out = cfg.copy()
-    out["latency_ms"] = lat * np.exp(rng.normal(0, 0.03, len(cfg)))
-    out["peak_mem_mb"] = (2 + f["tensor_peak_mb"].to_numpy()) * np.exp(
-        rng.normal(0, 0.01, len(cfg))
-    )
-    if energy:
-        out["energy_j"] = 30 * out["latency_ms"] / 1e3
-    out["status"] = "ok"
-    out["meter"] = SYNTHETIC
-    out["platform"] = f"cpu/{runtime}/fp32"
-    return out
-
-
-def fit_fast(runtime: str, seed: int, n: int = 500):
-    from carb_nas.costmodel import CostModel
-
-    rows = synthetic_rows(n, runtime=runtime, seed=seed)
-    return CostModel(preset="fast", n_jobs=1, random_state=seed).fit(
-        model_inputs(rows), rows[["peak_mem_mb", "latency_ms"]], platform=f"cpu/{runtime}/fp32"
-    )
-
-
-@pytest.fixture(scope="session")
-def torch_model():
-    return fit_fast("torch", 0)
-
-
-@pytest.fixture(scope="session")
-def ort_model():
-    return fit_fast("onnxruntime", 1)
-
-
-@pytest.fixture(scope="session")
-def model_dirs(tmp_path_factory, torch_model, ort_model):
-    root = tmp_path_factory.mktemp("models")
-    torch_model.save(root / "torch")
-    ort_model.save(root / "ort")
-    return root / "torch", root / "ort"
 
 
 # -- budgets ---------------------------------------------------------------------------------

@@ -1,7 +1,6 @@
-# ruff: noqa: F811  (fixtures shared from test_screen)
 """Search: encoding, the pymoo Problem, both backends, quality callables, `carb-nas search`.
 
-Models are fast-preset fits on SYNTHETIC rows (see test_screen.py); nothing is measured here.
+Models are fast-preset fits on SYNTHETIC rows (see tests/synthetic.py); nothing is measured here.
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-from test_screen import model_dirs, ort_model, torch_model  # noqa: F401 - shared fixtures
 
 from carb_nas.budgets import pareto_mask
 from carb_nas.cli import cli
@@ -391,7 +389,7 @@ def test_cli_search_json(model_dirs, tmp_path):
             ["--backend", "optuna", "--storage", "sqlite:////nonexistent/dir/x.db"],
             "SQLite database directory does not exist",
         ),
-        (["--pop-size", "0"], "invalid --pop-size for pymoo: expected a whole number >= 1"),
+        (["--pop-size", "0"], "invalid --pop-size for pymoo: expected a whole number >= 2"),
         (["--pop-size", "-3"], "got -3"),
         (["--backend", "optuna", "--pop-size", "1"], "expected a whole number >= 2"),
         (["--seed", "-1"], "Invalid value for '--seed'"),

@@ -1,7 +1,6 @@
-# ruff: noqa: F811  (fixtures shared from test_screen)
 """Validation on real hardware: tiny REAL CPU measurements of two tiny configs.
 
-The cost model is a fast-preset fit on SYNTHETIC rows (see test_screen.py), so its errors are
+The cost model is a fast-preset fit on SYNTHETIC rows (see tests/synthetic.py), so its errors are
 whatever they are; the tests check the bookkeeping (predicted vs measured, decisions, append,
 plots, fingerprint warnings), which must be right for any model.
 """
@@ -15,7 +14,6 @@ import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
-from test_screen import model_dirs, ort_model, torch_model  # noqa: F401 - shared fixtures
 
 from carb_nas.cli import cli
 from carb_nas.errors import BudgetError, InputFileError, ModelError

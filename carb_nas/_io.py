@@ -124,7 +124,8 @@ def check_writable_dir(
 
     Creates nothing: the directory (or its nearest existing ancestor) is probed with a
     temporary directory removed at once, so an unwritable place (``/proc/x``, a read-only
-    mount, a file in the way) is refused before any work. ``what`` names the directory, ``option`` the flag to fix.
+    mount, a file in the way) is refused before any work. ``what`` names the directory,
+    ``option`` the flag to fix.
     """
     d = Path(path)
     if d.exists() and not d.is_dir():

@@ -204,5 +204,3 @@ def fit_fast(runtime: str, seed: int, n: int = 500):
     return CostModel(preset="fast", n_jobs=1, random_state=seed).fit(
         model_inputs(rows), rows[["peak_mem_mb", "latency_ms"]], platform=f"cpu/{runtime}/fp32"
     )
-
-

@@ -110,9 +110,7 @@ def test_every_module_follows_the_layer_order() -> None:
     assert len(table) >= 10, "the layer table of docs/ARCHITECTURE.md was not found"
     found = []
     for path in sorted(PKG.rglob("*.py")):
-        found += violations(
-            module_name(path), path.read_text(), path.name == "__init__.py", table
-        )
+        found += violations(module_name(path), path.read_text(), path.name == "__init__.py", table)
     assert not found, "\n".join(found)
 
 

@@ -1,4 +1,4 @@
-"""Tests of carb_nas.reports (characterize, transfer), carb_nas.costmodel.calibrate and their CLI verbs.
+"""Tests of carb_nas.reports (characterize, transfer), few-shot calibration and their CLI verbs.
 
 All frames here are SYNTHETIC (built in the tests, labelled device="synthetic"): costs are
 exact functions of the config so every statistic has a known answer.

@@ -350,17 +350,19 @@ def evaluate_cmd(
     wanted = [t for t in cost_model.targets_ if t in frame and frame[t].notna().any()]
     data = prepare_table(frame, dataset, wanted if wanted else ())
 
-    def build(plot_dir: Path | None) -> dict[str, Any]:
+    def build(plot_dirs: tuple[Path, str] | None) -> dict[str, Any]:
+        """``plot_dirs``: (the temporary directory the plots go to, the report directory)."""
         scored = evaluate(
             cost_model,
             data["X"],
             data["Y"],
             alpha=alpha,
             budgets=budget_limits,
-            report_dir=plot_dir,
+            report_dir=None if plot_dirs is None else plot_dirs[0],
         )
-        if plot_dir is not None:  # name the plots where they will be, not in the temporary
-            scored["plots"] = [str(Path(report_dir) / Path(p).name) for p in scored["plots"]]
+        if plot_dirs is not None:  # name the plots where they will be, not in the temporary
+            final = Path(plot_dirs[1])
+            scored["plots"] = [str(final / Path(p).name) for p in scored["plots"]]
         report = _evaluation_doc(cost_model, model, dataset, data, scored)
         if studies:
             report["leave_one_batch_tier_out"] = leave_one_batch_tier_out(
@@ -370,7 +372,7 @@ def evaluate_cmd(
 
     if report_dir:
         with atomic_directory(report_dir) as tmp:  # plots and evaluation.json appear together
-            report = build(tmp)
+            report = build((tmp, report_dir))
             atomic_write_json(tmp / _MARKER_REPORT, report)
         info(f"wrote {Path(report_dir) / _MARKER_REPORT} and parity plots")
     else:

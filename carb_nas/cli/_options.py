@@ -65,18 +65,25 @@ def output_option(
     return click.option("-o", "--output", dest, required=required, type=path, help=help, **kw)
 
 
-def report_option(help: str = "Write README.md, JSON and PNG plots into this directory.") -> Callable[[F], F]:
+def report_option(
+    help: str = "Write README.md, JSON and PNG plots into this directory.",
+) -> Callable[[F], F]:
     return click.option(
         "--report", "report_dir", default=None, type=click.Path(file_okay=False), help=help
     )
 
 
 def model_option(
-    flag: str = "--model", dest: str = "model", *, required: bool = False, default: str | None = None,
+    flag: str = "--model",
+    dest: str = "model",
+    *,
+    required: bool = False,
+    default: str | None = None,
     help: str = "A saved model directory or a shipped platform name (cpu/torch/fp32).",
 ) -> Callable[[F], F]:
-    return click.option(flag, dest, required=required, default=default, help=help,
-                        show_default=default is not None)
+    return click.option(
+        flag, dest, required=required, default=default, help=help, show_default=default is not None
+    )
 
 
 def storage_option(
@@ -86,16 +93,26 @@ def storage_option(
     return click.option("--storage", default=None, envvar=STORAGE_ENV, help=help)
 
 
-def threads_option(help: str = "CPU threads (default: the command's own).", default: int | None = None) -> Callable[[F], F]:
+def threads_option(
+    help: str = "CPU threads (default: the command's own).", default: int | None = None
+) -> Callable[[F], F]:
     return click.option(
-        "--threads", type=click.IntRange(min=1, max=1024), default=default, help=help,
+        "--threads",
+        type=click.IntRange(min=1, max=1024),
+        default=default,
+        help=help,
         show_default=default is not None,
     )
 
 
 def seed_option(help: str = "Random seed (an integer >= 0).", default: int = 0) -> Callable[[F], F]:
-    return click.option("--seed", type=click.IntRange(min=0, max=2**32 - 1), default=default,
-                        show_default=True, help=help)
+    return click.option(
+        "--seed",
+        type=click.IntRange(min=0, max=2**32 - 1),
+        default=default,
+        show_default=True,
+        help=help,
+    )
 
 
 def example(text: str) -> Callable[[F], F]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from carb_nas._io import check_writable_dir
@@ -128,7 +130,7 @@ def transfer_command(
         from carb_nas.costmodel import CostModel
 
         model = CostModel.load(source_model)
-    kwargs = dict(
+    kwargs: dict[str, Any] = dict(
         few_shot=sizes,
         repeats=repeats,
         seed=seed,

@@ -191,12 +191,11 @@ class CalibratedModel:
             )
         if n >= 4:
             design = np.column_stack([np.ones(n), (full - mean) / std])
-            best = None
+            fits: list[tuple[dict[str, Any], float]] = []
             for lam in (0.3, 1.0, 3.0, 10.0, 30.0, 100.0):
                 coef, loo = penalized_fit(design, r, lam * n / 10)
-                err = float(np.sqrt(np.mean(loo**2)))
-                if best is None or err < best[1]:
-                    best = (
+                fits.append(
+                    (
                         {
                             "method": "features",
                             "intercept": float(coef[0]),
@@ -205,9 +204,11 @@ class CalibratedModel:
                             "std": std.tolist(),
                             "penalty": lam,
                         },
-                        err,
+                        float(np.sqrt(np.mean(loo**2))),
                     )
-            candidates["features"] = best
+                )
+            # the lowest LOO error; on a tie min() keeps the smaller penalty (the first)
+            candidates["features"] = min(fits, key=lambda fit: fit[1])
         if self.method == "auto":
             name = min(candidates, key=lambda k: candidates[k][1])
         elif self.method in candidates:

@@ -122,7 +122,7 @@ class CostModel(RegressorMixin, BaseEstimator):
         corrector_damping: float = 0.9,
         blend_step: float = 0.1,
         cascade_folds: int = 5,
-        target_offsets: Mapping[str, str] | None = None,
+        target_offsets: Mapping[str, str | Sequence[str]] | None = None,
         max_categories: int = 64,
         handle_unknown: str = "error",
         random_state: int = 0,

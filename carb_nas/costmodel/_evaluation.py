@@ -224,7 +224,7 @@ def interval_coverage(
         inside = (y >= lo) & (y <= hi)
         with np.errstate(invalid="ignore", divide="ignore"):
             width = (hi - lo) / (2 * np.abs(p))
-        res = {
+        res: dict[str, float | None] = {
             "coverage": float(inside.mean()) if len(y) else float("nan"),
             "median_rel_halfwidth": float(np.median(width)) if len(y) else float("nan"),
             "n": int(len(y)),

@@ -50,8 +50,8 @@ from carb_nas.measure._runtimes import (
     check_platform,
     get_runtime,
     group_of,
-    usable_cpus,
     torch_cpu_peak_bytes,
+    usable_cpus,
 )
 
 __all__ = [

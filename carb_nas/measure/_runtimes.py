@@ -82,13 +82,13 @@ MODEL_SEED = 0
 INPUT_SEED = 42
 
 
-
 def usable_cpus() -> int:
     """CPUs this process may run on (its affinity mask; the CPU count off Linux)."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
+
 
 def check_platform(device: str, runtime: str, precision: str) -> str:
     """Validate a platform; returns the device kind (``cpu`` or ``cuda``)."""

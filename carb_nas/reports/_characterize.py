@@ -368,7 +368,7 @@ def characterize_frames(
     if len(variants) > 1:
         scopes = {"all": pooled} | scopes
     knobs = {s: _knob_section(f, targets) for s, f in scopes.items()}
-    result = {
+    result: dict[str, Any] = {
         "kind": "characterization",
         "datasets": info,
         "rows_ok": int(len(pooled)),

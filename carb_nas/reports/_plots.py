@@ -107,9 +107,9 @@ def plot_characterization(result: Mapping[str, Any], frame: pd.DataFrame) -> dic
                 for fam, fam_out in result["knob_ranges"][v]["by_family"].items():
                     factors = fam_out.get(k, {}).get(t, {}).get("adjusted_factors") or {}
                     if factors:
-                        xs = [float(x) for x in factors]
+                        knob_values = [float(x) for x in factors]
                         ax.plot(
-                            xs,
+                            knob_values,
                             list(factors.values()),
                             "o-",
                             ms=3,

@@ -74,13 +74,13 @@ def _linear_baseline(X_train: pd.DataFrame, y: np.ndarray, X_test: pd.DataFrame)
     std[std == 0] = 1.0
     design = np.column_stack([np.ones(len(F)), (F - mean) / std])
     logy = np.log(y)
-    best = None
+    fits: list[tuple[np.ndarray, float]] = []
     for lam in (0.01, 0.1, 1.0, 10.0, 100.0):
         coef, loo = penalized_fit(design, logy, lam)
-        err = float(np.mean(loo**2))
-        if best is None or err < best[1]:
-            best = (coef, err)
-    return np.exp(np.column_stack([np.ones(len(Ft)), (Ft - mean) / std]) @ best[0])
+        fits.append((coef, float(np.mean(loo**2))))
+    # the lowest LOO error; on a tie min() keeps the smaller penalty (the first)
+    best_coef, _ = min(fits, key=lambda fit: fit[1])
+    return np.exp(np.column_stack([np.ones(len(Ft)), (Ft - mean) / std]) @ best_coef)
 
 
 def _few_shot(
@@ -97,7 +97,7 @@ def _few_shot(
     n_jobs: int | None,
 ) -> dict[str, Any]:
     say = progress or (lambda _msg: None)
-    notes = []
+    notes: list[str] = []
     _, runtime_a, precision_a = variant_parts(a["variant"].iloc[0])
     if source_model is None:
         a_targets = [t for t in targets if a[t].notna().any()]
@@ -118,7 +118,9 @@ def _few_shot(
     runs: dict[str, Any] = {}
     for n in sizes:  # transfer() checked n + MIN_EVALUATION_ROWS <= len(pool)
         say(f"few-shot N={n}: {repeats} draws")
-        rec = {k: {t: [] for t in targets} for k in kinds}
+        rec: dict[str, dict[str, list[tuple[float, float]]]] = {
+            k: {t: [] for t in targets} for k in kinds
+        }
         methods: dict[str, int] = {}
         errors: list[str] = []
         if n < MIN_TRAIN_ROWS:

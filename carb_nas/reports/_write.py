@@ -7,7 +7,7 @@ partial file, and other files in the directory are left alone.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,11 @@ from carb_nas.reports._transfer import transfer_frames
 __all__ = ["write_characterization_report", "write_transfer_report"]
 
 
+def _bytes_writer(data: bytes) -> Callable[[Path], int]:
+    """A writer for ``atomic_write`` that fills its temporary file with ``data``."""
+    return lambda tmp: tmp.write_bytes(data)
+
+
 def _write(d: Path, markdown: str, pngs: dict[str, bytes], json_name: str, result: Any) -> None:
     try:
         d.mkdir(parents=True, exist_ok=True)
@@ -32,7 +37,7 @@ def _write(d: Path, markdown: str, pngs: dict[str, bytes], json_name: str, resul
             f"{type(e).__name__}: {e.strerror or e}. Choose another --report path."
         ) from None
     for name, data in pngs.items():
-        atomic_write(d / name, lambda tmp, data=data: tmp.write_bytes(data))
+        atomic_write(d / name, _bytes_writer(data))
     atomic_write_text(d / "README.md", markdown)
     atomic_write_json(d / json_name, result)
 

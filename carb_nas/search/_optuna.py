@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
 
@@ -34,7 +34,7 @@ SAMPLERS = ("nsga2", "tpe")
 def open_study(
     storage: str | None,
     study_name: str | None,
-    directions: Sequence[str],
+    directions: Sequence[Literal["minimize", "maximize"]],
     sampler: Any,
 ) -> Any:
     """Create or load an Optuna study (None storage: in memory); clear errors for a storage
@@ -102,7 +102,9 @@ def run_optuna(
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     sampler = make_sampler(sampler_name, pop_size, seed)
-    directions = ["maximize" if o == QUALITY else "minimize" for o in ev.objectives]
+    directions: list[Literal["minimize", "maximize"]] = [
+        "maximize" if o == QUALITY else "minimize" for o in ev.objectives
+    ]
     study = open_study(storage, study_name, directions, sampler)
     if ev.budgets or ev.limit_flops is not None:  # relative excess: one scale per study
         claim_constraint_scale(study, relative=True)

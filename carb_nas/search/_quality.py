@@ -66,9 +66,11 @@ def load_quality(spec: str | Callable | None) -> Callable:
             path = Path(mod_name)
             if not path.exists():
                 raise FileNotFoundError(f"no such file {mod_name}")
-            loader = importlib.util.spec_from_file_location(path.stem, path)
-            module = importlib.util.module_from_spec(loader)
-            loader.loader.exec_module(module)
+            mod_spec = importlib.util.spec_from_file_location(path.stem, path)
+            if mod_spec is None or mod_spec.loader is None:
+                raise ImportError(f"{mod_name} cannot be loaded as a Python module")
+            module = importlib.util.module_from_spec(mod_spec)
+            mod_spec.loader.exec_module(module)
         else:
             module = importlib.import_module(mod_name)
     except Exception as e:  # noqa: BLE001 - any import failure is the user's module's

@@ -57,3 +57,20 @@ def test_atomic_directory_leaves_nothing_behind_on_failure(tmp_path) -> None:
         (tmp / "new.json").write_text("2")
     assert [p.name for p in old.iterdir()] == ["new.json"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["old"]
+
+
+def _leaf_commands(group, prefix=()):
+    for name, cmd in sorted(group.commands.items()):
+        if hasattr(cmd, "commands"):
+            yield from _leaf_commands(cmd, (*prefix, name))
+        else:
+            yield (*prefix, name)
+
+
+@pytest.mark.parametrize("verb", list(_leaf_commands(cli)), ids=" ".join)
+def test_every_command_has_one_example_and_json(verb: tuple[str, ...]) -> None:
+    res = CliRunner().invoke(cli, [*verb, "--help"])
+    assert res.exit_code == 0
+    assert res.stdout.count("Example:") == 1, res.stdout
+    assert f"carb-nas {' '.join(verb)}" in res.stdout.split("Example:")[1]
+    assert "--json" in res.stdout  # every command reports something

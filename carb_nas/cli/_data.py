@@ -1,4 +1,4 @@
-"""``carb-nas dataset``: export campaign rows, list shipped datasets."""
+"""``carb-nas dataset``: export a campaign, merge passes, a campaign's status, shipped datasets."""
 
 from __future__ import annotations
 
@@ -58,18 +58,23 @@ def export_cmd(
 
 @dataset_group.command("merge")
 @click.argument("passes", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option("-o", "--output", required=True, help="rows.csv or rows.parquet")
-def merge_cmd(passes: tuple[str, ...], output: str) -> None:
+@output_option("rows.csv or rows.parquet", required=True)
+@json_option("Print what was written (rows, passes, path) as JSON on stdout.")
+@example("carb-nas dataset merge pass1.csv pass2.csv pass3.csv -o rows.csv")
+def merge_cmd(passes: tuple[str, ...], output: str, as_json: bool) -> None:
     """One row per config from independent passes (row tables): the median-latency ok row.
 
     For example three exports of campaigns that measured the same configs at different times:
-    with three passes each config keeps its middle measurement (a real row).
+    with three passes each config keeps its middle measurement (a real row). Every pass must be
+    of one platform.
     """
     from carb_nas.datasets import median_of_passes, read_table, write_table
 
     frame = median_of_passes([read_table(p) for p in passes], list(passes))
     write_table(frame, output)
-    click.echo(f"wrote {len(frame)} rows to {output} (median-latency row of {len(passes)} passes)")
+    info(f"wrote {len(frame)} rows to {output} (median-latency row of {len(passes)} passes)")
+    if as_json:
+        echo_json({"rows": len(frame), "passes": len(passes), "output": output})
 
 
 @dataset_group.command("status")
@@ -100,7 +105,8 @@ def status_cmd(campaign: str, storage: str | None, as_json: bool) -> None:
 
 
 @dataset_group.command("list")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+@json_option("Print a JSON list, one object per shipped dataset.")
+@example("carb-nas dataset list --json")
 def list_cmd(as_json: bool) -> None:
     """The datasets shipped with carb_nas (one per platform)."""
     from carb_nas.datasets import list_datasets

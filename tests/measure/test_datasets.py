@@ -161,9 +161,13 @@ def test_median_of_passes_keeps_the_middle_real_row(real_rows, tmp_path):
     for i, f in enumerate((p1, p2, p3)):
         paths.append(str(tmp_path / f"p{i}.csv"))
         f.to_csv(paths[-1], index=False)
-    res = CliRunner().invoke(cli, ["dataset", "merge", *paths, "-o", str(tmp_path / "m.csv")])
+    res = CliRunner().invoke(
+        cli, ["dataset", "merge", *paths, "-o", str(tmp_path / "m.csv"), "--json"]
+    )
     assert res.exit_code == 0, res.output
     assert list(pd.read_csv(tmp_path / "m.csv")["timestamp"]) == ["pass-1", "pass-3"]
+    assert json.loads(res.stdout) == {"rows": 2, "passes": 3, "output": str(tmp_path / "m.csv")}
+    assert res.stderr.startswith("wrote 2 rows")  # progress on stderr, the result on stdout
     with pytest.raises(InputFileError, match="at least two"):
         median_of_passes([p1])
     with pytest.raises(InputFileError, match="one source name per pass"):

@@ -22,7 +22,13 @@ import pandas as pd
 from carb_nas.budgets import model_targets, platform_name
 from carb_nas.datasets import read_configs
 from carb_nas.errors import ConfigError, ModelError
-from carb_nas.space import CONFIG_COLUMNS, Space, load_space, normalize_config_frame
+from carb_nas.space import (
+    CONFIG_COLUMNS,
+    NUMERIC_KNOBS,
+    Space,
+    load_space,
+    normalize_config_frame,
+)
 
 __all__ = [
     "Scored",
@@ -214,7 +220,7 @@ def same_configs(a: pd.DataFrame, b: pd.DataFrame) -> bool:
         return False
     left = a[cols].reset_index(drop=True).astype(str)
     right = b[cols].reset_index(drop=True).astype(str)
-    num = ["depth", "width", "resolution", "batch_size"]
+    num = list(NUMERIC_KNOBS)
     same_num = np.allclose(
         a[num].to_numpy(dtype=float), b[num].to_numpy(dtype=float), rtol=0, atol=0
     )

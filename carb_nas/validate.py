@@ -58,7 +58,7 @@ from carb_nas.budgets import (
 from carb_nas.datasets import SCHEMA, append_rows, check_appendable, write_table
 from carb_nas.errors import InputFileError, ModelError
 from carb_nas.scoring import Scored, candidate_frame, same_configs, score_configs
-from carb_nas.space import CONFIG_COLUMNS, frame_to_configs
+from carb_nas.space import CONFIG_COLUMNS, REQUIRED_COLUMNS, frame_to_configs
 
 __all__ = [
     "validate",
@@ -164,7 +164,7 @@ class ValidationResult:
                 + (f", undecided {d['undecided']}" if d["undecided"] else "")
                 + ")"
             )
-        cols = ["family", "depth", "width", "resolution", "batch_size"]
+        cols = list(REQUIRED_COLUMNS)
         header = cols + [f"{t} pred/meas" for t in self.targets] + ["decision"]
         table = [header]
         for _, r in self.rows.iterrows():

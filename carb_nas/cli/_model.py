@@ -431,7 +431,7 @@ def predict_cmd(
     with MODEL (a model directory or a shipped platform name such as cpu/torch/fp32)."""
     from carb_nas.costmodel import model_inputs
     from carb_nas.datasets import read_configs, read_table, write_table
-    from carb_nas.space import CONFIG_COLUMNS, Config
+    from carb_nas.space import CONFIG_COLUMNS, REQUIRED_COLUMNS, Config
 
     _check_alpha(alpha)
     cost_model = load_model(model, "MODEL")
@@ -439,10 +439,7 @@ def predict_cmd(
     generic = (
         p.suffix in (".csv", ".parquet")
         and p.exists()
-        and not all(
-            c in read_table(p).columns
-            for c in ("family", "depth", "width", "resolution", "batch_size")
-        )
+        and not all(c in read_table(p).columns for c in REQUIRED_COLUMNS)
     )
     if generic:
         frame = read_table(p)

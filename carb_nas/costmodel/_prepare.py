@@ -15,6 +15,7 @@ import pandas as pd
 from carb_nas.costmodel._common import TELEMETRY_COLUMNS, err, show
 from carb_nas.datasets import SCHEMA, TARGETS
 from carb_nas.errors import ModelError
+from carb_nas.space import CONFIG_COLUMNS, normalize_config_frame
 
 # Plausible range of each measured target (in its unit): a value outside is a unit or
 # recording error (1e9 ms is 11 days per batch, 1e9 MB a petabyte), never a measurement.
@@ -27,7 +28,6 @@ def model_inputs(frame: pd.DataFrame) -> pd.DataFrame:
     categorical labels), the architecture features of ``carb_nas.features.compute_features``
     and any telemetry columns of ``frame`` that hold values. Index preserved."""
     from carb_nas.features import compute_features
-    from carb_nas.space import CONFIG_COLUMNS, normalize_config_frame
 
     if not isinstance(frame, pd.DataFrame):
         raise err(
@@ -96,11 +96,14 @@ def physical_offsets(X: pd.DataFrame, targets: Sequence[str]) -> dict[str, str |
 
 
 # Measurement-side columns that are never features (they describe or derive from the result).
-_NOT_FEATURES = {
-    c
-    for c in SCHEMA
-    if c not in ("family", "depth", "width", "resolution", "batch_size", "precision", "runtime")
-} - {"sm_util", "mem_util", "sm_clock_mhz", "mem_clock_mhz", "temperature_c", "power_limit_w"}
+_NOT_FEATURES = {c for c in SCHEMA if c not in CONFIG_COLUMNS} - {
+    "sm_util",
+    "mem_util",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+    "temperature_c",
+    "power_limit_w",
+}
 
 
 def _fake_rows(frame: pd.DataFrame) -> tuple[str, int] | None:

@@ -50,7 +50,8 @@ from carb_nas.errors import CampaignError, ConfigError, MissingFileError, Storag
 from carb_nas.measure._profiler import Profiler, platform_string
 from carb_nas.measure._protocol import Protocol
 from carb_nas.measure._runtimes import check_platform, usable_cpus
-from carb_nas.space import CONFIG_COLUMNS, Config, frame_to_configs
+from carb_nas.space import ARCH_COLUMNS as ARCH_KNOBS
+from carb_nas.space import CONFIG_COLUMNS, REQUIRED_COLUMNS, Config, frame_to_configs
 from carb_nas.storage import (
     GRACE_S,
     HEARTBEAT_S,
@@ -84,7 +85,7 @@ JOURNAL = "journal.log"
 STUDY_NAME = "carb-nas-campaign"
 FORMAT = "carb-nas-campaign"
 FORMAT_VERSION = 1
-ARCH_COLUMNS = ("family", "depth", "width", "resolution", "batch_size")
+ARCH_COLUMNS = REQUIRED_COLUMNS  # a model and its batch size (what a prepared model serves)
 #: a config whose measurement killed its worker this many times becomes an error row
 MAX_CRASHES = 2
 
@@ -127,7 +128,7 @@ def order_configs(frame: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
     each model's batch sizes consecutive and ascending, so a prepared model (an exported or
     quantized ONNX file) serves all its batch sizes.
     """
-    groups = ["family", "depth", "width", "resolution"]
+    groups = list(ARCH_KNOBS)
     g = frame.groupby(groups, sort=True).ngroup().to_numpy()
     rank = np.random.default_rng(seed + 1).permutation(g.max() + 1 if len(g) else 0)
     out = frame.assign(_g=rank[g] if len(g) else g).sort_values(["_g", "batch_size"])

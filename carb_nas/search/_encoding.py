@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 
 from carb_nas.errors import ConfigError
-from carb_nas.space import CONFIG_COLUMNS, KNOBS, Space
+from carb_nas.space import CONFIG_COLUMNS, KNOBS, NUMERIC_KNOBS, Space
 
-_NUMERIC_KNOBS = ("depth", "width", "resolution", "batch_size")
+_NUMERIC_KNOBS = tuple(NUMERIC_KNOBS)
 
 
 class SpaceEncoding:

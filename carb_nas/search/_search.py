@@ -39,7 +39,7 @@ from carb_nas.search._evaluator import SurrogateEvaluator
 from carb_nas.search._optuna import SAMPLERS, run_optuna
 from carb_nas.search._pymoo import check_pop_size, run_pymoo
 from carb_nas.search._quality import QUALITY
-from carb_nas.space import CONFIG_COLUMNS, Space, load_space
+from carb_nas.space import CONFIG_COLUMNS, REQUIRED_COLUMNS, Space, load_space
 
 BACKENDS = ("pymoo", "optuna")
 
@@ -147,7 +147,7 @@ def _table(
     violation: bool,
     extra: Sequence[str] = (),
 ) -> str:
-    cols = ["family", "depth", "width", "resolution", "batch_size"]
+    cols = list(REQUIRED_COLUMNS)
     tail = (["violation"] if violation else []) + [
         c for c in extra if not c.endswith(("_lower", "_upper"))
     ]

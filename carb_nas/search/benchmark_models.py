@@ -101,6 +101,7 @@ def trained_model(
     """(a CostModel for ``platform`` trained on ``training_rows``, where its rows came from),
     cached under ``root/out/benchmark_models`` (``root``: the working directory by default)."""
     from carb_nas.costmodel import CostModel, frame_sha256, model_inputs
+    from carb_nas.space import REQUIRED_COLUMNS
 
     root = Path.cwd() if root is None else Path(root)
     rows, source = training_rows(platform, root=root)
@@ -109,11 +110,7 @@ def trained_model(
         for t in TARGET_COLUMNS
         if t in rows and pd.to_numeric(rows[t], errors="coerce").notna().all()
     ]
-    key = frame_sha256(
-        rows[["family", "depth", "width", "resolution", "batch_size", *targets]].reset_index(
-            drop=True
-        )
-    )[:12]
+    key = frame_sha256(rows[[*REQUIRED_COLUMNS, *targets]].reset_index(drop=True))[:12]
     path = root / "out" / "benchmark_models" / f"{platform.replace('/', '_')}_{preset}_{key}"
     if (path / "manifest.json").exists():
         log(f"  {platform}: cached {preset} model ({source})")

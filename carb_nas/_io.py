@@ -118,7 +118,11 @@ def _remove_empty(directories: list[Path]) -> None:
 
 
 def check_writable_dir(
-    path: str | Path, what: str = "report directory", option: str = "--report"
+    path: str | Path,
+    what: str = "report directory",
+    option: str = "--report",
+    *,
+    replaced: bool = False,
 ) -> Path:
     """``path`` once it is known that it can be created and written as a directory.
 
@@ -133,7 +137,7 @@ def check_writable_dir(
             f"{what} is a file: expected a directory path, got {str(d)!r}. Choose another "
             f"{option} path."
         )
-    anchor = d
+    anchor = d.parent if replaced else d
     while not anchor.exists() and anchor != anchor.parent:
         anchor = anchor.parent
     if not anchor.is_dir():

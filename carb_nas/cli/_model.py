@@ -340,7 +340,7 @@ def evaluate_cmd(
     _check_alpha(alpha)
     budget_limits = _per_batch_budgets(budgets) or None
     if report_dir:
-        check_output_dir(report_dir, _MARKER_REPORT, "report")
+        check_output_dir(report_dir, _MARKER_REPORT, "report", "--report")
     cost_model = load_model(model, "MODEL")
     if budget_limits:
         from carb_nas.budgets import check_budgets

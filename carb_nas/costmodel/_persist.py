@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from carb_nas._io import atomic_directory, atomic_write_json
+from carb_nas._io import atomic_directory, atomic_write_json, check_writable_dir
 from carb_nas._json import jsonable
 from carb_nas.costmodel._common import (
     FORMAT_NAME,
@@ -50,7 +50,7 @@ def manifest_sha256(manifest: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def check_output_dir(path: str | Path, marker: str, what: str) -> Path:
+def check_output_dir(path: str | Path, marker: str, what: str, option: str = "-o/--output") -> Path:
     """``path`` may be replaced as a whole: it does not exist, is empty, or holds ``marker``
     (a previous output of the same kind). Anything else is refused before any work, so no
     user file is ever swept away with an old output."""
@@ -69,27 +69,7 @@ def check_output_dir(path: str | Path, marker: str, what: str) -> Path:
             repr(str(p)),
             "Choose another directory; nothing in it was changed.",
         )
-    _probe_writable(p, what)
-    return p
-
-
-def _probe_writable(p: Path, what: str) -> None:
-    """Create and remove a directory beside ``p`` (in its nearest existing ancestor): the
-    output will be writable, known before any work, and nothing is left behind."""
-    import tempfile
-
-    base = p.parent
-    while not base.exists() and base != base.parent:
-        base = base.parent
-    try:
-        Path(tempfile.mkdtemp(prefix=".carb_nas-probe.", dir=base)).rmdir()
-    except OSError as e:
-        raise err(
-            f"cannot write the {what} directory {str(p)!r}",
-            f"a writable location (tried {str(base)!r})",
-            f"{type(e).__name__}: {e.strerror or e}",
-            "Choose another path or fix its permissions.",
-        ) from e
+    return check_writable_dir(p, f"{what} directory", option, replaced=True)
 
 
 def _write_files(model: Any, d: Path) -> None:

@@ -16,7 +16,12 @@ budgets={"latency_ms": 50})`` profiles every config with :class:`carb_nas.measur
 - a warning when an eager-PyTorch CPU measurement did not pay the per-call page faults that
   the ``mmap_mb`` feature counts (``minor_faults_per_run`` far below its ~244 pages per MB):
   the process reused freed heap memory, so that latency is lower than in a fresh process,
-  which is what the shipped data and the model reflect.
+  which is what the shipped data and the model reflect;
+- per target, the median measured/predicted ratio (``ValidationResult.ratios``), and a warning
+  when it lies outside what the prediction intervals allow (the median over the configs of
+  ``lower/predicted`` to ``upper/predicted`` at ``alpha = 1 - confidence``, 0.1 without one):
+  the model is then off for this machine as a whole, which ``carb-nas calibrate`` (or
+  ``validate --recalibrate``) corrects.
 
 ``append=PATH`` adds the new measurement rows to a dataset CSV/Parquet (written atomically).
 The file is checked *before* anything is measured (readable, writable, a carb_nas dataset of
@@ -67,8 +72,11 @@ __all__ = [
     "page_fault_shortfall",
     "write_report",
     "DECISIONS",
+    "RATIO_ALPHA",
+    "median_ratios",
 ]
 
+RATIO_ALPHA = 0.1  # the intervals the ratio check uses without a confidence
 DECISIONS = ("true_accept", "false_accept", "true_reject", "false_reject", "undecided")
 
 
@@ -91,6 +99,7 @@ class ValidationResult:
     platform: str
     model_platform: str
     warnings: list[str] = field(default_factory=list)
+    ratios: dict[str, dict[str, Any]] = field(default_factory=dict)
     seconds: float = 0.0
     appended_to: str | None = None
     replaced_keys: list[str] = field(default_factory=list)
@@ -133,6 +142,7 @@ class ValidationResult:
             "budgets": self.budgets,
             "confidence": self.confidence,
             "warnings": self.warnings,
+            "ratios": self.ratios,
             "seconds": self.seconds,
             "appended_to": self.appended_to,
             "replaced_keys": self.replaced_keys,
@@ -148,8 +158,16 @@ class ValidationResult:
         for w in self.warnings:
             lines.append(f"warning: {w}")
         for t, m in self.metrics.items():
+            ratio = self.ratios.get(t) or {}
+            band = ratio.get("allowed")
+            extra = (
+                f"  measured/predicted x{ratio['median']:.2f}"
+                + (f" (intervals allow x{band[0]:.2f}-x{band[1]:.2f})" if band else "")
+                if ratio.get("median") is not None
+                else ""
+            )
             lines.append(
-                f"  {t:<12} n={m['n']:<3} MAE={m['mae']:.4g}  MAPE={m['mape_pct']:.1f}%"
+                f"  {t:<12} n={m['n']:<3} MAE={m['mae']:.4g}  MAPE={m['mape_pct']:.1f}%{extra}"
                 if m["n"]
                 else f"  {t:<12} not measured on this platform"
             )
@@ -249,6 +267,46 @@ def page_fault_shortfall(
         "process, which is what the shipped data and the model reflect. Validate with "
         "fresh_process=True (carb-nas validate --fresh-process) to compare like with like."
     ]
+
+
+def median_ratios(
+    pred: pd.DataFrame, measured: Mapping[str, np.ndarray], targets: Iterable[str]
+) -> dict[str, dict[str, Any]]:
+    """Per target: ``n``, the ``median`` measured/predicted ratio and the band ``allowed`` by
+    the intervals (median of lower/predicted and upper/predicted; None without bounds) and
+    ``outside`` (True when the median ratio lies outside that band)."""
+    out: dict[str, dict[str, Any]] = {}
+    for t in targets:
+        p = pred[t].to_numpy(dtype=float)
+        m = np.asarray(measured[t], dtype=float)
+        have = np.isfinite(m) & np.isfinite(p) & (p > 0) & (m > 0)
+        if not have.any():
+            out[t] = {"n": 0, "median": None, "allowed": None, "outside": None}
+            continue
+        median = float(np.median(m[have] / p[have]))
+        allowed = None
+        if f"{t}_lower" in pred and f"{t}_upper" in pred:
+            lo = pred[f"{t}_lower"].to_numpy(dtype=float)[have] / p[have]
+            hi = pred[f"{t}_upper"].to_numpy(dtype=float)[have] / p[have]
+            if np.isfinite(lo).all() and np.isfinite(hi).all():
+                allowed = [float(np.median(lo)), float(np.median(hi))]
+        outside = None if allowed is None else not allowed[0] <= median <= allowed[1]
+        out[t] = {"n": int(have.sum()), "median": median, "allowed": allowed, "outside": outside}
+    return out
+
+
+def _ratio_warnings(ratios: Mapping[str, Mapping[str, Any]], platform: str) -> list[str]:
+    out = []
+    for t, r in ratios.items():
+        if r.get("outside"):
+            lo, hi = r["allowed"]
+            out.append(
+                f"measured {t} is x{r['median']:.2f} the prediction (median of {r['n']} "
+                f"configs), outside what the intervals allow (x{lo:.2f} to x{hi:.2f}): the "
+                f"model is off for this machine; run carb-nas calibrate {platform} (or "
+                "validate --recalibrate) to correct it"
+            )
+    return out
 
 
 def _decision(pred_ok: bool, meas_ok: Any) -> str:
@@ -406,6 +464,10 @@ def validate(
         else ["undecided"] * len(rows)
     )
     decisions = {d: int((rows["decision"] == d).sum()) for d in DECISIONS}
+    ratios = median_ratios(pred, {t: rows[f"measured_{t}"].to_numpy() for t in targets}, targets)
+    for w in _ratio_warnings(ratios, platform):
+        warnings.warn(w, stacklevel=2)
+        warn.append(w)
     if budgets and decisions["undecided"]:
         unmeasured = [b for b in budgets if metrics[base_target(b)]["n"] == 0]
         if unmeasured:
@@ -424,6 +486,7 @@ def validate(
         platform=platform,
         model_platform=platform_name(model),
         warnings=warn,
+        ratios=ratios,
     )
     if append is not None:
         path, result.replaced_keys = append_rows(meas, append, old=old_rows)
@@ -453,7 +516,9 @@ def _scores(model: Any, frame: pd.DataFrame, confidence: float | None, scored: A
     """The predictions to validate: ``scored`` when given (checked to be these configs with
     every column needed), else featurized and predicted here, once."""
     if scored is None:
-        return score_configs(model, frame, alpha=confidence_alpha(confidence), role="model")
+        # intervals also without a confidence: the median-ratio check compares with them
+        alpha = confidence_alpha(confidence) if confidence is not None else RATIO_ALPHA
+        return score_configs(model, frame, alpha=alpha, role="model")
     targets = model_targets(model)
     need = targets + ([f"{t}_upper" for t in targets] if confidence is not None else [])
     missing = [c for c in need if c not in scored.pred.columns]

@@ -8,6 +8,13 @@ import pytest
 from tests.synthetic import TINY_PARAMS, fit_fast, synthetic_dataset, tiny
 
 
+@pytest.fixture(autouse=True)
+def _no_calibration_on_arrival(monkeypatch):
+    """`carb-nas search` with no arguments would first spend a minute calibrating the default
+    models on this machine; tests opt in (tests/test_calibrate.py) with fakes instead."""
+    monkeypatch.setenv("CARB_NAS_CALIBRATE", "0")
+
+
 @pytest.fixture(scope="session")
 def make_rows():
     """``make_rows(n, seed=0, space="resnet", energy=True, telemetry=False)``: SYNTHETIC rows."""

@@ -76,6 +76,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 def _register() -> None:
     from carb_nas.cli import (
+        _calibrate,
         _data,
         _model,
         _profile,
@@ -84,7 +85,7 @@ def _register() -> None:
         _space,
     )
 
-    for module in (_space, _profile, _data, _model, _search, _report):
+    for module in (_space, _profile, _data, _model, _calibrate, _search, _report):
         for command in module.COMMANDS:
             cli.add_command(command)
 

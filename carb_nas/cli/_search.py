@@ -31,6 +31,7 @@ DEFAULT_MODEL = "cpu/torch/fp32"
 DEFAULT_RESCORE = "cpu/onnxruntime/fp32"
 DEFAULT_BUDGETS = ("latency_ms=20", "peak_mem_mb=100")
 DEFAULT_VALIDATE_MAX = 6
+CALIBRATE_ENV = "CARB_NAS_CALIBRATE"
 TABLE_SUFFIXES = (".csv", ".parquet")
 
 
@@ -310,6 +311,22 @@ def screen_command(
     show_default=True,
     help="Profile at most this many Pareto configs (spread over the front).",
 )
+@click.option(
+    "--calibrate/--no-calibrate",
+    "do_calibrate",
+    default=True,
+    envvar=CALIBRATE_ENV,
+    show_default=True,
+    help="With no --model: calibrate the default models to this machine first when it has no "
+    f"calibration yet (once; ${CALIBRATE_ENV}=0 also skips).",
+)
+@click.option(
+    "--time-budget-s",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Seconds the first calibration may measure (all default models together).",
+)
 @report_option("Write validation plots and tables here (checked writable before searching).")
 @output_option("Write the Pareto set (.csv/.parquet).")
 @seed_option()
@@ -331,6 +348,8 @@ def search_command(
     confidence: float | None,
     do_validate: bool | None,
     validate_max: int,
+    do_calibrate: bool,
+    time_budget_s: float,
     report_dir: str | None,
     output: str | None,
     seed: int,
@@ -338,8 +357,9 @@ def search_command(
 ) -> None:
     """Budget-constrained multi-objective search of SPACE with a cost model as surrogate.
 
-    With no arguments: the shipped CPU models, the `cpu` space, the default budget, and the
-    final Pareto set profiled on this machine.
+    With no arguments: the default CPU models calibrated to this machine (calibrating first,
+    about a minute, when it has no calibration yet; --no-calibrate skips), the `cpu` space,
+    the default budget, and the final Pareto set profiled on this machine.
     """
     from click.core import ParameterSource
 
@@ -364,6 +384,16 @@ def search_command(
             f"invalid --validate-max: expected a whole number >= 1, got {validate_max}. "
             "Use e.g. --validate-max 6."
         )
+    calibrating = embedded and do_calibrate
+    if calibrating:
+        from carb_nas.calibrate import MIN_TIME_BUDGET_S
+
+        if time_budget_s < MIN_TIME_BUDGET_S:
+            raise ConfigError(
+                f"time budget too short to measure anything: expected --time-budget-s >= "
+                f"{MIN_TIME_BUDGET_S:g}, got {time_budget_s:g}. Use e.g. --time-budget-s 60, "
+                "or --no-calibrate."
+            )
     if report_dir is not None:
         check_writable_dir(report_dir)
     load_quality(quality)  # import errors before any work
@@ -377,6 +407,10 @@ def search_command(
         rescore = _shipped(DEFAULT_RESCORE)
     else:
         rescore = None
+    calibrated = False
+    if calibrating:
+        model, rescore = _calibrated_defaults(model, rescore, time_budget_s)
+        calibrated = True
     _check_space_model(space_obj, model, "search model")
     check_budgets(parsed, model, role="search model")
     objs = check_objectives(
@@ -385,9 +419,10 @@ def search_command(
     if do_validate is None:
         do_validate = embedded
     if embedded:
+        kind = "this machine's calibration of the default" if calibrated else "default"
         info(
-            f"embedded default: shipped {DEFAULT_MODEL} model"
-            + (f", re-scored with the shipped {DEFAULT_RESCORE} model" if rescore else "")
+            f"embedded default: {kind} {DEFAULT_MODEL} model"
+            + (f", re-scored with the {kind} {DEFAULT_RESCORE} model" if rescore else "")
             + f"; budgets {' '.join(f'{k}={v:g}' for k, v in parsed.items())}"
         )
     info(
@@ -429,6 +464,34 @@ def search_command(
         click.echo(validation.summary())
     elif do_validate and not result.feasible:
         click.echo("nothing to validate: no feasible config was found")
+
+
+def _calibrated_defaults(model: Any, rescore: Any, time_budget_s: float) -> tuple[Any, Any]:
+    """The default models calibrated to this machine: cached ones loaded, missing ones
+    calibrated now (within ``time_budget_s`` together), saying so and how long it takes."""
+    from carb_nas.calibrate import load_calibration
+    from carb_nas.cli._calibrate import run_calibration
+
+    sources = {DEFAULT_MODEL: model}
+    if rescore is not None:
+        sources[DEFAULT_RESCORE] = rescore
+    cals = {p: load_calibration(p, source_model=m) for p, m in sources.items()}
+    missing = [p for p, c in cals.items() if c is None]
+    if missing:
+        info(
+            f"this machine has no calibration of {', '.join(missing)} yet: calibrating first, "
+            f"about {time_budget_s:.0f} s (once; cached; --no-calibrate skips)"
+        )
+        for p in missing:
+            cals[p] = run_calibration(p, time_budget_s / len(missing))
+            info(cals[p].summary().splitlines()[0])
+    else:
+        info(
+            "using this machine's calibration of "
+            + ", ".join(f"{p} ({c.n_rows} rows, {c.created})" for p, c in cals.items() if c)
+        )
+    calibrated = {p: c.model for p, c in cals.items() if c is not None}
+    return calibrated[DEFAULT_MODEL], calibrated.get(DEFAULT_RESCORE, rescore)
 
 
 def _validate_front(

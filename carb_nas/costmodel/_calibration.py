@@ -99,6 +99,13 @@ class CalibratedModel:
     and ``precision`` of ``X`` are replaced by ``source_runtime``/``source_precision`` (by
     default read from ``source_model.platform_``, e.g. ``"cpu/torch/fp32"``) and the inputs
     rebuilt, so a PyTorch FP32 model can be calibrated to ONNX Runtime INT8 rows.
+
+    ``keep_uncalibrated=True`` passes the source model's other targets through unchanged
+    (e.g. ``energy_j`` on a machine without an energy meter), so the calibrated model predicts
+    every target the source does and can stand in for it in a search. ``predict(X, alpha)``
+    then also gives ``<t>_lower``/``<t>_upper``: the source model's conformal interval moved by
+    the same correction and widened by the map's leave-one-out error (``loo_rmse_log``), a
+    rough guide rather than a coverage guarantee.
     """
 
     def __init__(
@@ -107,11 +114,18 @@ class CalibratedModel:
         method: str = "auto",
         source_runtime: str | None = None,
         source_precision: str | None = None,
+        keep_uncalibrated: bool = False,
     ) -> None:
         self.source_model = source_model
         self.method = method
         self.source_runtime = source_runtime
         self.source_precision = source_precision
+        self.keep_uncalibrated = keep_uncalibrated
+
+    @property
+    def schema_(self) -> Any:
+        """The source model's input schema (the knobs and levels it was trained on)."""
+        return getattr(self.source_model, "schema_", None)
 
     def _source_platform(self) -> dict[str, str]:
         platform = getattr(self.source_model, "platform_", None) or {}
@@ -122,13 +136,15 @@ class CalibratedModel:
                 out[col] = str(value)
         return out
 
-    def source_predict(self, X: pd.DataFrame) -> pd.DataFrame:
+    def source_predict(self, X: pd.DataFrame, alpha: float | None = None) -> pd.DataFrame:
         override = self._source_platform()
         if override and all(c in X.columns for c in CONFIG_COLUMNS):
             differs = any((X[c].astype(str) != v).any() for c, v in override.items())
             if differs:
                 X = model_inputs(X.assign(**override))
-        return self.source_model.predict(X)
+        if alpha is None:
+            return self.source_model.predict(X)
+        return self.source_model.predict(X, alpha=alpha)
 
     def fit(self, X: pd.DataFrame, Y: pd.DataFrame) -> CalibratedModel:
         if self.method not in CALIBRATION_METHODS:
@@ -160,9 +176,15 @@ class CalibratedModel:
             self.maps_[t] = self._fit_target(
                 np.log(np.maximum(s[ok], 1e-12)), np.log(y[ok]), feats[ok]
             )
-        self.targets_ = targets
+        self.calibrated_targets_ = targets
+        self.targets_ = self._all_targets(source_targets)
         self.n_calibration_rows_ = int(len(Y))
         return self
+
+    def _all_targets(self, source_targets: Sequence[str]) -> list[str]:
+        if not self.keep_uncalibrated:
+            return list(self.maps_)
+        return list(source_targets)
 
     def _fit_target(self, z: np.ndarray, logy: np.ndarray, feats: np.ndarray) -> dict[str, Any]:
         n = len(z)
@@ -227,15 +249,22 @@ class CalibratedModel:
             "candidates_loo_rmse_log": {k: v[1] for k, v in candidates.items()},
         }
 
-    def predict(self, X: pd.DataFrame) -> pd.DataFrame:
+    def predict(self, X: pd.DataFrame, alpha: float | None = None) -> pd.DataFrame:
         if not hasattr(self, "maps_"):
             raise ModelError(
                 "calibrated model not fitted: expected fit() or calibrate() before predict(), "
                 "got an unfitted CalibratedModel. Call calibrate(source_model, rows) first."
             )
-        base = self.source_predict(X)
+        base = self.source_predict(X, alpha)
         feats = calibration_features(X, self.feature_names_)
         out = {}
+        for t in self.targets_:
+            if t in self.maps_:
+                continue
+            out[t] = base[t].to_numpy(float)  # passed through (keep_uncalibrated)
+            if alpha is not None:
+                for bound in ("lower", "upper"):
+                    out[f"{t}_{bound}"] = base[f"{t}_{bound}"].to_numpy(float)
         for t, spec in self.maps_.items():
             z = np.log(np.maximum(base[t].to_numpy(float), 1e-12))
             r = np.full(len(z), spec["intercept"])
@@ -248,7 +277,15 @@ class CalibratedModel:
                 )
             r = np.clip(r, *spec["clip"])  # see _fit_target
             out[t] = np.exp(z + r)
-        return pd.DataFrame(out, index=X.index)
+            if alpha is not None:
+                loo = spec.get("loo_rmse_log")
+                widen = float(loo) if loo is not None and np.isfinite(loo) else 0.0
+                for bound, sign in (("lower", -1.0), ("upper", 1.0)):
+                    edge = base[f"{t}_{bound}"].to_numpy(float)
+                    with np.errstate(over="ignore"):
+                        out[f"{t}_{bound}"] = edge * np.exp(r + sign * widen)
+        order = [c for t in self.targets_ for c in (t, f"{t}_lower", f"{t}_upper") if c in out]
+        return pd.DataFrame({c: out[c] for c in order}, index=X.index)
 
     def to_dict(self) -> dict[str, Any]:
         """The fitted maps as plain JSON-ready data (the source model is saved separately)."""
@@ -258,6 +295,7 @@ class CalibratedModel:
                 "source_runtime": self.source_runtime,
                 "source_precision": self.source_precision,
                 "targets": list(self.targets_),
+                "keep_uncalibrated": self.keep_uncalibrated,
                 "feature_names": list(self.feature_names_),
                 "n_calibration_rows": self.n_calibration_rows_,
                 "maps": self.maps_,
@@ -271,8 +309,10 @@ class CalibratedModel:
             method=data["method"],
             source_runtime=data.get("source_runtime"),
             source_precision=data.get("source_precision"),
+            keep_uncalibrated=bool(data.get("keep_uncalibrated", False)),
         )
         model.maps_ = {t: dict(m) for t, m in data["maps"].items()}
+        model.calibrated_targets_ = list(model.maps_)
         model.targets_ = list(data["targets"])
         model.feature_names_ = list(data["feature_names"])
         model.n_calibration_rows_ = int(data["n_calibration_rows"])
@@ -285,6 +325,7 @@ def calibrate(
     method: str = "auto",
     source_runtime: str | None = None,
     source_precision: str | None = None,
+    keep_uncalibrated: bool = False,
 ) -> CalibratedModel:
     """Adapt ``source_model`` (a fitted CostModel) to a new platform from a few measured rows.
 
@@ -295,5 +336,7 @@ def calibrate(
     """
     rows = load_dataset(target_rows, ok_only=True, partial=True, name="target rows")
     targets = [t for t in TARGETS if t in rows.columns and rows[t].notna().any()]
-    model = CalibratedModel(source_model, method, source_runtime, source_precision)
+    model = CalibratedModel(
+        source_model, method, source_runtime, source_precision, keep_uncalibrated
+    )
     return model.fit(model_inputs(rows), rows[targets])

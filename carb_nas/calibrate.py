@@ -1,0 +1,570 @@
+"""Calibrate on arrival: the default models adapted to *this* machine with a minute of measuring.
+
+The default models describe the machine their data was measured on. On another machine (another
+CPU, another day of the same cloud VM) latency is off by a factor that the conformal intervals do
+not cover. :func:`calibrate_on_arrival` measures a small, informative set of configs here within
+a time budget, fits the few-shot calibration of :func:`carb_nas.costmodel.calibrate` and caches
+the result keyed by this machine's platform fingerprint; :func:`load_calibrated_model` returns it
+on later runs (``None`` when this machine has none yet).
+
+Which configs: the shipped dataset's configs of the platform (the ones the model was trained
+on), ordered so that every prefix is informative -- farthest-point order in the standardized
+knob space (log batch, log resolution, log width, log depth, family), each distance weighted by
+the config's relative conformal interval width (where the model is least sure counts more) --
+keeping only configs the model predicts cheap to measure. Measuring stops when the next config
+would overrun the budget.
+
+Cache: ``$CARB_NAS_CACHE/calibrations/<platform>-<machine key>/`` with ``calibration.json``
+(fingerprint, source-model identity, the fitted maps) and ``rows.csv`` (the measured rows), both
+plain text, written atomically (:func:`carb_nas._io.atomic_directory`). A calibration whose
+fingerprint is another machine's, or whose source model is not today's default, is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from carb_nas._io import atomic_directory
+from carb_nas.costmodel import (
+    CalibratedModel,
+    calibrate,
+    default_model_cache_dir,
+    load_default_model,
+    model_inputs,
+)
+from carb_nas.datasets import SCHEMA, load_dataset, read_table, write_table
+from carb_nas.errors import ConfigError, ModelError
+from carb_nas.space import CONFIG_COLUMNS, frame_to_configs
+
+__all__ = [
+    "CALIBRATION_FORMAT",
+    "MIN_CALIBRATION_ROWS",
+    "MIN_TIME_BUDGET_S",
+    "Calibration",
+    "calibrate_on_arrival",
+    "calibration_dir",
+    "check_runnable",
+    "split_platform",
+    "choose_configs",
+    "load_calibrated_model",
+    "load_calibration",
+    "machine_fingerprint",
+    "machine_key",
+    "recalibrate",
+]
+
+CALIBRATION_FORMAT = 1
+MIN_TIME_BUDGET_S = 5.0  # profiler set-up plus one config: less measures nothing
+MIN_CALIBRATION_ROWS = 3  # the smallest map with a leave-one-out error
+MAX_PREDICTED_MS = 60.0  # configs predicted slower than this cost seconds each to measure
+INTERVAL_ALPHA = 0.1
+# fingerprint fields that describe the measuring process, not the machine
+_NOT_MACHINE = (
+    "protocol",
+    "protocol_params",
+    "meter",
+    "energy_min_window_s",
+    "energy_counter_update_period_s",
+    "carb_nas",
+    "fresh_process",
+)
+
+
+def machine_fingerprint(profiler: Any) -> dict[str, Any]:
+    """The parts of ``profiler.fingerprint`` that name the machine and software stack (CPU or
+    GPU model, threads, runtime and library versions, allocator), not the timing protocol."""
+    fp = getattr(profiler, "fingerprint", None)
+    if not isinstance(fp, dict):
+        raise ModelError(
+            f"unusable profiler: expected one with a platform fingerprint dict (a "
+            f"carb_nas.measure.Profiler), got {type(profiler).__name__}. Pass a Profiler."
+        )
+    return {k: v for k, v in sorted(fp.items()) if k not in _NOT_MACHINE}
+
+
+def machine_key(fingerprint: dict[str, Any]) -> str:
+    """A short stable hash of a machine fingerprint (the cache directory's suffix)."""
+    text = json.dumps(fingerprint, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def calibration_dir(platform: str, fingerprint: dict[str, Any]) -> Path:
+    """Where this machine's calibration of ``platform`` is cached."""
+    root = default_model_cache_dir().parent / "calibrations"
+    return root / f"{platform.replace('/', '_')}-{machine_key(fingerprint)}"
+
+
+def split_platform(platform: str) -> tuple[str, str, str]:
+    parts = str(platform).split("/")
+    if len(parts) != 3 or not all(parts):
+        raise ConfigError(
+            f"invalid platform: expected DEVICE/RUNTIME/PRECISION such as cpu/torch/fp32, got "
+            f"{platform!r}. Use one of the shipped platforms (carb-nas dataset list)."
+        )
+    return parts[0], parts[1], parts[2]
+
+
+def check_runnable(platform: str) -> tuple[str, str, str]:
+    """(device, runtime, precision) of ``platform``; ConfigError / DeviceUnavailableError before
+    any work when it has no default model or this machine cannot run it."""
+    from carb_nas.datasets import list_datasets
+    from carb_nas.measure import check_platform
+
+    device, runtime, precision = split_platform(platform)
+    shipped = [str(d["platform"]) for d in list_datasets()]
+    if platform not in shipped:
+        raise ConfigError(
+            f"no default model to calibrate for {platform!r}: expected one of {shipped}, got "
+            f"{platform!r}. Pick a shipped platform (carb-nas dataset list)."
+        )
+    check_platform(device, runtime, precision)
+    if runtime == "onnxruntime":
+        try:
+            import onnxruntime  # noqa: F401
+        except ImportError as e:
+            raise ConfigError(
+                f"this machine cannot run {platform}: expected the onnxruntime package, got "
+                f"ImportError ({e}). Install it: pip install 'carb-nas[onnx]'."
+            ) from e
+    return device, runtime, precision
+
+
+def _source_threads(model: Any) -> int | None:
+    plat = getattr(model, "platform_", None) or {}
+    try:
+        value = int(plat.get("threads")) if isinstance(plat, dict) else None
+    except (TypeError, ValueError):
+        return None
+    return value if value and value > 0 else None
+
+
+def choose_configs(
+    source_model: Any,
+    platform: str,
+    n: int = 200,
+    exclude: pd.DataFrame | None = None,
+    max_predicted_ms: float = MAX_PREDICTED_MS,
+) -> pd.DataFrame:
+    """Up to ``n`` configs of the platform's shipped dataset in measuring order (see module doc).
+
+    ``exclude``: configs (CONFIG_COLUMNS) never chosen, e.g. a held-out validation set. The
+    frame has the config columns plus ``predicted_latency_ms`` and ``interval_width``.
+    """
+    rows = load_dataset(platform, ok_only=True)
+    frame = rows[list(CONFIG_COLUMNS)].drop_duplicates().reset_index(drop=True)
+    if exclude is not None and len(exclude):
+        keys = set(exclude[list(CONFIG_COLUMNS)].astype(str).itertuples(index=False))
+        keep = [tuple(r) not in keys for r in frame.astype(str).itertuples(index=False)]
+        frame = frame[keep].reset_index(drop=True)
+    pred = source_model.predict(model_inputs(frame), alpha=INTERVAL_ALPHA)
+    lat = pred["latency_ms"].to_numpy(float)
+    width = np.log(
+        np.maximum(pred["latency_ms_upper"].to_numpy(float), 1e-12)
+        / np.maximum(pred["latency_ms_lower"].to_numpy(float), 1e-12)
+    )
+    width = np.where(np.isfinite(width), width, np.nanmax(width[np.isfinite(width)], initial=1.0))
+    cheap = lat <= max_predicted_ms
+    frame = frame.assign(predicted_latency_ms=lat, interval_width=width)[cheap]
+    frame = frame.reset_index(drop=True)
+    if len(frame) == 0:
+        return frame
+    knobs = np.column_stack(
+        [np.log(frame[k].to_numpy(float)) for k in ("batch_size", "resolution", "width", "depth")]
+        + [(frame["family"].astype(str) == "bottleneck").to_numpy(float)]
+    )
+    std = knobs.std(axis=0)
+    knobs = (knobs - knobs.mean(axis=0)) / np.where(std > 0, std, 1.0)
+    weight = 1.0 + frame["interval_width"].to_numpy(float) / max(
+        float(np.median(frame["interval_width"])), 1e-12
+    )
+    # start at the config nearest the centre of the space, then farthest-point order
+    first = int(np.argmin((knobs**2).sum(axis=1)))
+    order = [first]
+    dist = np.linalg.norm(knobs - knobs[first], axis=1)
+    for _ in range(min(n, len(frame)) - 1):
+        nxt = int(np.argmax(dist * weight))
+        if dist[nxt] <= 0:
+            break
+        order.append(nxt)
+        dist = np.minimum(dist, np.linalg.norm(knobs - knobs[nxt], axis=1))
+    return frame.iloc[order].reset_index(drop=True)
+
+
+@dataclass
+class Calibration:
+    """This machine's calibration of one platform's default model.
+
+    ``model``: the :class:`carb_nas.costmodel.CalibratedModel` (predicts every target of the
+    source model; the uncalibrated ones, e.g. energy without a meter, pass through).
+    ``rows``: the measured rows it was fitted on. ``replaced``: a line describing the
+    calibration this one replaced (None when it is the first).
+    """
+
+    platform: str
+    model: CalibratedModel
+    rows: pd.DataFrame
+    fingerprint: dict[str, Any]
+    directory: Path
+    seconds: float = 0.0
+    created: str = ""
+    replaced: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def n_rows(self) -> int:
+        return int((self.rows["status"] == "ok").sum())
+
+    def factors(self) -> dict[str, float]:
+        """Per calibrated target, the median correction factor (measured / default model)."""
+        ok = self.rows[self.rows["status"] == "ok"]
+        if len(ok) == 0:
+            return {}
+        base = self.model.source_predict(model_inputs(ok[list(CONFIG_COLUMNS)]))
+        out = {}
+        for t in self.model.maps_:
+            ratio = pd.to_numeric(ok[t], errors="coerce").to_numpy(float) / base[t].to_numpy(float)
+            ratio = ratio[np.isfinite(ratio) & (ratio > 0)]
+            out[t] = float(np.median(ratio)) if len(ratio) else math.nan
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "platform": self.platform,
+            "directory": str(self.directory),
+            "machine_key": machine_key(self.fingerprint),
+            "n_rows": self.n_rows,
+            "seconds": self.seconds,
+            "created": self.created,
+            "replaced": self.replaced,
+            "calibrated_targets": list(self.model.maps_),
+            "methods": {t: m["method"] for t, m in self.model.maps_.items()},
+            "loo_rmse_log": {t: m["loo_rmse_log"] for t, m in self.model.maps_.items()},
+            "factors": self.factors(),
+            "notes": self.notes,
+        }
+
+    def summary(self) -> str:
+        lines = [
+            f"calibrated {self.platform} on this machine from {self.n_rows} measured configs "
+            f"in {self.seconds:.0f} s; cached in {self.directory}"
+        ]
+        factors = self.factors()
+        for t, m in self.model.maps_.items():
+            lines.append(
+                f"  {t:<12} {m['method']:<9} leave-one-out error {100 * m['loo_rmse_log']:.1f}% "
+                f"(log RMSE), median measured/default x{factors[t]:.2f}"
+            )
+        if self.replaced:
+            lines.append(f"  replaced {self.replaced}")
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def _fit(
+    platform: str, source: Any, rows: pd.DataFrame, fingerprint: dict[str, Any]
+) -> CalibratedModel:
+    ok = rows[rows["status"] == "ok"]
+    if len(ok) < MIN_CALIBRATION_ROWS:
+        raise ConfigError(
+            f"too few measurements to calibrate {platform}: expected at least "
+            f"{MIN_CALIBRATION_ROWS} configs measured ok, got {len(ok)} of {len(rows)}. Give a "
+            "longer --time-budget-s (e.g. 60)."
+        )
+    model = calibrate(source, ok, keep_uncalibrated=True)
+    plat = dict(getattr(source, "platform_", None) or {})
+    for k in ("device_name", "cpu_model", "threads", "device", "runtime", "precision"):
+        if k in fingerprint:
+            plat[k] = fingerprint[k]
+    plat["platform"] = platform
+    plat["calibrated"] = f"{len(ok)} rows, machine {machine_key(fingerprint)}"
+    model.platform_ = plat  # type: ignore[attr-defined]
+    return model
+
+
+def _previous(directory: Path) -> str | None:
+    doc_path = directory / "calibration.json"
+    if not doc_path.is_file():
+        return None
+    try:
+        doc = json.loads(doc_path.read_text())
+        return (
+            f"the calibration of {doc.get('created', '?')} ({doc.get('n_rows', '?')} rows); "
+            "its rows are kept in the new one"
+            if doc.get("kept_rows")
+            else f"the calibration of {doc.get('created', '?')} ({doc.get('n_rows', '?')} rows)"
+        )
+    except (OSError, ValueError):
+        return "an unreadable earlier calibration"
+
+
+def _save(cal: Calibration, source: Any, kept_rows: bool = False) -> None:
+    doc = {
+        "format": CALIBRATION_FORMAT,
+        "platform": cal.platform,
+        "created": cal.created,
+        "seconds": cal.seconds,
+        "n_rows": cal.n_rows,
+        "kept_rows": kept_rows,
+        "fingerprint": cal.fingerprint,
+        "machine_key": machine_key(cal.fingerprint),
+        "source": {
+            "platform": cal.platform,
+            "training_sha256": getattr(source, "training_sha256_", None),
+        },
+        "model_platform": getattr(cal.model, "platform_", {}),
+        "calibration": cal.model.to_dict(),
+    }
+    with atomic_directory(cal.directory) as tmp:
+        write_table(cal.rows, tmp / "rows.csv")
+        (tmp / "calibration.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
+
+
+def _profiler_for(platform: str, source: Any, protocol: str = "adaptive") -> Any:
+    from carb_nas.measure import Profiler, usable_cpus
+
+    device, runtime, precision = check_runnable(platform)
+    threads = _source_threads(source)
+    if device == "cpu" and threads is not None:
+        threads = min(threads, usable_cpus())
+    return Profiler(device, runtime, precision, threads, protocol, meter="auto", idle_s=0.0)
+
+
+def calibrate_on_arrival(
+    platform: str = "cpu/torch/fp32",
+    time_budget_s: float = 60.0,
+    profiler: Any = None,
+    *,
+    source_model: Any = None,
+    exclude: pd.DataFrame | None = None,
+    progress: Callable[[int, float, float], None] | None = None,
+    save: bool = True,
+) -> Calibration:
+    """Measure informative configs here for up to ``time_budget_s`` seconds, fit the few-shot
+    calibration of the default ``platform`` model and cache it for this machine.
+
+    ``profiler``: a :class:`carb_nas.measure.Profiler` of this platform (tests pass a fake);
+    default: one built for the platform with the thread count of the default model's data.
+    ``source_model``: the model to calibrate (default :func:`load_default_model`).
+    ``exclude``: configs never measured (held-out validation). ``progress(n_measured,
+    elapsed_s, time_budget_s)`` is called after each config. A calibration that replaces an
+    earlier one says so in ``Calibration.replaced``. Nothing is written when it fails.
+    """
+    if not (isinstance(time_budget_s, (int, float)) and time_budget_s >= MIN_TIME_BUDGET_S):
+        raise ConfigError(
+            f"time budget too short to measure anything: expected --time-budget-s >= "
+            f"{MIN_TIME_BUDGET_S:g} (profiler set-up plus one config), got {time_budget_s!r}. "
+            "Use e.g. --time-budget-s 60."
+        )
+    if profiler is None:
+        check_runnable(platform)
+    else:
+        split_platform(platform)
+        if getattr(profiler, "platform", platform) != platform:
+            raise ConfigError(
+                f"profiler/platform mismatch: expected a profiler of {platform}, got one of "
+                f"{profiler.platform}. Pass a profiler built for {platform}."
+            )
+    t0 = time.perf_counter()
+    source = source_model if source_model is not None else load_default_model(platform)
+    candidates = choose_configs(source, platform, exclude=exclude)
+    if len(candidates) == 0:
+        raise ConfigError(
+            f"nothing to measure for {platform}: expected shipped configs predicted under "
+            f"{MAX_PREDICTED_MS:g} ms, got none. Calibrate from your own rows with "
+            "carb_nas.costmodel.calibrate."
+        )
+    own = profiler is None
+    prof = profiler if profiler is not None else _profiler_for(platform, source)
+    measured: list[dict[str, Any]] = []
+    try:
+        fingerprint = machine_fingerprint(prof)
+        for config in frame_to_configs(candidates[list(CONFIG_COLUMNS)]):
+            elapsed = time.perf_counter() - t0
+            per_config = elapsed / len(measured) if measured else 0.0
+            if measured and elapsed + per_config > time_budget_s:
+                break
+            if elapsed > time_budget_s:
+                break
+            measured.append(prof.profile(config))
+            if progress is not None:
+                progress(len(measured), time.perf_counter() - t0, float(time_budget_s))
+    finally:
+        if own:
+            prof.close()
+    rows = pd.DataFrame(measured, columns=list(SCHEMA))
+    model = _fit(platform, source, rows, fingerprint)
+    directory = calibration_dir(platform, fingerprint)
+    cal = Calibration(
+        platform=platform,
+        model=model,
+        rows=rows,
+        fingerprint=fingerprint,
+        directory=directory,
+        seconds=time.perf_counter() - t0,
+        created=datetime.now(UTC).isoformat(timespec="seconds"),
+        replaced=_previous(directory),
+    )
+    uncalibrated = [t for t in model.targets_ if t not in model.maps_]
+    if uncalibrated:
+        cal.notes.append(
+            f"{uncalibrated} not measured here (e.g. no energy meter): predicted by the default "
+            "model unchanged"
+        )
+    if save:
+        _save(cal, source)
+    return cal
+
+
+def _refuse_other_machine(doc: dict[str, Any], here: dict[str, Any], where: Path) -> None:
+    there = doc.get("fingerprint")
+    if not isinstance(there, dict) or machine_key(there) != machine_key(here):
+        diff = sorted(
+            k
+            for k in set(here) | set(there if isinstance(there, dict) else {})
+            if not isinstance(there, dict) or there.get(k) != here.get(k)
+        )
+        raise ModelError(
+            f"calibration {str(where)!r} is another machine's: expected this machine's "
+            f"fingerprint (key {machine_key(here)}), got one that differs in {diff[:5]}. "
+            "It is not used; run carb-nas calibrate on this machine (or delete it)."
+        )
+
+
+def load_calibration(
+    platform: str,
+    profiler: Any = None,
+    *,
+    directory: str | Path | None = None,
+    source_model: Any = None,
+) -> Calibration | None:
+    """This machine's cached calibration of ``platform`` (None when there is none).
+
+    ``directory``: read that calibration instead of this machine's cache entry; it is refused
+    (ModelError) when its fingerprint is another machine's or its source model is not the
+    current default. ``profiler`` gives this machine's fingerprint (default: a Profiler of the
+    platform, which measures nothing).
+    """
+    split_platform(platform)
+    own = profiler is None
+    prof = profiler
+    source = source_model
+    if prof is None:
+        source = source if source is not None else load_default_model(platform, verbose=False)
+        prof = _profiler_for(platform, source)
+    try:
+        here = machine_fingerprint(prof)
+    finally:
+        if own:
+            prof.close()
+    d = Path(directory) if directory is not None else calibration_dir(platform, here)
+    doc_path = d / "calibration.json"
+    if not doc_path.is_file():
+        if directory is not None:
+            raise ModelError(
+                f"no calibration in {str(d)!r}: expected a directory written by carb-nas "
+                "calibrate (with calibration.json), got none. Check the path."
+            )
+        return None
+    try:
+        doc = json.loads(doc_path.read_text())
+        rows = read_table(d / "rows.csv")
+    except (OSError, ValueError) as e:
+        raise ModelError(
+            f"damaged calibration {str(d)!r}: expected readable calibration.json and rows.csv, "
+            f"got {type(e).__name__}: {e}. Run carb-nas calibrate {platform} again."
+        ) from e
+    if doc.get("format") != CALIBRATION_FORMAT or doc.get("platform") != platform:
+        raise ModelError(
+            f"calibration {str(d)!r} does not fit: expected format {CALIBRATION_FORMAT} for "
+            f"{platform}, got format {doc.get('format')!r} for {doc.get('platform')!r}. Run "
+            f"carb-nas calibrate {platform} again."
+        )
+    _refuse_other_machine(doc, here, d)
+    if source is None:
+        source = load_default_model(platform, verbose=False)
+    want = getattr(source, "training_sha256_", None)
+    got = (doc.get("source") or {}).get("training_sha256")
+    if want != got:
+        raise ModelError(
+            f"calibration {str(d)!r} was fitted on another default {platform} model: expected "
+            f"training data {want}, got {got}. Run carb-nas calibrate {platform} again."
+        )
+    model = CalibratedModel.from_dict(doc["calibration"], source)
+    model.platform_ = dict(doc.get("model_platform") or {})  # type: ignore[attr-defined]
+    return Calibration(
+        platform=platform,
+        model=model,
+        rows=rows,
+        fingerprint=here,
+        directory=d,
+        seconds=float(doc.get("seconds", 0.0)),
+        created=str(doc.get("created", "")),
+    )
+
+
+def load_calibrated_model(platform: str, profiler: Any = None) -> CalibratedModel | None:
+    """This machine's calibrated model of ``platform``, or None when it has none yet."""
+    cal = load_calibration(platform, profiler)
+    return None if cal is None else cal.model
+
+
+def recalibrate(
+    platform: str,
+    rows: pd.DataFrame,
+    profiler: Any = None,
+    *,
+    source_model: Any = None,
+) -> Calibration:
+    """Fold measured ``rows`` of ``platform`` (e.g. ``ValidationResult.measurements``) into
+    this machine's calibration and refit it; a config measured again replaces its old row.
+    Without an existing calibration the rows alone make a new one."""
+    split_platform(platform)
+    new = rows[rows["platform"].astype(str) == platform] if "platform" in rows else rows
+    if len(new) == 0:
+        raise ConfigError(
+            f"nothing to fold into the {platform} calibration: expected rows measured on "
+            f"{platform}, got {len(rows)} rows of other platforms. Validate on {platform}."
+        )
+    source = source_model if source_model is not None else load_default_model(platform)
+    own = profiler is None
+    prof = profiler if profiler is not None else _profiler_for(platform, source)
+    try:
+        here = machine_fingerprint(prof)
+        old = load_calibration(platform, prof, source_model=source)
+    finally:
+        if own:
+            prof.close()
+    t0 = time.perf_counter()
+    base = old.rows if old is not None else pd.DataFrame(columns=list(SCHEMA))
+    if len(base):
+        base = base[~base["key"].astype(str).isin(set(new["key"].astype(str)))]
+    merged = pd.concat([base, new[list(SCHEMA)]], ignore_index=True) if len(base) else new
+    merged = merged[list(SCHEMA)].reset_index(drop=True)
+    model = _fit(platform, source, merged, here)
+    directory = calibration_dir(platform, here)
+    cal = Calibration(
+        platform=platform,
+        model=model,
+        rows=merged,
+        fingerprint=here,
+        directory=directory,
+        seconds=(old.seconds if old is not None else 0.0) + time.perf_counter() - t0,
+        created=datetime.now(UTC).isoformat(timespec="seconds"),
+        replaced=_previous(directory),
+    )
+    if old is not None:
+        cal.notes.append(f"folded {len(new)} validated rows into {len(old.rows)} earlier rows")
+    _save(cal, source, kept_rows=old is not None)
+    return cal
+

@@ -122,13 +122,13 @@ def check_runnable(platform: str) -> tuple[str, str, str]:
     from carb_nas.measure import check_platform
 
     device, runtime, precision = split_platform(platform)
+    check_platform(device, runtime, precision)
     shipped = [str(d["platform"]) for d in list_datasets()]
     if platform not in shipped:
         raise ConfigError(
             f"no default model to calibrate for {platform!r}: expected one of {shipped}, got "
             f"{platform!r}. Pick a shipped platform (carb-nas dataset list)."
         )
-    check_platform(device, runtime, precision)
     if runtime == "onnxruntime":
         try:
             import onnxruntime  # noqa: F401

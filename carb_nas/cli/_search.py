@@ -575,6 +575,12 @@ def _validate_front(
     help="CPU: measure each config in a new forked process (as fresh as the processes that "
     "measured the shipped data; see mmap_mb).",
 )
+@click.option(
+    "--recalibrate",
+    is_flag=True,
+    help="Fold the measured rows into this machine's calibration of the --model platform "
+    "(a shipped platform name that matches --device/--runtime/--precision).",
+)
 @json_option()
 @example("carb-nas validate pareto.csv --model cpu/torch/fp32 --budget latency_ms=20 --json")
 def validate_command(
@@ -591,9 +597,15 @@ def validate_command(
     report_dir: str | None,
     append: str | None,
     fresh_process: bool,
+    recalibrate: bool,
     as_json: bool,
 ) -> None:
-    """Profile the configs of PARETO (.csv/.parquet) and score the model's predictions."""
+    """Profile the configs of PARETO (.csv/.parquet) and score the model's predictions.
+
+    Reports MAE, MAPE and the median measured/predicted ratio per target, and warns when that
+    ratio lies outside what the prediction intervals allow; --recalibrate then folds the
+    measured rows into this machine's calibration (see `carb-nas calibrate`).
+    """
     from carb_nas._io import check_writable_dir
     from carb_nas.budgets import check_budgets, check_confidence, parse_budgets
     from carb_nas.datasets import check_appendable
@@ -610,6 +622,17 @@ def validate_command(
         )
     if append is not None:
         check_appendable(append, platform_string(device, runtime, precision))
+    measuring = platform_string(device, runtime, precision)
+    if recalibrate and model_spec != measuring:
+        raise ConfigError(
+            f"--recalibrate folds rows into the calibration of a default model: expected --model "
+            f"{measuring} (the platform measured), got {model_spec!r}. Pass --model {measuring} "
+            "or drop --recalibrate."
+        )
+    if recalibrate:
+        from carb_nas.calibrate import check_runnable
+
+        check_runnable(measuring)
     if report_dir is not None:
         check_writable_dir(report_dir)
     frame = candidate_frame(pareto)
@@ -644,8 +667,17 @@ def validate_command(
         )
     if result.report_files:
         info(f"wrote {len(result.report_files)} report files to {report_dir}")
+    recalibration = None
+    if recalibrate:
+        from carb_nas.calibrate import recalibrate as fold
+
+        recalibration = fold(measuring, result.measurements, source_model=model)
+        info(recalibration.summary())
     if as_json:
-        echo_json(result.to_dict())
+        out = result.to_dict()
+        if recalibration is not None:
+            out["recalibration"] = recalibration.to_dict()
+        echo_json(out)
         return
     click.echo(result.summary())
 

@@ -1,0 +1,92 @@
+"""Calibrate on arrival, measured: validation latency MAPE before and after a calibration.
+
+For the default torch and ONNX Runtime CPU models: measure 20 configs of the shipped dataset
+on this machine (seeded, predicted under ``MAX_PREDICTED_MS``, never used for calibration),
+score the default model on them, calibrate it here with ``carb_nas.calibrate`` (half of
+``--time-budget-s`` per model, 60 s in all by default), score the calibrated model on the same
+20 measurements. Real measurements: run it on a quiet machine (a few minutes).
+
+Last line: ``mape_before=<..> mape_after=<..> calibration_s=<..>`` (latency MAPE in %, mean of
+the two models; seconds of calibration in all). Goal: mape_after <= 5.
+
+    PYTHONPATH=. python benchmarks/calibration.py [--time-budget-s 60] [--n-validate 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import pandas as pd
+from sklearn.metrics import mean_absolute_percentage_error
+
+from carb_nas.calibrate import MAX_PREDICTED_MS, calibrate_on_arrival
+from carb_nas.costmodel import load_default_model, model_inputs
+from carb_nas.datasets import SCHEMA, load_dataset
+from carb_nas.measure import Profiler, usable_cpus
+from carb_nas.space import CONFIG_COLUMNS, frame_to_configs
+
+PLATFORMS = ("cpu/torch/fp32", "cpu/onnxruntime/fp32")
+
+
+def validation_configs(model, platform: str, n: int, seed: int) -> pd.DataFrame:
+    rows = load_dataset(platform, ok_only=True)
+    frame = rows[list(CONFIG_COLUMNS)].drop_duplicates().reset_index(drop=True)
+    pred = model.predict(model_inputs(frame))["latency_ms"].to_numpy(float)
+    cheap = frame[pred <= MAX_PREDICTED_MS]
+    return cheap.sample(n=min(n, len(cheap)), random_state=seed).reset_index(drop=True)
+
+
+def mape_pct(measured: np.ndarray, predicted: np.ndarray) -> float:
+    return float(100 * mean_absolute_percentage_error(measured, predicted))
+
+
+def run(platform: str, budget_s: float, n: int, seed: int) -> tuple[float, float, float]:
+    model = load_default_model(platform)
+    threads = min(int(model.platform_.get("threads") or 1), usable_cpus())
+    _, runtime, precision = platform.split("/")
+    prof = Profiler("cpu", runtime, precision, threads, "adaptive", meter="auto", idle_s=0.0)
+    try:
+        val = validation_configs(model, platform, n, seed)
+        meas = pd.DataFrame(
+            [prof.profile(c) for c in frame_to_configs(val)], columns=list(SCHEMA)
+        )
+        ok = (meas["status"] == "ok").to_numpy()
+        y = pd.to_numeric(meas["latency_ms"], errors="coerce").to_numpy(float)[ok]
+        X = model_inputs(val[ok])
+        before = mape_pct(y, model.predict(X)["latency_ms"].to_numpy(float))
+        t0 = time.perf_counter()
+        cal = calibrate_on_arrival(
+            platform, budget_s, prof, source_model=model, exclude=val, save=False
+        )
+        seconds = time.perf_counter() - t0
+    finally:
+        prof.close()
+    after = mape_pct(y, cal.model.predict(X)["latency_ms"].to_numpy(float))
+    spec = cal.model.maps_["latency_ms"]
+    print(
+        f"{platform}: {int(ok.sum())} validation configs; calibrated on {cal.n_rows} configs in "
+        f"{seconds:.1f} s ({spec['method']}); latency MAPE {before:.1f}% -> {after:.1f}%",
+        flush=True,
+    )
+    return before, after, seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--time-budget-s", type=float, default=60.0)
+    parser.add_argument("--n-validate", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    results = [
+        run(p, args.time_budget_s / len(PLATFORMS), args.n_validate, args.seed) for p in PLATFORMS
+    ]
+    before = float(np.mean([r[0] for r in results]))
+    after = float(np.mean([r[1] for r in results]))
+    seconds = float(sum(r[2] for r in results))
+    print(f"mape_before={before:.2f} mape_after={after:.2f} calibration_s={seconds:.1f}")
+
+
+if __name__ == "__main__":
+    main()

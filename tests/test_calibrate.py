@@ -1,0 +1,326 @@
+"""Calibrate on arrival (carb_nas.calibrate, carb-nas calibrate, search's calibrate-first,
+validate's median ratio and --recalibrate).
+
+The profiler is a scripted FAKE: its rows are labelled fake (device_name, meter, protocol) and
+"measure" the fixture model's own prediction times a known factor, so a calibration must
+recover that factor. The clock is the fake's too: each config costs ``seconds_per_config``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+import carb_nas.calibrate as cal_mod
+from carb_nas.calibrate import (
+    MIN_CALIBRATION_ROWS,
+    calibrate_on_arrival,
+    calibration_dir,
+    choose_configs,
+    load_calibration,
+    machine_fingerprint,
+    recalibrate,
+)
+from carb_nas.cli import cli
+from carb_nas.costmodel import model_inputs
+from carb_nas.datasets import SCHEMA
+from carb_nas.errors import ConfigError, ModelError
+from carb_nas.space import CONFIG_COLUMNS
+
+PLATFORM = "cpu/torch/fp32"
+FAKE = "FAKE CPU (scripted test profiler)"
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+class FakeProfiler:
+    """Rows labelled fake: latency = factor x the model's prediction, memory as predicted."""
+
+    kind = "cpu"
+
+    def __init__(self, model, factor=1.3, *, device_name=FAKE, platform=PLATFORM, clock=None,
+                 seconds_per_config=0.0, status="ok"):  # fmt: skip
+        self.model, self.factor, self.device_name = model, factor, device_name
+        self.platform, self.clock, self.seconds = platform, clock, seconds_per_config
+        self.status = status
+        self.runtime = type("R", (), {"name": platform.split("/")[1]})()
+        self.fingerprint = {
+            "platform": platform, "device": "cpu", "device_name": device_name,
+            "cpu_model": device_name, "threads": 1, "runtime": self.runtime.name,
+            "precision": platform.split("/")[2], "meter": "fake", "protocol": "fake",
+        }  # fmt: skip
+        self.profiled: list[str] = []
+
+    def profile(self, config):
+        if self.clock is not None:
+            self.clock.now += self.seconds
+        self.profiled.append(config.key)
+        pred = self.model.predict(model_inputs(pd.DataFrame([config.as_dict()])))
+        row = dict.fromkeys(SCHEMA)
+        row.update(config.as_dict())
+        row.update(
+            key=config.key, platform=self.platform, device="cpu", device_name=self.device_name,
+            threads=1, fingerprint=json.dumps(self.fingerprint), protocol="fake",
+            protocol_params="{}", timestamp="2026-12-01T00:00:00+00:00", status=self.status,
+            meter="fake", latency_ms=float(pred["latency_ms"].iloc[0]) * self.factor,
+            peak_mem_mb=float(pred["peak_mem_mb"].iloc[0]),
+        )  # fmt: skip
+        return row
+
+    def close(self):
+        pass
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    c = FakeClock()
+    monkeypatch.setattr(cal_mod.time, "perf_counter", c.perf_counter)
+    return c
+
+
+def _grid(n=6):
+    from carb_nas.space import load_space
+
+    return load_space("cpu").grid().sample(n=n, random_state=1).reset_index(drop=True)
+
+
+def test_choose_configs_spreads_over_the_knobs_and_honours_exclude(torch_model):
+    order = choose_configs(torch_model, PLATFORM, n=40)
+    assert len(order) == 40 and not order[list(CONFIG_COLUMNS)].duplicated().any()
+    first = order.head(12)
+    # every prefix is spread: both families, several batch sizes, resolutions and depths
+    assert set(first["family"]) == {"basic", "bottleneck"}
+    for knob in ("batch_size", "resolution", "depth", "width"):
+        assert first[knob].nunique() >= 3, knob
+    assert (order["predicted_latency_ms"] <= cal_mod.MAX_PREDICTED_MS).all()
+    held = order.head(5)[list(CONFIG_COLUMNS)]
+    again = choose_configs(torch_model, PLATFORM, n=40, exclude=held)
+    keys = set(held.astype(str).itertuples(index=False))
+    assert not any(tuple(r) in keys for r in again[list(CONFIG_COLUMNS)].astype(str).itertuples(
+        index=False))  # fmt: skip
+
+
+def test_calibration_recovers_the_machine_factor_and_is_cached(
+    torch_model, model_cache, clock
+):
+    prof = FakeProfiler(torch_model, 1.3, clock=clock, seconds_per_config=1.0)
+    seen = []
+    cal = calibrate_on_arrival(
+        PLATFORM, 12, prof, source_model=torch_model, progress=lambda *a: seen.append(a)
+    )
+    # the budget stops it: 1 s per config, 12 s in all
+    assert 10 <= cal.n_rows <= 12 and len(prof.profiled) == cal.n_rows
+    assert all(e <= 12 for _, e, _ in seen) and seen[-1][0] == cal.n_rows
+    assert cal.factors()["latency_ms"] == pytest.approx(1.3, rel=1e-6)
+    assert cal.factors()["peak_mem_mb"] == pytest.approx(1.0, rel=1e-6)
+    assert cal.replaced is None
+    X = model_inputs(_grid())
+    np.testing.assert_allclose(
+        cal.model.predict(X)["latency_ms"], 1.3 * torch_model.predict(X)["latency_ms"], rtol=1e-6
+    )
+    d = calibration_dir(PLATFORM, machine_fingerprint(prof))
+    assert d == cal.directory and str(d).startswith(str(model_cache))
+    assert sorted(p.name for p in d.iterdir()) == ["calibration.json", "rows.csv"]
+    assert not list(d.glob("*.pkl")) and (pd.read_csv(d / "rows.csv")["meter"] == "fake").all()
+    again = load_calibration(PLATFORM, FakeProfiler(torch_model), source_model=torch_model)
+    assert again is not None and again.n_rows == cal.n_rows
+    pd.testing.assert_frame_equal(again.model.predict(X, alpha=0.1), cal.model.predict(X, 0.1))
+    assert again.model.platform_["device_name"] == FAKE  # the model now describes this machine
+
+
+def test_calibrated_model_keeps_uncalibrated_targets_and_widens_intervals(
+    torch_model, model_cache, clock
+):
+    cal = calibrate_on_arrival(PLATFORM, 8, FakeProfiler(torch_model, 2.0, clock=clock,
+                               seconds_per_config=1.0), source_model=torch_model)  # fmt: skip
+    X = model_inputs(_grid())
+    got, src = cal.model.predict(X, alpha=0.1), torch_model.predict(X, alpha=0.1)
+    assert list(got.columns) == list(src.columns)  # stands in for the source model
+    assert cal.model.targets_ == torch_model.targets_
+    ratio_lo = got["latency_ms_lower"] / got["latency_ms"]
+    assert (ratio_lo <= src["latency_ms_lower"] / src["latency_ms"] + 1e-9).all()
+    assert (got["latency_ms"] > 1.9 * src["latency_ms"]).all()
+
+
+def test_recalibration_says_what_it_replaces(torch_model, model_cache, clock):
+    first = calibrate_on_arrival(PLATFORM, 6, FakeProfiler(torch_model, clock=clock,
+                                 seconds_per_config=1.0), source_model=torch_model)  # fmt: skip
+    second = calibrate_on_arrival(PLATFORM, 6, FakeProfiler(torch_model, 1.5, clock=clock,
+                                  seconds_per_config=1.0), source_model=torch_model)  # fmt: skip
+    assert second.replaced and first.created in second.replaced and "rows" in second.replaced
+    assert "replaced" in second.summary()
+    loaded = load_calibration(PLATFORM, FakeProfiler(torch_model), source_model=torch_model)
+    assert loaded.factors()["latency_ms"] == pytest.approx(1.5, rel=1e-6)
+
+
+def test_recalibrate_folds_validated_rows_in(torch_model, model_cache, clock):
+    first = calibrate_on_arrival(PLATFORM, 5, FakeProfiler(torch_model, clock=clock,
+                                 seconds_per_config=1.0), source_model=torch_model)  # fmt: skip
+    prof = FakeProfiler(torch_model, 1.3)
+    from carb_nas.space import frame_to_configs
+
+    new = pd.DataFrame([prof.profile(c) for c in frame_to_configs(_grid(4))])
+    again = pd.concat([new, first.rows.head(1)])  # one config measured again: replaced
+    cal = recalibrate(PLATFORM, again, prof, source_model=torch_model)
+    assert len(cal.rows) == first.n_rows + 4 and not cal.rows["key"].duplicated().any()
+    assert cal.replaced and "folded" in cal.notes[0]
+
+
+def test_budget_too_short_and_too_few_rows_write_nothing(torch_model, model_cache, clock):
+    with pytest.raises(ConfigError, match="time budget too short"):
+        calibrate_on_arrival(PLATFORM, 1, FakeProfiler(torch_model), source_model=torch_model)
+    failing = FakeProfiler(torch_model, clock=clock, seconds_per_config=1.0, status="error")
+    with pytest.raises(ConfigError, match=f"at least {MIN_CALIBRATION_ROWS} configs"):
+        calibrate_on_arrival(PLATFORM, 6, failing, source_model=torch_model)
+    assert not (model_cache / "calibrations").exists() or not any(
+        (model_cache / "calibrations").iterdir()
+    )
+
+
+def test_another_machines_calibration_is_refused(torch_model, model_cache, clock):
+    here = FakeProfiler(torch_model, clock=clock, seconds_per_config=1.0)
+    cal = calibrate_on_arrival(PLATFORM, 6, here, source_model=torch_model)
+    other = FakeProfiler(torch_model, device_name="FAKE other CPU")
+    # looked up by this machine's key: the other machine's entry is simply not there
+    assert load_calibration(PLATFORM, other, source_model=torch_model) is None
+    # pointed at explicitly (a copied cache): refused, one line, not used
+    with pytest.raises(ModelError, match="another machine's") as e:
+        load_calibration(PLATFORM, other, directory=cal.directory, source_model=torch_model)
+    assert "\n" not in str(e.value) and "device_name" in str(e.value)
+    # a cache entry whose recorded fingerprint was edited is refused the same way
+    doc = json.loads((cal.directory / "calibration.json").read_text())
+    doc["fingerprint"]["device_name"] = "FAKE edited"
+    (cal.directory / "calibration.json").write_text(json.dumps(doc))
+    with pytest.raises(ModelError, match="another machine's"):
+        load_calibration(PLATFORM, here, source_model=torch_model)
+
+
+def test_calibration_of_another_source_model_is_refused(torch_model, ort_model, model_cache,
+                                                        clock):  # fmt: skip
+    calibrate_on_arrival(PLATFORM, 6, FakeProfiler(torch_model, clock=clock,
+                         seconds_per_config=1.0), source_model=torch_model)  # fmt: skip
+    with pytest.raises(ModelError, match="another default"):
+        load_calibration(PLATFORM, FakeProfiler(torch_model), source_model=ort_model)
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["calibrate", "cpu/torch/fp32", "--time-budget-s", "2"], "time budget too short"),
+        (["calibrate", "cpu/torch/fp16"], "unsupported precision"),
+        (["calibrate", "cuda/torch/fp16"], "cuda"),
+        (["calibrate", "torch"], "DEVICE/RUNTIME/PRECISION"),
+    ],
+)
+def test_cli_calibrate_bad_input_is_one_line(args, needle, model_cache):
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 1
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and needle.lower() in lines[0].lower()
+    assert "Traceback" not in res.output and not (model_cache / "calibrations").exists()
+
+
+def _fake_platform_profilers(monkeypatch, models, factor=1.3, seconds=1.0):
+    """Every Profiler carb_nas.calibrate builds is a FakeProfiler on a fake clock."""
+    clock = FakeClock()
+    monkeypatch.setattr(cal_mod.time, "perf_counter", clock.perf_counter)
+    monkeypatch.setattr(
+        cal_mod,
+        "_profiler_for",
+        lambda platform, source, protocol="adaptive": FakeProfiler(
+            models[platform], factor, platform=platform, clock=clock, seconds_per_config=seconds
+        ),
+    )
+    monkeypatch.setattr(cal_mod, "check_runnable", lambda platform: platform.split("/"))
+
+
+def test_cli_calibrate_json_and_recalibration_note(torch_model, model_cache, monkeypatch):
+    import carb_nas.costmodel._defaults as cm
+
+    monkeypatch.setattr(cm, "load_default_model", lambda platform, verbose=True: torch_model)
+    monkeypatch.setattr(cal_mod, "load_default_model", lambda p, verbose=True: torch_model)
+    _fake_platform_profilers(monkeypatch, {PLATFORM: torch_model})
+    res = CliRunner().invoke(cli, ["calibrate", PLATFORM, "--time-budget-s", "8", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert 6 <= doc["n_rows"] <= 8 and doc["factors"]["latency_ms"] == pytest.approx(1.3)
+    assert "ETA" in res.stderr and doc["replaced"] is None
+    res = CliRunner().invoke(cli, ["calibrate", PLATFORM, "--time-budget-s", "8"])
+    assert res.exit_code == 0 and "replaced the calibration of" in res.stderr
+    assert "calibrated cpu/torch/fp32 on this machine" in res.stdout
+
+
+def test_search_with_no_arguments_calibrates_first(model_dirs, model_cache, monkeypatch,
+                                                   torch_model, ort_model):  # fmt: skip
+    import carb_nas.costmodel._defaults as cm
+
+    shipped = {"cpu/torch/fp32": model_dirs[0], "cpu/onnxruntime/fp32": model_dirs[1]}
+    monkeypatch.setattr(
+        cm, "default_model_dir", lambda platform="cpu/torch/fp32": shipped.get(platform,
+                                                                               model_cache / "x"),
+    )  # fmt: skip
+    models = {"cpu/torch/fp32": torch_model, "cpu/onnxruntime/fp32": ort_model}
+    _fake_platform_profilers(monkeypatch, models)
+    monkeypatch.setenv("CARB_NAS_CALIBRATE", "1")
+    args = ["search", "--trials", "64", "--no-validate", "--time-budget-s", "16", "--json"]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    assert "no calibration of cpu/torch/fp32, cpu/onnxruntime/fp32 yet" in res.stderr
+    assert "about 16 s" in res.stderr and "--no-calibrate" in res.stderr
+    calibrated = json.loads(res.stdout)
+    assert len(list((model_cache / "calibrations").iterdir())) == 2
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0 and "using this machine's calibration" in res.stderr
+    res = CliRunner().invoke(cli, [*args, "--no-calibrate"])
+    assert res.exit_code == 0 and "calibrat" not in res.stderr.replace("--no-calibrate", "")
+    plain = json.loads(res.stdout)
+    # the calibrated search predicted 1.3x the default latency for the same configs
+    cols = ["family", "depth", "width", "resolution", "batch_size"]
+    a = pd.DataFrame(calibrated["pareto"]).set_index(cols)["latency_ms"]
+    b = pd.DataFrame(plain["pareto"]).set_index(cols)["latency_ms"]
+    common = a.index.intersection(b.index)
+    assert len(common) and np.allclose(a[common] / b[common], 1.3, rtol=0.05)
+
+
+def test_cli_search_calibration_budget_too_short(model_cache, monkeypatch):
+    monkeypatch.setenv("CARB_NAS_CALIBRATE", "1")
+    res = CliRunner().invoke(cli, ["search", "--time-budget-s", "1"])
+    assert res.exit_code == 1 and "time budget too short" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_validate_reports_median_ratio_and_warns_outside_intervals(torch_model):
+    from carb_nas.validate import validate
+
+    grid = _grid(5)
+    with pytest.warns(UserWarning, match="outside what the intervals allow"):
+        off = validate(grid, model=torch_model, profiler=FakeProfiler(torch_model, 2.0))
+    r = off.ratios["latency_ms"]
+    assert r["median"] == pytest.approx(2.0) and r["outside"] and r["allowed"][1] < 2.0
+    assert "measured/predicted x2.00" in off.summary()
+    assert any("carb-nas calibrate cpu/torch/fp32" in w for w in off.warnings)
+    fine = validate(grid, model=torch_model, profiler=FakeProfiler(torch_model, 1.0))
+    assert fine.ratios["latency_ms"]["median"] == pytest.approx(1.0)
+    assert fine.ratios["latency_ms"]["outside"] is False
+    assert not any("intervals allow" in w for w in fine.warnings)
+    assert fine.to_dict()["ratios"]["peak_mem_mb"]["median"] == pytest.approx(1.0)
+
+
+def test_cli_validate_recalibrate_checks_the_model_first(tmp_path, model_dirs):
+    pareto = tmp_path / "p.csv"
+    _grid(2).to_csv(pareto, index=False)
+    res = CliRunner().invoke(
+        cli, ["validate", str(pareto), "--model", str(model_dirs[0]), "--recalibrate"]
+    )
+    assert res.exit_code == 1 and "--recalibrate folds rows" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1

@@ -11,7 +11,8 @@ Which configs: the shipped dataset's configs of the platform (the ones the model
 on), ordered so that every prefix is informative -- farthest-point order in the standardized
 knob space (log batch, log resolution, log width, log depth, family), each distance weighted by
 the config's relative conformal interval width (where the model is least sure counts more) --
-keeping only configs the model predicts cheap to measure. Measuring stops when the next config
+keeping only configs that are cheap to measure (predicted under ``MAX_PREDICTED_MS``, and not in
+the largest quarter by parameters, whose models take seconds to build or export). Measuring stops when the next config
 would overrun the budget.
 
 Cache: ``$CARB_NAS_CACHE/calibrations/<platform>-<machine key>/`` with ``calibration.json``
@@ -68,6 +69,7 @@ CALIBRATION_FORMAT = 1
 MIN_TIME_BUDGET_S = 5.0  # profiler set-up plus one config: less measures nothing
 MIN_CALIBRATION_ROWS = 3  # the smallest map with a leave-one-out error
 MAX_PREDICTED_MS = 60.0  # configs predicted slower than this cost seconds each to measure
+MAX_PARAMS_QUANTILE = 0.75  # the largest quarter of the models costs seconds to build
 INTERVAL_ALPHA = 0.1
 # fingerprint fields that describe the measuring process, not the machine
 _NOT_MACHINE = (
@@ -167,14 +169,20 @@ def choose_configs(
         keys = set(exclude[list(CONFIG_COLUMNS)].astype(str).itertuples(index=False))
         keep = [tuple(r) not in keys for r in frame.astype(str).itertuples(index=False)]
         frame = frame[keep].reset_index(drop=True)
-    pred = source_model.predict(model_inputs(frame), alpha=INTERVAL_ALPHA)
+    X = model_inputs(frame)
+    pred = source_model.predict(X, alpha=INTERVAL_ALPHA)
     lat = pred["latency_ms"].to_numpy(float)
     width = np.log(
         np.maximum(pred["latency_ms_upper"].to_numpy(float), 1e-12)
         / np.maximum(pred["latency_ms_lower"].to_numpy(float), 1e-12)
     )
     width = np.where(np.isfinite(width), width, np.nanmax(width[np.isfinite(width)], initial=1.0))
+    # cheap to measure: a short run, and a model that builds (exports, for ONNX Runtime) fast;
+    # the widest, deepest models took 17 s to export here for one 46 ms run
+    params = pd.to_numeric(X["params"], errors="coerce").to_numpy(float) if "params" in X else None
     cheap = lat <= max_predicted_ms
+    if params is not None and np.isfinite(params).any():
+        cheap &= params <= np.nanquantile(params, MAX_PARAMS_QUANTILE)
     frame = frame.assign(predicted_latency_ms=lat, interval_width=width)[cheap]
     frame = frame.reset_index(drop=True)
     if len(frame) == 0:

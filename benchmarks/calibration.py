@@ -49,9 +49,7 @@ def run(platform: str, budget_s: float, n: int, seed: int) -> tuple[float, float
     prof = Profiler("cpu", runtime, precision, threads, "adaptive", meter="auto", idle_s=0.0)
     try:
         val = validation_configs(model, platform, n, seed)
-        meas = pd.DataFrame(
-            [prof.profile(c) for c in frame_to_configs(val)], columns=list(SCHEMA)
-        )
+        meas = pd.DataFrame([prof.profile(c) for c in frame_to_configs(val)], columns=list(SCHEMA))
         ok = (meas["status"] == "ok").to_numpy()
         y = pd.to_numeric(meas["latency_ms"], errors="coerce").to_numpy(float)[ok]
         X = model_inputs(val[ok])

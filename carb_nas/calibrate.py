@@ -11,9 +11,9 @@ Which configs: the shipped dataset's configs of the platform (the ones the model
 on), ordered so that every prefix is informative -- farthest-point order in the standardized
 knob space (log batch, log resolution, log width, log depth, family), each distance weighted by
 the config's relative conformal interval width (where the model is least sure counts more) --
-keeping only configs that are cheap to measure (predicted under ``MAX_PREDICTED_MS``, and not in
-the largest quarter by parameters, whose models take seconds to build or export). Measuring stops when the next config
-would overrun the budget.
+keeping only configs that are cheap to measure (predicted under ``MAX_PREDICTED_MS``, and not
+in the largest quarter by parameters, whose models take seconds to build or export). Measuring
+stops when the next config would overrun the budget.
 
 Cache: ``$CARB_NAS_CACHE/calibrations/<platform>-<machine key>/`` with ``calibration.json``
 (fingerprint, source-model identity, the fitted maps) and ``rows.csv`` (the measured rows), both
@@ -145,7 +145,7 @@ def check_runnable(platform: str) -> tuple[str, str, str]:
 def _source_threads(model: Any) -> int | None:
     plat = getattr(model, "platform_", None) or {}
     try:
-        value = int(plat.get("threads")) if isinstance(plat, dict) else None
+        value = int(plat["threads"]) if isinstance(plat, dict) and plat.get("threads") else None
     except (TypeError, ValueError):
         return None
     return value if value and value > 0 else None
@@ -575,4 +575,3 @@ def recalibrate(
         cal.notes.append(f"folded {len(new)} validated rows into {len(old.rows)} earlier rows")
     _save(cal, source, kept_rows=old is not None)
     return cal
-

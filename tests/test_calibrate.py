@@ -110,9 +110,7 @@ def test_choose_configs_spreads_over_the_knobs_and_honours_exclude(torch_model):
         index=False))  # fmt: skip
 
 
-def test_calibration_recovers_the_machine_factor_and_is_cached(
-    torch_model, model_cache, clock
-):
+def test_calibration_recovers_the_machine_factor_and_is_cached(torch_model, model_cache, clock):
     prof = FakeProfiler(torch_model, 1.3, clock=clock, seconds_per_config=1.0)
     seen = []
     cal = calibrate_on_arrival(

@@ -67,7 +67,7 @@ def calibrate_command(platform: str, time_budget_s: float, as_json: bool) -> Non
     machine's fingerprint; `carb-nas search` then uses it. A recalibration says what it
     replaces.
     """
-    from carb_nas.calibrate import MIN_TIME_BUDGET_S, split_platform, check_runnable
+    from carb_nas.calibrate import MIN_TIME_BUDGET_S, check_runnable, split_platform
 
     split_platform(platform)
     if time_budget_s < MIN_TIME_BUDGET_S:

@@ -483,8 +483,9 @@ def _calibrated_defaults(model: Any, rescore: Any, time_budget_s: float) -> tupl
             f"about {time_budget_s:.0f} s (once; cached; --no-calibrate skips)"
         )
         for p in missing:
-            cals[p] = run_calibration(p, time_budget_s / len(missing))
-            info(cals[p].summary().splitlines()[0])
+            fresh = run_calibration(p, time_budget_s / len(missing))
+            info(fresh.summary().splitlines()[0])
+            cals[p] = fresh
     else:
         info(
             "using this machine's calibration of "

@@ -368,11 +368,15 @@ def calibrate_on_arrival(
     elapsed_s, time_budget_s)`` is called after each config. A calibration that replaces an
     earlier one says so in ``Calibration.replaced``. Nothing is written when it fails.
     """
-    if not (isinstance(time_budget_s, (int, float)) and time_budget_s >= MIN_TIME_BUDGET_S):
+    if not (
+        isinstance(time_budget_s, (int, float))
+        and math.isfinite(time_budget_s)
+        and time_budget_s >= MIN_TIME_BUDGET_S
+    ):
         raise ConfigError(
             f"time budget too short to measure anything: expected --time-budget-s >= "
-            f"{MIN_TIME_BUDGET_S:g} (profiler set-up plus one config), got {time_budget_s!r}. "
-            "Use e.g. --time-budget-s 60."
+            f"{MIN_TIME_BUDGET_S:g} (profiler set-up plus one config, finite), got "
+            f"{time_budget_s!r}. Use e.g. --time-budget-s 60."
         )
     if profiler is None:
         check_runnable(platform)

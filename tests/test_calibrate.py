@@ -215,6 +215,7 @@ def test_calibration_of_another_source_model_is_refused(torch_model, ort_model, 
     "args, needle",
     [
         (["calibrate", "cpu/torch/fp32", "--time-budget-s", "2"], "time budget too short"),
+        (["calibrate", "cpu/torch/fp32", "--time-budget-s", "nan"], "time budget too short"),
         (["calibrate", "cpu/torch/fp16"], "unsupported precision"),
         (["calibrate", "cuda/torch/fp16"], "cuda"),
         (["calibrate", "torch"], "DEVICE/RUNTIME/PRECISION"),
@@ -279,6 +280,17 @@ def test_search_with_no_arguments_calibrates_first(model_dirs, model_cache, monk
     assert len(list((model_cache / "calibrations").iterdir())) == 2
     res = CliRunner().invoke(cli, args)
     assert res.exit_code == 0 and "using this machine's calibration" in res.stderr
+    # a calibration of another default model (an upgrade retrained it) is not used: redone
+    (torch_dir,) = (model_cache / "calibrations").glob("cpu_torch_fp32-*")
+    doc = json.loads((torch_dir / "calibration.json").read_text())
+    doc["source"]["training_sha256"] = "0" * 64
+    (torch_dir / "calibration.json").write_text(json.dumps(doc))
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    assert (
+        "another default cpu/torch/fp32 model" in res.stderr and "Calibrating again" in res.stderr
+    )
+    assert "no calibration of cpu/torch/fp32 yet" in res.stderr
     res = CliRunner().invoke(cli, [*args, "--no-calibrate"])
     assert res.exit_code == 0 and "calibrat" not in res.stderr.replace("--no-calibrate", "")
     plain = json.loads(res.stdout)

@@ -269,6 +269,13 @@ VERBS: dict[tuple[str, ...], tuple[list, list]] = {
             ("--threads", _number(["1"], ["0", "1000", "x"])),
         ],
     ),
+    ("calibrate",): (  # a valid case would measure for a minute: every case has a bad slot
+        [_choice(["cpu/torch/fp32"], ["cuda/torch/fp16", "gpu/x", "cpu/torch/fp16", ""])],
+        [
+            ("--time-budget-s", _number(["60"], ["1", "0", "-5", "nan", "inf", "x"])),
+            ("--json", None),
+        ],
+    ),
     ("characterize",): ([ROWS], [("--json", None), ("--report", _outdir())]),
     ("transfer",): (
         [ROWS, _files("rows_ort.csv")],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -70,7 +71,7 @@ def calibrate_command(platform: str, time_budget_s: float, as_json: bool) -> Non
     from carb_nas.calibrate import MIN_TIME_BUDGET_S, check_runnable, split_platform
 
     split_platform(platform)
-    if time_budget_s < MIN_TIME_BUDGET_S:
+    if not (math.isfinite(time_budget_s) and time_budget_s >= MIN_TIME_BUDGET_S):
         from carb_nas.errors import ConfigError
 
         raise ConfigError(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 from pathlib import Path
 from typing import Any
@@ -388,7 +389,7 @@ def search_command(
     if calibrating:
         from carb_nas.calibrate import MIN_TIME_BUDGET_S
 
-        if time_budget_s < MIN_TIME_BUDGET_S:
+        if not (math.isfinite(time_budget_s) and time_budget_s >= MIN_TIME_BUDGET_S):
             raise ConfigError(
                 f"time budget too short to measure anything: expected --time-budget-s >= "
                 f"{MIN_TIME_BUDGET_S:g}, got {time_budget_s:g}. Use e.g. --time-budget-s 60, "
@@ -475,7 +476,13 @@ def _calibrated_defaults(model: Any, rescore: Any, time_budget_s: float) -> tupl
     sources = {DEFAULT_MODEL: model}
     if rescore is not None:
         sources[DEFAULT_RESCORE] = rescore
-    cals = {p: load_calibration(p, source_model=m) for p, m in sources.items()}
+    cals = {}
+    for p, m in sources.items():
+        try:
+            cals[p] = load_calibration(p, source_model=m)
+        except ModelError as e:  # stale (another default model) or damaged: never used
+            warnings.warn(f"{e} Calibrating again.", stacklevel=2)
+            cals[p] = None
     missing = [p for p, c in cals.items() if c is None]
     if missing:
         info(

@@ -436,7 +436,7 @@ def open_storage(
         if isinstance(e, ModuleNotFoundError) and "psycopg" in str(e):
             hint = " Install the driver: pip install 'carb-nas[postgres]'."
         raise StorageError(
-            f"cannot open the Optuna storage {redact_url(url)!r}: expected a reachable storage, got "
-            f"{type(e).__name__}: {first}.{hint} Check the URL, the driver and that the "
+            f"cannot open the Optuna storage {redact_url(url)!r}: expected a reachable storage, "
+            f"got {type(e).__name__}: {first}.{hint} Check the URL, the driver and that the "
             "database is running."
         ) from e

@@ -21,8 +21,9 @@ host) to every worker, or run several workers on one local journal (its file loc
 atomic). An RDB storage gets heartbeats (every ``heartbeat_s``, default 60 s) so a crashed
 host's trial is retried by the others once it is ``grace_s`` (default 180 s) silent: a worker
 whose queue is empty waits while other workers' trials run, failing and re-enqueueing the stale
-ones, so the campaign ends complete as long as one worker survives. SQLite has no row locks, so two workers may now and then measure the same config; the
-campaign still holds one row per config.
+ones, so the campaign ends complete as long as one worker survives. SQLite has no row locks,
+so two workers may now and then measure the same config; the campaign still holds one row per
+config.
 """
 
 from __future__ import annotations
@@ -207,7 +208,8 @@ def _load(storage: Any, out_dir: Path, url: str) -> Any:
         )
     except KeyError:
         raise CampaignError(
-            f"no campaign in {redact_url(url)!r}: expected a study {STUDY_NAME!r} in its store, got none. "
+            f"no campaign in {redact_url(url)!r}: expected a study {STUDY_NAME!r} in its store, "
+            "got none. "
             f"Run `carb-nas profile ... -o {out_dir}` first, or pass the --storage it used."
         ) from None
 

@@ -88,9 +88,9 @@ def open_study(
     except Exception as e:  # noqa: BLE001 - optuna/sqlalchemy raise many kinds
         first = str(e).splitlines()[0] if str(e) else ""
         raise StorageError(
-            f"cannot create or load study {study_name!r} in {redact_url(storage or '')!r}: expected a study "
-            f"with directions {list(directions)}, got {type(e).__name__}: {first}. Use another "
-            "--study-name or storage."
+            f"cannot create or load study {study_name!r} in {redact_url(storage or '')!r}: "
+            f"expected a study with directions {list(directions)}, got {type(e).__name__}: "
+            f"{first}. Use another --study-name or storage."
         ) from e
     want = [d.lower() for d in directions]
     have = [d.name.lower() for d in study.directions]

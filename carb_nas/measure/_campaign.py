@@ -625,6 +625,24 @@ def _next_trial(study: Any) -> tuple[Any, Any] | None:
     return None
 
 
+def _wait_for_running(study: Any, heartbeat_s: float, poll_s: float = 1.0) -> bool:
+    """Wait up to ``heartbeat_s`` while the study has RUNNING trials; True if some still run.
+
+    A cheap filtered query every ``poll_s``: a worker sees another's trial end within a second
+    while the stale check (a full read of the study) runs once a heartbeat.
+    """
+    from optuna.trial import TrialState
+
+    deadline = time.monotonic() + heartbeat_s
+    while True:
+        running = with_reconnect(study.get_trials, deepcopy=False, states=(TrialState.RUNNING,))
+        if not running:
+            return False
+        if time.monotonic() >= deadline:
+            return True
+        time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
+
+
 class _Heartbeat(threading.Thread):
     """Records an RDB storage's heartbeat for one trial until stopped."""
 
@@ -977,11 +995,9 @@ def _measure_queue(
         while max_configs is None or measured < max_configs:
             popped = with_reconnect(_next_trial, study)
             if popped is None:
-                if not heartbeat or not study.get_trials(
-                    deepcopy=False, states=(TrialState.RUNNING,)
-                ):
+                # another worker's trial runs: wait until it ends, or its heartbeat goes stale
+                if not heartbeat or not _wait_for_running(study, heartbeat_s):
                     break
-                time.sleep(heartbeat_s)  # another worker's trial runs: wait for it or its grace
                 more = with_reconnect(_recover_stale, study, journal, configs, error_row)
                 recovered += more[0]
                 continue

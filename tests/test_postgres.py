@@ -352,3 +352,46 @@ def test_optuna_dashboard_reads_the_studies(pg_cluster, pg_url, model_dirs, tmp_
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=30)
+
+
+# -- without a server ------------------------------------------------------------------------
+def test_a_lost_connection_is_retried_with_a_bounded_back_off(monkeypatch, capsys):
+    import sqlalchemy.exc
+
+    import carb_nas.storage as storage
+
+    sleeps: list[float] = []
+    monkeypatch.setattr(storage.time, "sleep", sleeps.append)
+    lost = sqlalchemy.exc.OperationalError("SELECT 1", {}, Exception("server closed"))
+    calls = iter([lost, lost, "ok"])
+
+    def flaky():
+        got = next(calls)
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    assert storage.with_reconnect(flaky) == "ok"
+    assert sleeps == [0.5, 1.0]
+    err = capsys.readouterr().err
+    assert err.count("storage connection lost") == 2 and "storage connection back" in err
+    # other errors are not retried; a connection lost for longer than the budget is raised
+    with pytest.raises(ValueError):
+        storage.with_reconnect(lambda: (_ for _ in ()).throw(ValueError("bad")))
+    monkeypatch.setenv(storage.RETRY_ENV, "3")  # sleeps mocked: only the delays count
+    sleeps.clear()
+
+    def always_lost():
+        raise lost
+
+    with pytest.raises(sqlalchemy.exc.OperationalError):
+        storage.with_reconnect(always_lost)
+    assert sleeps == [0.5, 1.0, 2.0]  # the next, 4 s, would pass the 3 s budget
+
+
+def test_passwords_are_redacted():
+    from carb_nas.storage import redact_url
+
+    assert redact_url("postgresql://u:pw@h:5/db") == "postgresql://u:***@h:5/db"
+    assert redact_url("postgresql://u@h/db") == "postgresql://u@h/db"
+    assert redact_url("journal:x.log") == "journal:x.log"

@@ -67,10 +67,16 @@ def _env() -> dict:
     return {**os.environ, "PYTHONWARNINGS": "ignore", "PYTHONPATH": os.getcwd()}
 
 
-def _worker(csv: Path, out: Path, url: str, *extra: str) -> subprocess.Popen:
+def _worker(
+    csv: Path, out: Path, url: str, *extra: str, env: dict | None = None
+) -> subprocess.Popen:
     cmd = [*CLI, "profile", str(csv), "-o", str(out), "--storage", url, *TINY, *extra]
     return subprocess.Popen(
-        cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        cmd,
+        env={**_env(), **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -122,7 +128,9 @@ def test_a_worker_killed_mid_config_is_retried_by_a_survivor(pg_url, tmp_path):
     from optuna.trial import TrialState
 
     csv = _configs_csv(tmp_path / "c.csv", depths=(8, 10), batches=(1, 2, 4))
-    victim = _worker(csv, tmp_path / "victim", pg_url, *BEATS)
+    # another host name: the survivor cannot see the victim's pid die and must wait for the
+    # heartbeat grace (Optuna's fail_stale_trials + RetryHeartbeatStaleTrialCallback)
+    victim = _worker(csv, tmp_path / "victim", pg_url, *BEATS, env={"CARB_NAS_HOST": "victim"})
     survivor = _worker(csv, tmp_path / "survivor", pg_url, *BEATS)
     killed_key = None
     try:
@@ -147,8 +155,12 @@ def test_a_worker_killed_mid_config_is_retried_by_a_survivor(pg_url, tmp_path):
     trials = _trials(pg_url)
     completed = [t.user_attrs["key"] for t in trials if t.state == TrialState.COMPLETE]
     assert sorted(completed) == sorted(rows["key"])  # 0 lost, 0 duplicated
-    by_state = {t.state for t in trials if t.user_attrs.get("key") == killed_key}
-    assert by_state == {TrialState.FAIL, TrialState.COMPLETE}  # failed, then retried
+    of_key = [t for t in trials if t.user_attrs.get("key") == killed_key]
+    assert {t.state for t in of_key} == {TrialState.FAIL, TrialState.COMPLETE}
+    failed = next(t for t in of_key if t.state == TrialState.FAIL)
+    retried = next(t for t in of_key if t.state == TrialState.COMPLETE)
+    assert retried.system_attrs.get("failed_trial") == failed.number  # the heartbeat's retry
+    assert retried.user_attrs["_owner"]["host"] != "victim"
     assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
 
 

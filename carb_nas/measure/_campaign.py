@@ -256,8 +256,24 @@ def _process_start(pid: int) -> float | None:
         return None
 
 
+#: names this worker's host in its trials (default: the hostname); containers on one machine
+#: share a boot id but not their pids, so each needs a host name of its own
+HOST_ENV = "CARB_NAS_HOST"
+
+
+def _host() -> str:
+    import socket
+
+    return os.environ.get(HOST_ENV) or socket.gethostname()
+
+
 def _owner() -> dict[str, Any]:
-    return {"pid": os.getpid(), "start": _process_start(os.getpid()), "boot": _boot_id()}
+    return {
+        "pid": os.getpid(),
+        "start": _process_start(os.getpid()),
+        "boot": _boot_id(),
+        "host": _host(),
+    }
 
 
 def _owner_alive(owner: dict | None, journal: bool) -> bool:
@@ -267,6 +283,8 @@ def _owner_alive(owner: dict | None, journal: bool) -> bool:
         # A local journal outlived a reboot: its owner is gone. Another host on a shared
         # RDB: leave it to heartbeats.
         return not journal
+    if not journal and owner.get("host", _host()) != _host():
+        return True  # another host (or container) on this machine: its pids are not ours
     start = _process_start(int(owner.get("pid", -1)))
     return start is not None and (owner.get("start") is None or abs(start - owner["start"]) < 1)
 

@@ -130,6 +130,19 @@ __all__ = ["COMMANDS"]
     "before (eager PyTorch's per-call page faults do; see mmap_mb). Slower: one model build "
     "per config.",
 )
+@click.option(
+    "--heartbeat-s",
+    type=float,
+    default=None,
+    help="RDB storages: record a running config's heartbeat this often (default 60 s).",
+)
+@click.option(
+    "--grace-s",
+    type=float,
+    default=None,
+    help="RDB storages: a config silent this long (its worker died) is retried by another "
+    "worker (default 180 s, 3 heartbeats).",
+)
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @json_option("Print the summary as JSON on stdout.")
 @example("carb-nas profile search_spaces/resnet.toml --limit 20 --threads 1 -o campaigns/cpu")
@@ -156,6 +169,8 @@ def profile_cmd(
     lock_sm_clock_mhz: int | None,
     wait_quiet_s: float,
     fresh_process: bool,
+    heartbeat_s: float | None,
+    grace_s: float | None,
     no_progress: bool,
     as_json: bool,
 ) -> None:
@@ -167,9 +182,15 @@ def profile_cmd(
     """
     from carb_nas.datasets import read_configs
     from carb_nas.errors import ConfigError
-    from carb_nas.measure import Protocol, check_campaign_args, check_platform, run_campaign
+    from carb_nas.measure import (
+        Protocol,
+        check_campaign_args,
+        check_heartbeat,
+        check_platform,
+        run_campaign,
+    )
     from carb_nas.space import load_space
-    from carb_nas.storage import check_storage_url
+    from carb_nas.storage import check_postgres, check_storage_url, resolve_storage_url
 
     check_platform(device, runtime, precision)  # before reading a large space
     check_campaign_args(
@@ -189,8 +210,12 @@ def profile_cmd(
             f"protocol's minimum timing window), got {time_cap_s:g}. Use --time-cap-s "
             f"{max(window_s, 0.15):g} or more, or drop it (default 2 s)."
         )
-    if storage:  # its form, before a space is read or anything measured or made
-        check_storage_url(storage)
+    heartbeat_s, grace_s = check_heartbeat(heartbeat_s, grace_s)
+    url = resolve_storage_url(storage)
+    if url:  # its form (and a PostgreSQL server), before a space is read or anything is made
+        check_storage_url(url)
+        if url.startswith(("postgresql", "postgres:")):
+            check_postgres(url)
     frame = read_configs(configs)
     p = Path(configs)
     if p.suffix == ".toml" or not p.exists():
@@ -221,6 +246,8 @@ def profile_cmd(
         wait_quiet_s=wait_quiet_s,
         fresh_process=fresh_process,
         progress=not no_progress,
+        heartbeat_s=heartbeat_s,
+        grace_s=grace_s,
     )
     if summary.torn_bytes_cut:
         info(

@@ -18,9 +18,12 @@ failed and its config re-enqueued. Export keeps one row per key, so no row is ev
 
 Many workers: pass the same ``--storage`` URL (``postgresql://...``, or ``sqlite:///x.db`` on one
 host) to every worker, or run several workers on one local journal (its file lock makes ``ask``
-atomic). An RDB storage gets heartbeats (60 s) so a crashed host's trials are retried by the
-others. SQLite has no row locks, so two workers may now and then measure the same config; the
-campaign still holds one row per config.
+atomic). An RDB storage gets heartbeats (every ``heartbeat_s``, default 60 s) so a crashed
+host's trial is retried by the others once it is ``grace_s`` (default 180 s) silent: a worker
+whose queue is empty waits while other workers' trials run, failing and re-enqueueing the stale
+ones, so the campaign ends complete as long as one worker survives. SQLite has no row locks,
+so two workers may now and then measure the same config; the campaign still holds one row per
+config.
 """
 
 from __future__ import annotations
@@ -59,8 +62,10 @@ from carb_nas.storage import (
     is_journal,
     journal_path,
     open_storage,
+    redact_url,
     repair_journal,
     resolve_storage_url,
+    with_reconnect,
 )
 
 __all__ = [
@@ -73,6 +78,7 @@ __all__ = [
     "select_configs",
     "order_configs",
     "check_campaign_args",
+    "check_heartbeat",
     "CampaignSummary",
     "MANIFEST",
     "JOURNAL",
@@ -154,10 +160,17 @@ def _recorded_storage(out_dir: Path, url: str) -> str:
     """How the manifest names ``url``: ``journal.log`` for the directory's own journal."""
     if is_journal(url) and journal_path(url).absolute() == (out_dir / JOURNAL).absolute():
         return JOURNAL
-    return url
+    return url if is_journal(url) else redact_url(url)  # no password in a manifest
 
 
-def _open(out_dir: Path, url: str, *, read_only: bool) -> Any:
+def _open(
+    out_dir: Path,
+    url: str,
+    *,
+    read_only: bool,
+    heartbeat_s: float = HEARTBEAT_S,
+    grace_s: float = GRACE_S,
+) -> Any:
     """The campaign's storage; a corrupted journal names the salvage command."""
     import optuna
 
@@ -171,8 +184,8 @@ def _open(out_dir: Path, url: str, *, read_only: bool) -> Any:
         return open_storage(
             url,
             read_only=read_only,
-            heartbeat_interval_s=None if read_only else HEARTBEAT_S,
-            grace_period_s=GRACE_S,
+            heartbeat_interval_s=None if read_only else heartbeat_s,
+            grace_period_s=grace_s,
             stale_trial_callback=callback,
         )
     except StorageError as e:
@@ -195,7 +208,8 @@ def _load(storage: Any, out_dir: Path, url: str) -> Any:
         )
     except KeyError:
         raise CampaignError(
-            f"no campaign in {url!r}: expected a study {STUDY_NAME!r} in its store, got none. "
+            f"no campaign in {redact_url(url)!r}: expected a study {STUDY_NAME!r} in its store, "
+            "got none. "
             f"Run `carb-nas profile ... -o {out_dir}` first, or pass the --storage it used."
         ) from None
 
@@ -242,8 +256,24 @@ def _process_start(pid: int) -> float | None:
         return None
 
 
+#: names this worker's host in its trials (default: the hostname); containers on one machine
+#: share a boot id but not their pids, so each needs a host name of its own
+HOST_ENV = "CARB_NAS_HOST"
+
+
+def _host() -> str:
+    import socket
+
+    return os.environ.get(HOST_ENV) or socket.gethostname()
+
+
 def _owner() -> dict[str, Any]:
-    return {"pid": os.getpid(), "start": _process_start(os.getpid()), "boot": _boot_id()}
+    return {
+        "pid": os.getpid(),
+        "start": _process_start(os.getpid()),
+        "boot": _boot_id(),
+        "host": _host(),
+    }
 
 
 def _owner_alive(owner: dict | None, journal: bool) -> bool:
@@ -253,6 +283,8 @@ def _owner_alive(owner: dict | None, journal: bool) -> bool:
         # A local journal outlived a reboot: its owner is gone. Another host on a shared
         # RDB: leave it to heartbeats.
         return not journal
+    if not journal and owner.get("host", _host()) != _host():
+        return True  # another host (or container) on this machine: its pids are not ours
     start = _process_start(int(owner.get("pid", -1)))
     return start is not None and (owner.get("start") is None or abs(start - owner["start"]) < 1)
 
@@ -363,6 +395,33 @@ def check_campaign_args(
         raise bad("--lock-sm-clock-mhz", "> 0 MHz", lock_sm_clock_mhz, "Give a supported SM clock.")
 
 
+def check_heartbeat(
+    heartbeat_s: float | None = None, grace_s: float | None = None
+) -> tuple[float, float]:
+    """The heartbeat interval and grace period (seconds) to use; one line for a bad pair.
+
+    Defaults: 60 s and 180 s (a third of a grace when only the grace is given; three beats when
+    only the interval is). Optuna counts whole seconds: both are at least 1 and the grace
+    exceeds the interval, else a worker alive but between beats would look dead.
+    """
+    if heartbeat_s is None:
+        heartbeat_s = HEARTBEAT_S if grace_s is None else max(1.0, grace_s / 3)
+    if grace_s is None:
+        grace_s = GRACE_S if heartbeat_s == HEARTBEAT_S else 3 * heartbeat_s
+    for name, v in (("--heartbeat-s", heartbeat_s), ("--grace-s", grace_s)):
+        if not (math.isfinite(v) and v >= 1):
+            raise ConfigError(
+                f"invalid {name}: expected whole seconds >= 1 (Optuna's heartbeat unit), "
+                f"got {v!r}. Use e.g. --heartbeat-s 60 --grace-s 180."
+            )
+    if grace_s <= heartbeat_s:
+        raise ConfigError(
+            f"invalid --grace-s: expected more than --heartbeat-s ({heartbeat_s:g} s), got "
+            f"{grace_s:g} s. A grace of 3 beats (--grace-s {3 * heartbeat_s:g}) is typical."
+        )
+    return float(heartbeat_s), float(grace_s)
+
+
 @contextmanager
 def _new_dir_removed_on_failure(out_dir: Path) -> Iterator[None]:
     """Create ``out_dir`` (and parents); a failure before the block ends removes what it made."""
@@ -437,7 +496,7 @@ def _recover_stale(
     if not journal:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            optuna.storages.fail_stale_trials(study)
+            with_reconnect(optuna.storages.fail_stale_trials, study)
     completed = 0
     now = datetime.now(UTC)
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
@@ -584,17 +643,35 @@ def _next_trial(study: Any) -> tuple[Any, Any] | None:
     return None
 
 
+def _wait_for_running(study: Any, heartbeat_s: float, poll_s: float = 1.0) -> bool:
+    """Wait up to ``heartbeat_s`` while the study has RUNNING trials; True if some still run.
+
+    A cheap filtered query every ``poll_s``: a worker sees another's trial end within a second
+    while the stale check (a full read of the study) runs once a heartbeat.
+    """
+    from optuna.trial import TrialState
+
+    deadline = time.monotonic() + heartbeat_s
+    while True:
+        running = with_reconnect(study.get_trials, deepcopy=False, states=(TrialState.RUNNING,))
+        if not running:
+            return False
+        if time.monotonic() >= deadline:
+            return True
+        time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
+
+
 class _Heartbeat(threading.Thread):
     """Records an RDB storage's heartbeat for one trial until stopped."""
 
-    def __init__(self, storage: Any, trial_id: int) -> None:
+    def __init__(self, storage: Any, trial_id: int, interval_s: float = HEARTBEAT_S) -> None:
         super().__init__(daemon=True)
-        self.storage, self.trial_id = storage, trial_id
+        self.storage, self.trial_id, self.interval_s = storage, trial_id, interval_s
         self.stop_event = threading.Event()
         self.storage.record_heartbeat(trial_id)
 
     def run(self) -> None:
-        while not self.stop_event.wait(HEARTBEAT_S / 2):
+        while not self.stop_event.wait(self.interval_s / 2):
             try:
                 self.storage.record_heartbeat(self.trial_id)
             except Exception:  # noqa: BLE001 - a missed beat is retried
@@ -706,6 +783,8 @@ def run_campaign(
     fresh_process: bool = False,
     progress: bool = True,
     profiler: Any = None,
+    heartbeat_s: float | None = None,
+    grace_s: float | None = None,
 ) -> CampaignSummary:
     """Profile ``configs`` on one platform into the campaign ``out_dir``; resumable.
 
@@ -719,7 +798,9 @@ def run_campaign(
     ``retry_errors`` does the same for error rows; at most ``max_attempts`` measurements per
     config. Export keeps one row per config (``_best_rows``). ``fresh_process`` measures each
     config in a process of its own (``Profiler``), recorded in the manifest: a resume must keep
-    it. ``profiler`` injects a ready ``Profiler`` (tests).
+    it. ``profiler`` injects a ready ``Profiler`` (tests). ``heartbeat_s`` / ``grace_s`` (RDB
+    storages; default 60 / 180 s): how often a running trial's heartbeat is recorded, and how
+    long a silent one waits before another worker fails and retries it.
 
     Every argument, the platform and the meter are checked before anything is created: a call
     that fails leaves no directory behind.
@@ -750,6 +831,7 @@ def run_campaign(
         )
     url = campaign_storage_url(out_dir, storage)
     check_storage_url(url)
+    heartbeat_s, grace_s = check_heartbeat(heartbeat_s, grace_s)
     journal = is_journal(url)
     platform = platform_string(device, runtime, precision)
     manifest: dict[str, Any] = {
@@ -799,7 +881,8 @@ def run_campaign(
                 f"profiler platform mismatch: expected {manifest['platform']!r}, got "
                 f"{prof.platform!r}."
             )
-        st = None if journal else _open(out_dir, url, read_only=False)  # reachable, first
+        beats = {"heartbeat_s": heartbeat_s, "grace_s": grace_s}
+        st = None if journal else _open(out_dir, url, read_only=False, **beats)  # reachable
         with _new_dir_removed_on_failure(out_dir):
             torn = repair_journal(journal_path(url)) if journal else 0
             if old is None:  # the manifest before the store: a store never exists without one
@@ -808,11 +891,13 @@ def run_campaign(
                     out_dir / MANIFEST, {**manifest, "created": created}, indent=2, sort_keys=True
                 )
             if st is None:
-                st = _open(out_dir, url, read_only=False)
+                st = _open(out_dir, url, read_only=False, **beats)
             study = _create(st)
             study_manifest = study.user_attrs.get("manifest")
             if study_manifest is not None:
-                _check_manifest(study_manifest, manifest, str(out_dir) if journal else url)
+                _check_manifest(
+                    study_manifest, manifest, str(out_dir) if journal else redact_url(url)
+                )
             else:
                 study.set_user_attr("manifest", manifest)
         recovered, requeued = _recover_stale(study, journal, by_key, prof.error_row)
@@ -837,6 +922,8 @@ def run_campaign(
             max_configs=max_configs,
             progress=progress,
             desc=platform,
+            heartbeat_s=heartbeat_s,
+            error_row=prof.error_row,
         )
         measure_s = counts.pop("measure_s")
         return CampaignSummary(
@@ -882,8 +969,14 @@ def _measure_queue(
     max_configs: int | None,
     progress: bool,
     desc: str,
+    heartbeat_s: float = HEARTBEAT_S,
+    error_row: Any = None,
 ) -> dict[str, Any]:
-    """Measure waiting trials until none is left (or ``max_configs``); returns the counts."""
+    """Measure waiting trials until none is left (or ``max_configs``); returns the counts.
+
+    On an RDB storage a worker whose queue is empty waits while other workers' trials run,
+    checking every ``heartbeat_s`` for stale ones (their worker died) to fail and retry.
+    """
     from optuna.exceptions import UpdateFinishedTrialError
     from optuna.trial import TrialState
 
@@ -918,9 +1011,14 @@ def _measure_queue(
     gc.freeze()
     try:
         while max_configs is None or measured < max_configs:
-            popped = _next_trial(study)
+            popped = with_reconnect(_next_trial, study)
             if popped is None:
-                break
+                # another worker's trial runs: wait until it ends, or its heartbeat goes stale
+                if not heartbeat or not _wait_for_running(study, heartbeat_s):
+                    break
+                more = with_reconnect(_recover_stale, study, journal, configs, error_row)
+                recovered += more[0]
+                continue
             trial, frozen = popped
             key = trial.user_attrs.get("key")
             row = trial.user_attrs.get("row")  # a retried stale trial that was measured
@@ -933,7 +1031,7 @@ def _measure_queue(
             beat = None
             if heartbeat:
                 trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
-                beat = _Heartbeat(storage, trial_id)
+                beat = _Heartbeat(storage, trial_id, heartbeat_s)
                 beat.start()
             try:
                 row = _clean_row(prof.profile(_trial_config(frozen, configs)))

@@ -3,10 +3,16 @@
 Budgets are recorded with ``Trial.set_constraint`` as relative excesses (the plugin's
 ``normalize=True`` scale, claimed on the study); predictions as user attributes. Only Optuna's
 public API is used (``create_study``, ``ask``/``tell``, ``set_constraint``, ``set_user_attr``).
+
+A study is claimed for one search: its space (fingerprint), the cost model's platform and the
+constraint scale are study user attributes, set by the first process and checked by every other
+(several processes, e.g. on several hosts, may search one study on a shared PostgreSQL).
 """
 
 from __future__ import annotations
 
+import os
+import socket
 import warnings
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -26,9 +32,32 @@ from carb_nas.search.trial_params import (
     suggest_knobs,
 )
 from carb_nas.space import CONFIG_COLUMNS
-from carb_nas.storage import open_storage
+from carb_nas.storage import open_storage, redact_url
 
 SAMPLERS = ("nsga2", "tpe")
+ATTR_SPACE = "carb_nas.space"
+ATTR_PLATFORM = "carb_nas.platform"
+#: ``host:pid`` of the process that evaluated a trial (several processes may share a study)
+ATTR_WORKER = "carb_nas.worker"
+
+
+def claim_study(study: Any, attr: str, value: str, what: str, fix: str) -> None:
+    """Record ``value`` as the study's ``attr``, or refuse one that holds another value."""
+    held = study.user_attrs.get(attr)
+    if held is None:
+        study.set_user_attr(attr, value)
+    elif held != value:
+        raise StorageError(
+            f"study {study.study_name!r} already exists with another {what}: expected "
+            f"{held!r} (as recorded in the study), got {value!r}. {fix}"
+        )
+
+
+def _platform_name(model: Any) -> str | None:
+    platform = getattr(model, "platform_", None)
+    if isinstance(platform, dict):
+        return str(platform.get("platform") or sorted(platform.items()))
+    return None if platform is None else str(platform)
 
 
 def open_study(
@@ -59,9 +88,9 @@ def open_study(
     except Exception as e:  # noqa: BLE001 - optuna/sqlalchemy raise many kinds
         first = str(e).splitlines()[0] if str(e) else ""
         raise StorageError(
-            f"cannot create or load study {study_name!r} in {storage!r}: expected a study "
-            f"with directions {list(directions)}, got {type(e).__name__}: {first}. Use another "
-            "--study-name or storage."
+            f"cannot create or load study {study_name!r} in {redact_url(storage or '')!r}: "
+            f"expected a study with directions {list(directions)}, got {type(e).__name__}: "
+            f"{first}. Use another --study-name or storage."
         ) from e
     want = [d.lower() for d in directions]
     have = [d.name.lower() for d in study.directions]
@@ -106,8 +135,15 @@ def run_optuna(
         "maximize" if o == QUALITY else "minimize" for o in ev.objectives
     ]
     study = open_study(storage, study_name, directions, sampler)
+    if study_name is not None:
+        fix = "Use another --study-name, or the space and model the study was started with."
+        claim_study(study, ATTR_SPACE, ev.space.fingerprint, "space", fix)
+        platform = _platform_name(ev.model)
+        if platform is not None:
+            claim_study(study, ATTR_PLATFORM, platform, "platform (cost model)", fix)
     if ev.budgets or ev.limit_flops is not None:  # relative excess: one scale per study
         claim_constraint_scale(study, relative=True)
+    worker = f"{socket.gethostname()}:{os.getpid()}"
     batch = pop_size if sampler_name == "nsga2" else max(1, min(pop_size, 8))
     done = 0
     while done < n_trials:
@@ -119,6 +155,7 @@ def run_optuna(
         F = ev.F(res)
         for i, trial in enumerate(trials):
             row = res.iloc[i]
+            trial.set_user_attr(ATTR_WORKER, worker)
             constraints = {f"{PARAM_PREFIX}{name}": float(row[f"g_{name}"]) for name in ev.budgets}
             if ev.limit_flops is not None:
                 trial.set_user_attr(ATTR_GFLOPS, float(row["gflops_per_batch"]))

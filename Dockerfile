@@ -2,7 +2,7 @@
 # Build:  docker build -t carb-nas .
 # Run with the GPU visible (needs the NVIDIA Container Toolkit on the host):
 #   docker run --rm --gpus all carb-nas profile search_spaces/resnet.toml --device cuda \
-#       --runtime torch --precision fp16 --limit 50 --out /work/campaigns/h200
+#       --runtime torch --precision fp16 --limit 50 -o /work/campaigns/h200
 # NVML's total-energy counter needs no extra privileges; the profiler never changes clocks,
 # power limits, persistence or compute mode.
 # The base's torch must satisfy the package's `torch>=2.13,<2.15`; pick another tag with

@@ -6,7 +6,7 @@ the same platform and protocol (cpu/torch/fp32 went through the same step for 82
 later re-measured in full, in one quiet pass, which superseded it):
 
     carb-nas profile campaigns/fix_cpu_onnxruntime_fp32.csv --device cpu --runtime onnxruntime \
-        --precision fp32 --threads 1 --out campaigns/fix_cpu_onnxruntime_fp32
+        --precision fp32 --threads 1 -o campaigns/fix_cpu_onnxruntime_fp32
     carb-nas dataset export campaigns/fix_cpu_onnxruntime_fp32 -o /tmp/fix_cpu_onnxruntime_fp32.csv
     (same for torch)
 

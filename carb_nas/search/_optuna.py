@@ -28,6 +28,7 @@ from carb_nas.search.trial_params import (
     LIMIT_CONSTRAINT,
     PARAM_PREFIX,
     claim_constraint_scale,
+    claim_study_attr,
     record_constraints,
     suggest_knobs,
 )
@@ -43,14 +44,14 @@ ATTR_WORKER = "carb_nas.worker"
 
 def claim_study(study: Any, attr: str, value: str, what: str, fix: str) -> None:
     """Record ``value`` as the study's ``attr``, or refuse one that holds another value."""
-    held = study.user_attrs.get(attr)
-    if held is None:
-        study.set_user_attr(attr, value)
-    elif held != value:
-        raise StorageError(
+
+    def refuse(held: str) -> StorageError:
+        return StorageError(
             f"study {study.study_name!r} already exists with another {what}: expected "
             f"{held!r} (as recorded in the study), got {value!r}. {fix}"
         )
+
+    claim_study_attr(study, attr, value, refuse)
 
 
 def _platform_name(model: Any) -> str | None:

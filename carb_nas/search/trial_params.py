@@ -12,7 +12,7 @@ all handle them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ __all__ = [
     "space_limit_constraints",
     "limit_reason",
     "record_constraints",
+    "claim_study_attr",
     "claim_constraint_scale",
 ]
 
@@ -219,6 +220,16 @@ def record_constraints(trial: Any, constraints: Mapping[str, float]) -> None:
             set_constraint(name, value)
 
 
+def claim_study_attr(study: Any, attr: str, value: str, refuse: Callable[[str], Exception]) -> None:
+    """Record ``value`` as the study's user attribute ``attr`` (the first writer), or raise
+    ``refuse(held)`` when the study already holds another value."""
+    held = study.user_attrs.get(attr)
+    if held is None:
+        study.set_user_attr(attr, value)
+    elif held != value:
+        raise refuse(held)
+
+
 def claim_constraint_scale(study: Any, relative: bool) -> None:
     """Record on ``study`` the scale of its carb_nas budget constraints, or check it.
 
@@ -226,17 +237,17 @@ def claim_constraint_scale(study: Any, relative: bool) -> None:
     :class:`~carb_nas.errors.BudgetError` before anything is written.
     """
     scale = "relative" if relative else "absolute"
-    held = study.user_attrs.get(ATTR_SCALE)
-    if held is None:
-        study.set_user_attr(ATTR_SCALE, scale)
-    elif held != scale:
-        raise BudgetError(
+
+    def refuse(held: str) -> BudgetError:
+        return BudgetError(
             f"study {study.study_name!r} holds carb_nas budget constraints on the {held} scale "
             f"({'(cost - budget) / budget' if held == 'relative' else 'cost - budget'}), but "
             f"this writer uses the {scale} scale: samplers would add up values of both under "
             f"the same names. Use CostConstraints(..., normalize={held == 'relative'}) for "
             "this study (carb-nas search writes the relative scale), or a new study."
         )
+
+    claim_study_attr(study, ATTR_SCALE, scale, refuse)
 
 
 def suggest_config(trial: optuna.trial.BaseTrial, space: Space | str | Path) -> Config:

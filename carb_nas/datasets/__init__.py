@@ -4,10 +4,32 @@ A row is one measured config on one platform (``SCHEMA``). ``load_dataset`` is t
 of measured rows (a shipped platform name such as ``cpu/torch/fp32``, a CSV/Parquet path or a
 DataFrame), and every table it returns passed ``validate_rows`` -- one strictness rule, see
 ``carb_nas.datasets._validate``. ``median_of_passes`` merges independent passes of one platform;
-``append_rows`` adds rows to a dataset file (one row per config).
+``append_rows`` adds rows to a dataset file (one row per config). Published measurements
+(timm's GPU/CPU benchmarks and ImageNet accuracies, read-only, never mixed with ours) are read
+by ``load_published`` / ``load_published_accuracy`` and refused where measured rows are needed.
 """
 
 from carb_nas.datasets._merge import append_rows, check_appendable, median_of_passes
+from carb_nas.datasets._published import (
+    ACCURACY_COLUMNS,
+    BENCHMARK_COLUMNS,
+    PUBLISHED_PREFIX,
+    PUBLISHED_SCHEMA,
+    PublishedDatasetError,
+    git_blob_sha1,
+    is_published,
+    list_published,
+    load_published,
+    load_published_accuracy,
+    model_family,
+    parse_benchmark_name,
+    published_dir,
+    published_inputs,
+    read_published_accuracy,
+    read_published_benchmark,
+    refuse_published,
+    resolve_published,
+)
 from carb_nas.datasets._schema import (
     DEVICES,
     REAL_METERS,
@@ -47,4 +69,23 @@ __all__ = [
     "median_of_passes",
     "check_appendable",
     "append_rows",
+    # published measurements (read-only, others' benchmarks; never mixed with ours)
+    "PUBLISHED_PREFIX",
+    "PUBLISHED_SCHEMA",
+    "BENCHMARK_COLUMNS",
+    "ACCURACY_COLUMNS",
+    "PublishedDatasetError",
+    "published_dir",
+    "list_published",
+    "load_published",
+    "load_published_accuracy",
+    "resolve_published",
+    "is_published",
+    "refuse_published",
+    "published_inputs",
+    "model_family",
+    "parse_benchmark_name",
+    "read_published_benchmark",
+    "read_published_accuracy",
+    "git_blob_sha1",
 ]

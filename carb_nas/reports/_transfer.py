@@ -32,7 +32,13 @@ from carb_nas.reports._load import (
 )
 from carb_nas.reports._stats import linear_fit, mdape, r2, spearman
 
-__all__ = ["transfer", "transfer_frames", "FEW_SHOT_SIZES", "MIN_EVALUATION_ROWS"]
+__all__ = [
+    "transfer",
+    "transfer_frames",
+    "published_transfer",
+    "FEW_SHOT_SIZES",
+    "MIN_EVALUATION_ROWS",
+]
 
 FEW_SHOT_SIZES = (10, 25, 50, 100)
 MIN_EVALUATION_ROWS = 11
@@ -364,3 +370,244 @@ def transfer_frames(
             n_jobs,
         )
     return jsonable(result), a, b
+
+
+# -- published platforms (timm's benchmarks; carb_nas.published) ------------------------------
+PUBLISHED_TARGET = "latency_ms_per_image"
+
+
+def _published_calibration(log_src: np.ndarray, log_y: np.ndarray) -> tuple[str, np.ndarray]:
+    """Few-shot map of log(target) on log(source prediction): ``scale`` (a constant factor)
+    or ``loglinear`` (factor and exponent, ridge-shrunk to the scale map), picked by
+    leave-one-out error -- the two maps of ``carb_nas.costmodel.calibrate`` that need nothing
+    but the source prediction (the published files carry no config knobs)."""
+    design = np.column_stack([np.ones(len(log_src)), log_src - log_src.mean()])
+    r = log_y - log_src
+    scale_loo = (r - r.mean()) * len(r) / max(len(r) - 1, 1)
+    best = ("scale", np.array([r.mean(), 0.0]), float(np.mean(scale_loo**2)))
+    for lam in (0.1, 1.0, 10.0):
+        coef, loo = penalized_fit(design, r, lam)
+        err = float(np.mean(loo**2))
+        if err < best[2]:
+            best = ("loglinear", coef, err)
+    return best[0], np.array([best[1][0], best[1][1], log_src.mean()])
+
+
+def published_transfer(
+    dataset_a: str,
+    dataset_b: str,
+    *,
+    few_shot: Sequence[int] | None = FEW_SHOT_SIZES,
+    repeats: int = 5,
+    seed: int = 0,
+    preset: str = "fast",
+    top_k: int = 100,
+    progress: Callable[[str], None] | None = None,
+    n_jobs: int | None = None,
+) -> dict[str, Any]:
+    """``transfer`` for two published platforms (``published/rtx4090``, ...): latency per
+    image of B against A on the models both published (joined on model and image size; the
+    batch sizes may differ, so per image is the comparable figure): least-squares slope, R2,
+    Spearman, top-k overlap (cheapest first), geometric-mean ratio and log-log slope. Then
+    few-shot calibration: a ``CostModel`` of A (``carb_nas.published.fit_published_model``)
+    adapted with N random models of B (a scale or log-linear map of its predictions, see
+    ``_published_calibration``), against a CostModel and a log-linear ridge (log FLOPs,
+    activations, parameters) trained on the N rows of B alone; R2 (per image, linear units;
+    and of the logs) and MdAPE on every other shared model of B. The published files have no
+    memory or energy figures: only latency transfers.
+    """
+    from carb_nas.datasets import PublishedDatasetError, is_published, published_inputs
+    from carb_nas.published import fit_published_model, published_rows
+
+    for role, name in (("A", dataset_a), ("B", dataset_b)):
+        if not is_published(name):
+            raise PublishedDatasetError(
+                f"published transfer: expected two published datasets, got {role}={name!r}, "
+                "which is not one. Compare published/... with published/..., or two measured "
+                "datasets with each other (a published and a measured table share no config)."
+            )
+    if isinstance(repeats, bool) or not isinstance(repeats, (int, np.integer)) or repeats < 1:
+        raise ModelError(
+            f"invalid repeats: expected a whole number >= 1, got {repeats!r}. Use --repeats 1+."
+        )
+    sizes = sorted({int(n) for n in few_shot}) if few_shot else []
+    if sizes and sizes[0] < 1:
+        raise ModelError(f"invalid few-shot size: expected sizes >= 1, got {sizes}.")
+    say = progress or (lambda _msg: None)
+    a, b = published_rows(dataset_a), published_rows(dataset_b)
+    shared = a.merge(b, on="entry", suffixes=("_a", "_b"))
+    if len(shared) < 3:
+        raise InputFileError(
+            f"too few shared models: expected at least 3 models published on both "
+            f"{a.attrs['source']} and {b.attrs['source']}, got {len(shared)}."
+        )
+    x = shared[f"{PUBLISHED_TARGET}_a"].to_numpy(float)
+    y = shared[f"{PUBLISHED_TARGET}_b"].to_numpy(float)
+    slope, intercept, fit_r2 = linear_fit(x, y)
+    k = min(top_k, len(shared))
+    top_a = set(np.argsort(x, kind="stable")[:k])
+    top_b = set(np.argsort(y, kind="stable")[:k])
+    ratio = y / x
+    result: dict[str, Any] = {
+        PUBLISHED_TARGET: {
+            "slope": slope,
+            "intercept": intercept,
+            "r2": fit_r2,
+            "spearman": spearman(x, y),
+            "top100_overlap": len(top_a & top_b) / k,
+            "top_k": int(k),
+            "n": int(len(shared)),
+            "ratio_geomean": float(np.exp(np.mean(np.log(ratio)))),
+            "ratio_median": float(np.median(ratio)),
+            "ratio_p10_p90": [float(np.quantile(ratio, 0.1)), float(np.quantile(ratio, 0.9))],
+            "loglog_slope": linear_fit(np.log(x), np.log(y))[0],
+        }
+    }
+    prov = {}
+    for side, frame in (("a", a), ("b", b)):
+        p = frame.attrs.get("provenance", {})
+        prov[side] = {
+            "source": frame.attrs.get("source"),
+            "kind": "published",
+            "rows": int(len(frame)),
+            **{
+                key: p.get(key)
+                for key in (
+                    "device_name",
+                    "torch",
+                    "cuda",
+                    "precision",
+                    "memory_format",
+                    "compile",
+                    "repository",
+                    "commit",
+                    "file",
+                )
+            },
+        }
+    notes = [
+        "published measurements (timm's results/ folder), not ours: latency per image is "
+        "1000 / infer_samples_per_sec at each file's batch size; no memory or energy figures"
+    ]
+    if any(prov["a"][k] != prov["b"][k] for k in ("torch", "cuda", "precision", "compile")):
+        notes.append(
+            "A and B differ in more than the device: "
+            + ", ".join(
+                f"{k} {prov['a'][k]} vs {prov['b'][k]}"
+                for k in ("torch", "cuda", "precision", "memory_format", "compile")
+                if prov["a"][k] != prov["b"][k]
+            )
+        )
+    result["meta"] = {
+        "kind": "published_transfer",
+        "a": prov["a"],
+        "b": prov["b"],
+        "shared_models": int(len(shared)),
+        "join_columns": ["model", "resolution"],
+        "targets": [PUBLISHED_TARGET],
+        "notes": notes,
+    }
+    if sizes:
+        largest = len(shared) - MIN_EVALUATION_ROWS
+        if sizes[-1] > largest:
+            raise ModelError(
+                f"few-shot size too large: expected sizes <= {max(largest, 0)} ({len(shared)} "
+                f"shared models, {MIN_EVALUATION_ROWS} kept to evaluate on), got {sizes[-1]}. "
+                "Use smaller --few-shot sizes."
+            )
+        say(f"training the source model ({preset} preset) on {len(a)} rows of A")
+        source = fit_published_model(a, preset=preset, seed=seed, n_jobs=n_jobs)
+        pool = b[b["entry"].isin(shared["entry"])].reset_index(drop=True)
+        X_pool = published_inputs(pool)
+        # the A model predicts B's models at B's batch size; per image = per batch / batch
+        bs = pool["batch_size"].to_numpy(float)
+        src = source.predict(X_pool)["latency_ms"].to_numpy(float) / bs
+        yb = pool[PUBLISHED_TARGET].to_numpy(float)
+        runs: dict[str, Any] = {}
+        kinds = ("source_only", "calibrated", "target_only", "target_only_linear")
+        for n in sizes:
+            say(f"few-shot N={n}: {repeats} draws")
+            rec = {kind: [] for kind in kinds}
+            logs = {kind: [] for kind in kinds}
+            methods: dict[str, int] = {}
+            errors: list[str] = []
+            if n < MIN_TRAIN_ROWS:
+                errors.append(f"CostModel needs at least {MIN_TRAIN_ROWS} rows to train; N={n}")
+            for draw in range(seed, seed + repeats):
+                rng = np.random.default_rng(draw)
+                idx = rng.choice(len(pool), size=n, replace=False)
+                test = np.setdiff1d(np.arange(len(pool)), idx)
+                method, (c0, c1, centre) = _published_calibration(
+                    np.log(src[idx]), np.log(yb[idx])
+                )
+                methods[method] = methods.get(method, 0) + 1
+                ls = np.log(src[test])
+                preds = {
+                    "source_only": src[test],
+                    "calibrated": np.exp(ls + c0 + c1 * (ls - centre)),
+                    "target_only": None,
+                    "target_only_linear": _published_linear(
+                        X_pool.iloc[idx], yb[idx], X_pool.iloc[test]
+                    ),
+                }
+                if n >= MIN_TRAIN_ROWS:
+                    try:
+                        own = CostModel(
+                            preset=preset,
+                            n_jobs=n_jobs,
+                            validation_fraction=0.0,
+                            calibration_fraction=0.0,
+                            random_state=draw,
+                        ).fit(X_pool.iloc[idx], pool.iloc[idx][["latency_ms"]])
+                        preds["target_only"] = (
+                            own.predict(X_pool.iloc[test])["latency_ms"].to_numpy(float)
+                            / bs[test]
+                        )
+                    except ModelError as e:
+                        errors.append(f"seed {draw}: {e}")
+                yt = yb[test]
+                for kind, p in preds.items():
+                    rec[kind].append(
+                        (math.nan, math.nan) if p is None else (r2(yt, p), mdape(yt, p))
+                    )
+                    logs[kind].append(
+                        math.nan if p is None else r2(np.log(yt), np.log(np.maximum(p, 1e-12)))
+                    )
+            runs[str(n)] = {
+                kind: {
+                    PUBLISHED_TARGET: _summary(rec[kind])
+                    | {"r2_log_mean": float(np.nanmean(logs[kind]))
+                       if np.isfinite(logs[kind]).any() else math.nan}
+                }
+                for kind in kinds
+            } | {"methods_chosen": methods, "target_only_errors": errors[:3]}
+        result["few_shot"] = {
+            "sizes": sizes,
+            "seeds": int(repeats),
+            "method": "auto (scale | loglinear, by leave-one-out error)",
+            "source_model": f"CostModel(preset={preset!r}) trained on all {len(a)} rows of A",
+            "evaluation": "R2 (per image, linear units) and MdAPE on every shared model of B "
+            "not drawn for calibration",
+            "targets": [PUBLISHED_TARGET],
+            "runs": runs,
+            "notes": [],
+        }
+    return jsonable(result)
+
+
+def _published_linear(X_train: pd.DataFrame, y: np.ndarray, X_test: pd.DataFrame) -> np.ndarray:
+    """Ridge regression of log(latency per image) on log FLOPs, activations and parameters
+    per image and log resolution, penalty picked by leave-one-out error."""
+
+    def feats(X: pd.DataFrame) -> np.ndarray:
+        b = X["batch_size"].to_numpy(float)
+        cols = [X["flops"] / b, X["activations"] / b, X["params"], X["resolution"]]
+        return np.log(np.maximum(np.column_stack([np.asarray(c, float) for c in cols]), 1.0))
+
+    F, Ft = feats(X_train), feats(X_test)
+    mean, std = F.mean(axis=0), F.std(axis=0)
+    std[std == 0] = 1.0
+    design = np.column_stack([np.ones(len(F)), (F - mean) / std])
+    fits = [penalized_fit(design, np.log(y), lam) for lam in (0.01, 0.1, 1.0, 10.0, 100.0)]
+    coef, _ = min(fits, key=lambda fit: float(np.mean(fit[1] ** 2)))
+    return np.exp(np.column_stack([np.ones(len(Ft)), (Ft - mean) / std]) @ coef)

@@ -80,12 +80,13 @@ def _register() -> None:
         _data,
         _model,
         _profile,
+        _published,
         _report,
         _search,
         _space,
     )
 
-    for module in (_space, _profile, _data, _model, _calibrate, _search, _report):
+    for module in (_space, _profile, _data, _model, _calibrate, _search, _report, _published):
         for command in module.COMMANDS:
             cli.add_command(command)
 

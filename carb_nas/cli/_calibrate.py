@@ -69,7 +69,9 @@ def calibrate_command(platform: str, time_budget_s: float, as_json: bool) -> Non
     replaces.
     """
     from carb_nas.calibrate import MIN_TIME_BUDGET_S, check_runnable, split_platform
+    from carb_nas.datasets import refuse_published
 
+    refuse_published(platform, "calibrate", "a platform this machine can measure")
     split_platform(platform)
     if not (math.isfinite(time_budget_s) and time_budget_s >= MIN_TIME_BUDGET_S):
         from carb_nas.errors import ConfigError

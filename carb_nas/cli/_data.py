@@ -105,22 +105,43 @@ def status_cmd(campaign: str, storage: str | None, as_json: bool) -> None:
 
 
 @dataset_group.command("list")
-@json_option("Print a JSON list, one object per shipped dataset.")
-@example("carb-nas dataset list --json")
-def list_cmd(as_json: bool) -> None:
-    """The datasets shipped with carb_nas (one per platform)."""
-    from carb_nas.datasets import list_datasets
+@click.option(
+    "--source",
+    "source",
+    type=click.Choice(["all", "measured", "published"]),
+    default="all",
+    show_default=True,
+    help="measured: our own measurements; published: others' benchmarks shipped read-only "
+    "(timm's GPU/CPU inference benchmarks and ImageNet accuracies).",
+)
+@json_option("Print a JSON list, one object per shipped dataset (with its source).")
+@example("carb-nas dataset list --source published --json")
+def list_cmd(source: str, as_json: bool) -> None:
+    """The datasets shipped with carb_nas: measured (one per platform) and published."""
+    from carb_nas.datasets import list_datasets, list_published
 
-    items = list_datasets()
+    items = []
+    if source in ("all", "measured"):
+        items += [{**d, "source": "measured"} for d in list_datasets()]
+    if source in ("all", "published"):
+        items += list_published()
     if as_json:
         echo_json(items)
         return
     if not items:
         click.echo("no shipped datasets")
     for d in items:
+        if d["source"] == "published":
+            what = f"{d.get('device_name') or d['kind']}"
+            alias = f" (= {d['alias']})" if d.get("alias") else ""
+            click.echo(
+                f"{d['platform']:<46} {d['rows']:>6} rows  source=published  {what}"
+                f"{alias}  {d['repository']}@{d['commit'][:12]}:{d['upstream_path']}"
+            )
+            continue
         click.echo(
-            f"{d['platform']:<24} {d['rows']:>6} rows  energy={str(d['energy_j']).lower()}"
-            f"  {d['device_name']}  {d['path']}"
+            f"{d['platform']:<24} {d['rows']:>6} rows  source=measured  "
+            f"energy={str(d['energy_j']).lower()}  {d['device_name']}  {d['path']}"
         )
 
 

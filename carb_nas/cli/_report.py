@@ -117,12 +117,22 @@ def transfer_command(
     target: linear fit B = slope*A + intercept with R2, Spearman rank correlation and the
     overlap of the two top-100 (cheapest) lists; then few-shot calibration of A's cost model
     with N measurements of B against a model trained on those N rows alone.
+
+    Two published platforms (``published/rtx4090 published/rtx3090``, see ``carb-nas dataset
+    list --source published``) compare latency per image on the models both published.
     """
     from carb_nas import reports
+    from carb_nas.datasets import is_published
 
     sizes = _parse_sizes(few_shot)
     if report_dir:
         check_writable_dir(report_dir)
+    if is_published(dataset_a) or is_published(dataset_b):
+        _published_transfer(
+            dataset_a, dataset_b, report_dir, as_json, sizes, repeats, seed, method,
+            source_model, preset,
+        )
+        return
     if reports.same_dataset(dataset_a, dataset_b):
         info(f"warning: A and B are the same dataset ({dataset_a}): every fit is trivially perfect")
     model = None
@@ -149,6 +159,46 @@ def transfer_command(
         info(f"wrote {len(result['meta']['files'])} files to {report_dir}")
     else:
         click.echo(reports.transfer_markdown(result))
+
+
+def _published_transfer(
+    a: str,
+    b: str,
+    report_dir: str | None,
+    as_json: bool,
+    sizes: list[int],
+    repeats: int,
+    seed: int,
+    method: str,
+    source_model: str | None,
+    preset: str,
+) -> None:
+    from carb_nas import reports
+    from carb_nas.datasets import PublishedDatasetError, resolve_published
+
+    if source_model or method != "auto":
+        raise PublishedDatasetError(
+            "published transfer: expected the default calibration (a CostModel of A trained "
+            "here, method auto), got "
+            + ("--source-model" if source_model else f"--method {method}")
+            + ". Drop that option for published platforms."
+        )
+    for name in (a, b):
+        if name.startswith("published/"):
+            resolve_published(name)  # an unknown platform: one line before any work
+    kwargs: dict[str, Any] = dict(
+        few_shot=sizes, repeats=repeats, seed=seed, preset=preset, progress=info
+    )
+    if report_dir:
+        result = reports.write_published_transfer_report(a, b, report_dir, **kwargs)
+    else:
+        result = reports.published_transfer(a, b, **kwargs)
+    if as_json:
+        echo_json(result)
+    elif report_dir:
+        info(f"wrote {len(result['meta']['files'])} files to {report_dir}")
+    else:
+        click.echo(reports.published_transfer_markdown(result))
 
 
 COMMANDS: list = [characterize_command, transfer_command]

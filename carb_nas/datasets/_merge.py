@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from carb_nas.datasets._published import refuse_published
 from carb_nas.datasets._tables import TABLE_SUFFIXES, read_table, write_table
 from carb_nas.datasets._validate import validate_rows
 from carb_nas.errors import InputFileError
@@ -103,6 +104,7 @@ def check_appendable(path: str | Path, platform: str) -> pd.DataFrame | None:
     measuring: a file that is unreadable, unwritable, torn (a cut-off last row), not a dataset
     or of another platform is refused up front, so no measurement is thrown away.
     """
+    refuse_published(path, "--append", "a dataset of measured rows to add ours to")
     p = Path(path)
     if p.suffix not in TABLE_SUFFIXES:
         raise InputFileError(
@@ -133,6 +135,7 @@ def check_appendable(path: str | Path, platform: str) -> pd.DataFrame | None:
             "Remove that incomplete line (an interrupted write) or append to a new file."
         )
     old = read_table(p)
+    refuse_published(old, "--append", "a dataset of measured rows to add ours to", label=str(p))
     others = [x for x in _platforms(validate_rows(old, str(p))) if x != platform]
     if others:
         raise InputFileError(

@@ -427,16 +427,20 @@ def list_published() -> list[dict[str, Any]]:
         item = {"platform": f["name"], "source": "published"}
         item.update({k: v for k, v in f.items() if k not in ("sha256", "git_blob", "shipped")})
         item["alias"] = aliases.get(f["name"])
+        item["upstream_path"] = f["path"]
         item["path"] = str((published_dir() / f["shipped"]).resolve())
         out.append(item)
     return out
 
 
-def refuse_published(name: Any, where: str, need: str = "measured rows of SCHEMA") -> None:
-    """Raise ``PublishedDatasetError`` when ``name`` is a published dataset (used by every
-    command that needs our own measurements: ``--append``, ``calibrate``, ``load_dataset``)."""
+def refuse_published(
+    name: Any, where: str, need: str = "measured rows of SCHEMA", label: str | None = None
+) -> None:
+    """Raise ``PublishedDatasetError`` when ``name`` (a name, path or frame; ``label`` names
+    it in the message) is a published dataset: every command that needs our own measurements
+    calls it (``--append``, ``calibrate``, ``load_dataset``)."""
     if is_published(name):
-        shown = "<frame>" if isinstance(name, pd.DataFrame) else str(name)
+        shown = label or ("<frame>" if isinstance(name, pd.DataFrame) else str(name))
         raise PublishedDatasetError(
             f"{shown} is a published dataset (read-only, measured by others, no config keys or "
             f"fingerprints of ours): {where} needs {need}, got a published one. Use a dataset "

@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from carb_nas.datasets._published import refuse_published
 from carb_nas.datasets._schema import REQUIRED_COLUMNS
 from carb_nas.datasets._tables import TABLE_SUFFIXES, read_table
 from carb_nas.datasets._validate import validate_rows
@@ -131,11 +132,14 @@ def load_dataset(
     ``validate_rows``). ``ok_only`` keeps the rows with status ok. ``name`` labels the
     source in messages (default: the path). ``frame.attrs["source"]`` holds that label.
     """
+    # published tables (others' benchmarks) are never rows of ours: one line, before reading
+    refuse_published(source, "this command", "measured rows of carb_nas.datasets.SCHEMA")
     if isinstance(source, pd.DataFrame):
         raw, label = source, name or "<frame>"
     else:
         p = dataset_path(source)
         raw, label = read_table(p), name or str(p)
+        refuse_published(raw, "this command", "measured rows of carb_nas.datasets.SCHEMA", label=str(p))
     frame = validate_rows(raw, label, partial=partial)
     if ok_only and "status" in frame.columns:
         frame = frame[frame["status"] == "ok"].reset_index(drop=True)

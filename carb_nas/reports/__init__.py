@@ -16,6 +16,10 @@ Two questions users ask about their own measurements:
     source platform's cost model with N target measurements (``carb_nas.costmodel.calibrate``) and
     compare with a model trained on the same N target rows alone, over several random draws.
 
+``published_transfer(a, b)``
+    The same questions for two published platforms (``published/rtx4090``, ...: timm's
+    benchmarks, see ``carb_nas.published``), on latency per image, joined on model names.
+
 Datasets are read by ``carb_nas.datasets.load_dataset`` as analysis inputs (a shipped platform
 name, a CSV/Parquet path or a DataFrame); only rows with ``status == "ok"`` count. Every
 result is a plain dict (JSON-ready); the ``write_*_report`` functions add a Markdown summary
@@ -33,7 +37,14 @@ from carb_nas.reports._load import (
     same_dataset,
 )
 from carb_nas.reports._markdown import characterization_markdown, transfer_markdown
-from carb_nas.reports._transfer import FEW_SHOT_SIZES, MIN_EVALUATION_ROWS, transfer
+from carb_nas.reports._transfer import (
+    FEW_SHOT_SIZES,
+    MIN_EVALUATION_ROWS,
+    published_transfer,
+    published_transfer_markdown,
+    transfer,
+    write_published_transfer_report,
+)
 from carb_nas.reports._write import (
     write_characterization_report,
     write_transfer_report,
@@ -51,6 +62,9 @@ __all__ = [
     "characterization_markdown",
     "characterize",
     "load_measurements",
+    "published_transfer",
+    "published_transfer_markdown",
+    "write_published_transfer_report",
     "same_dataset",
     "transfer",
     "transfer_markdown",

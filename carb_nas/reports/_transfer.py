@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -611,3 +611,129 @@ def _published_linear(X_train: pd.DataFrame, y: np.ndarray, X_test: pd.DataFrame
     fits = [penalized_fit(design, np.log(y), lam) for lam in (0.01, 0.1, 1.0, 10.0, 100.0)]
     coef, _ = min(fits, key=lambda fit: float(np.mean(fit[1] ** 2)))
     return np.exp(np.column_stack([np.ones(len(Ft)), (Ft - mean) / std]) @ coef)
+
+
+def published_transfer_markdown(result: Mapping[str, Any]) -> str:
+    """The Markdown summary of ``published_transfer``."""
+    from carb_nas.reports._markdown import fmt
+
+    meta, r = result["meta"], result[PUBLISHED_TARGET]
+
+    def side(s: Mapping[str, Any]) -> str:
+        cuda = f", CUDA {s['cuda']}" if s.get("cuda") else ""
+        return (
+            f"{s['source']} ({s['device_name']}, PyTorch {s['torch']}{cuda}, {s['precision']}, "
+            f"{s['memory_format']}, {s['compile']}; {s['rows']} models; `{s['file']}` of "
+            f"{s['repository']}@{str(s['commit'])[:12]})"
+        )
+
+    lines = [
+        "# Transfer between published platforms",
+        "",
+        f"A = {side(meta['a'])}; B = {side(meta['b'])}; {meta['shared_models']} models "
+        "published on both (joined on model and image size).",
+        "",
+        *[f"- note: {n}" for n in meta["notes"]],
+        "",
+        "## B against A (latency per image)",
+        "",
+        "| models | slope | intercept | R2 | Spearman | top-k overlap | B/A geomean | B/A "
+        "median (p10-p90) | log-log slope |",
+        "|---|---|---|---|---|---|---|---|---|",
+        f"| {r['n']} | {fmt(r['slope'])} | {fmt(r['intercept'])} | {fmt(r['r2'])} | "
+        f"{fmt(r['spearman'])} | {100 * r['top100_overlap']:.0f}% of {r['top_k']} | "
+        f"{fmt(r['ratio_geomean'])}x | {fmt(r['ratio_median'])}x ({fmt(r['ratio_p10_p90'][0])}"
+        f"-{fmt(r['ratio_p10_p90'][1])}) | {fmt(r['loglog_slope'])} |",
+        "",
+    ]
+    fs = result.get("few_shot")
+    if fs:
+        lines += [
+            "## Few-shot calibration",
+            "",
+            f"Source model: {fs['source_model']}. Method: {fs['method']}. For each N, N models "
+            f"of B are drawn at random ({fs['seeds']} draws); {fs['evaluation']}. Cells: R2 "
+            "mean +- std over draws (mean MdAPE; mean R2 of the logs).",
+            "",
+            "| N | source only | calibrated | target only (CostModel) | target only (log-linear) |",
+            "|---|---|---|---|---|",
+        ]
+        for n, run in fs["runs"].items():
+            cells = []
+            for kind in ("source_only", "calibrated", "target_only", "target_only_linear"):
+                s = run[kind][PUBLISHED_TARGET]
+                cells.append(
+                    f"{fmt(s['r2_mean'])} +- {fmt(s['r2_std'], 2)} ({fmt(s['mdape_pct_mean'], 2)}"
+                    f"%; log {fmt(s['r2_log_mean'])})"
+                )
+            lines.append(f"| {n} | " + " | ".join(cells) + " |")
+        lines += ["", f"Calibration maps chosen: "
+                  f"{ {n: run['methods_chosen'] for n, run in fs['runs'].items()} }", ""]
+    return "\n".join(lines) + "\n"
+
+
+def write_published_transfer_report(
+    dataset_a: str, dataset_b: str, report_dir: str | Path, **kwargs: Any
+) -> dict[str, Any]:
+    """Run ``published_transfer`` and write ``transfer.json``, ``README.md`` and PNGs."""
+    from carb_nas._io import (
+        atomic_write,
+        atomic_write_json,
+        atomic_write_text,
+        check_writable_dir,
+    )
+    from carb_nas.published import published_rows
+    from carb_nas.reports._plots import _figure, _png
+
+    d = check_writable_dir(report_dir)
+    result = published_transfer(dataset_a, dataset_b, **kwargs)
+    a, b = published_rows(dataset_a), published_rows(dataset_b)
+    shared = a.merge(b, on="entry", suffixes=("_a", "_b"))
+    r = result[PUBLISHED_TARGET]
+    fig, axes = _figure(1, 1, (5.2, 4.4))
+    ax = axes[0, 0]
+    x, y = shared[f"{PUBLISHED_TARGET}_a"], shared[f"{PUBLISHED_TARGET}_b"]
+    ax.scatter(x, y, s=5, alpha=0.5)
+    xs = np.geomspace(float(min(x.min(), y.min())), float(max(x.max(), y.max())), 50)
+    ax.plot(xs, xs, "k--", lw=0.8, label="B = A")
+    ax.plot(xs, r["slope"] * xs + r["intercept"], "r-", lw=1,
+            label=f"B = {r['slope']:.3g} A {r['intercept']:+.3g} (R2 {r['r2']:.3f})")
+    ax.plot(xs, r["ratio_median"] * xs, "g:", lw=1, label=f"B = {r['ratio_median']:.3g} A (median)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(f"A {result['meta']['a']['source']}: ms per image")
+    ax.set_ylabel(f"B {result['meta']['b']['source']}: ms per image")
+    ax.set_title(f"published, {r['n']} models; Spearman {r['spearman']:.3f}", fontsize=9)
+    ax.legend(fontsize=6)
+    pngs = {"transfer_scatter.png": _png(fig)}
+    fs = result.get("few_shot")
+    if fs:
+        fig, axes = _figure(1, 1, (5.2, 3.8))
+        ax = axes[0, 0]
+        ns = [int(n) for n in fs["runs"]]
+        for kind, style, label in (
+            ("calibrated", "o-", "A model calibrated with N models of B"),
+            ("target_only", "s--", "CostModel on N models of B"),
+            ("target_only_linear", "^--", "log-linear model on N models of B"),
+            ("source_only", ":", "A model as is"),
+        ):
+            m = [fs["runs"][str(n)][kind][PUBLISHED_TARGET]["r2_mean"] for n in ns]
+            ax.plot(ns, [np.nan if v is None else v for v in m], style, label=label)
+        ax.set_xscale("log")
+        ax.set_xticks(ns, [str(n) for n in ns])
+        ax.set_ylim(max(-1.0, ax.get_ylim()[0]), 1.02)
+        ax.set_xlabel("target measurements N")
+        ax.set_ylabel("R2 on held-out B (ms per image)")
+        ax.legend(fontsize=7)
+        pngs["few_shot.png"] = _png(fig)
+    md = published_transfer_markdown(result) + "\n## Plots\n\n" + "\n".join(
+        f"![{f}]({f})" for f in pngs
+    ) + "\n"
+    result = dict(result)
+    result["meta"] = dict(result["meta"]) | {"files": ["README.md", "transfer.json", *pngs]}
+    d.mkdir(parents=True, exist_ok=True)
+    for name, data in pngs.items():
+        atomic_write(d / name, lambda tmp, data=data: tmp.write_bytes(data))
+    atomic_write_text(d / "README.md", md)
+    atomic_write_json(d / "transfer.json", result)
+    return result

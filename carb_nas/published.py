@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from carb_nas._json import jsonable
-from carb_nas.budgets import accept_mask, metric_values, parse_budgets, pareto_mask
+from carb_nas.budgets import accept_mask, metric_values, pareto_mask, parse_budgets
 from carb_nas.costmodel import CostModel, regression_metrics
 from carb_nas.datasets import (
     PublishedDatasetError,
@@ -384,7 +384,9 @@ def screen_published(
     tgt_pred_by_entry = pd.Series(tgt_pred, index=tgt["entry"])
     measured = short["entry"].isin(tgt_by_entry.index).to_numpy()
     rows = short[["model", "family", "entry", *ARCHITECTURE_COLUMNS]].copy()
-    rows.loc[measured, "batch_size"] = tgt_by_entry.loc[short["entry"][measured], "batch_size"].to_numpy()
+    rows.loc[measured, "batch_size"] = tgt_by_entry.loc[
+        short["entry"][measured], "batch_size"
+    ].to_numpy()
     pred_t = np.where(
         measured,
         short["entry"].map(tgt_pred_by_entry).to_numpy(float),
@@ -398,9 +400,9 @@ def screen_published(
     short["batch_size"] = rows["batch_size"].to_numpy()
     short[TARGET] = pred_t
     short["latency_ms_per_image"] = pred_t / short["batch_size"].to_numpy(float)
-    short["measured_latency_ms_per_image"] = short["entry"].map(
-        tgt_by_entry["latency_ms_per_image"]
-    ).to_numpy(float)
+    short["measured_latency_ms_per_image"] = (
+        short["entry"].map(tgt_by_entry["latency_ms_per_image"]).to_numpy(float)
+    )
     short["measured_latency_ms"] = short["entry"].map(tgt_by_entry[TARGET]).to_numpy(float)
     pred_frame = short[[TARGET]]
     short["accept"] = accept_mask(pred_frame, short["batch_size"], budgets, upper=False)

@@ -198,7 +198,10 @@ VERBS: dict[tuple[str, ...], tuple[list, list]] = {
         ],
     ),
     ("dataset", "merge"): ([ROWS, ROWS], [("-o", _out())]),
-    ("dataset", "list"): ([], [("--json", None)]),
+    ("dataset", "list"): (
+        [],
+        [("--json", None), ("--source", _choice(["all", "measured", "published"], ["x", ""]))],
+    ),
     ("train",): (
         [ROWS],
         [
@@ -277,6 +280,39 @@ VERBS: dict[tuple[str, ...], tuple[list, list]] = {
         ],
     ),
     ("characterize",): ([ROWS], [("--json", None), ("--report", _outdir())]),
+    ("published", "evaluate"): (
+        [
+            _choice(
+                ["published/rtx3090/amp-nchw-pt113-cu117"],
+                ["published/rtx9090", "cpu/torch/fp32", "", "published/", "rows.csv"],
+            )
+        ],
+        [
+            ("--folds", _number(["2"], ["1", "0", "x", ""])),
+            ("--preset", _choice(["fast"], ["paper", ""])),
+            ("--seed", SEED),
+            ("--json", None),
+        ],
+    ),
+    ("published", "screen"): (
+        [],
+        [
+            ("--source", _choice(["published/rtx4090"], ["published/rtx9090", "rows.csv", ""])),
+            ("--target", _choice(["published/rtx3090"], ["cpu/torch/fp32", "published/tpu"])),
+            ("--top-k", _number(["50"], ["0", "-1", "x"])),
+            (
+                "--budget",
+                _choice(
+                    ["latency_ms_per_image=0.2"],
+                    ["peak_mem_mb=100", "energy_j=1", "latency_ms=-1", "latency=5", "x=1"],
+                ),
+            ),
+            ("--quality", _choice(["imagenet"], ["missing.csv", "rows.csv", "a_dir", ""])),
+            ("--folds", _number(["2"], ["1", "x"])),
+            ("-o", _out()),
+            ("--json", None),
+        ],
+    ),
     ("transfer",): (
         [ROWS, _files("rows_ort.csv")],
         [

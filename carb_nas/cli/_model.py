@@ -151,6 +151,16 @@ def _threads_option(f: Any) -> Any:
     )(f)
 
 
+def _measured_table(dataset: str, command: str):
+    """The rows file of DATASET; a published table (others' benchmarks) is refused."""
+    from carb_nas.datasets import read_table, refuse_published
+
+    refuse_published(dataset, command, "measured rows of carb_nas.datasets.SCHEMA")
+    frame = read_table(dataset)
+    refuse_published(frame, command, "measured rows of carb_nas.datasets.SCHEMA", label=dataset)
+    return frame
+
+
 @click.command("train")
 @click.argument("dataset", type=click.Path(dir_okay=False))
 @output_option(
@@ -230,7 +240,6 @@ def train_cmd(
         leave_one_batch_tier_out,
         telemetry_ablation,
     )
-    from carb_nas.datasets import read_table
     from carb_nas.space import load_space
 
     # every option first: nothing is read, trained or written before they all pass
@@ -241,7 +250,7 @@ def train_cmd(
     check_output_dir(model_dir, _MARKER_MODEL, "model")
     space_fp = load_space(space_file).fingerprint if space_file else None
 
-    data = prepare_table(read_table(dataset), dataset, targets)
+    data = prepare_table(_measured_table(dataset, "train"), dataset, targets)
     X, Y = data["X"], data["Y"]
     tr, te = _split(len(X), test_fraction, seed)
     Xtr, Ytr, Xte, Yte = X.iloc[tr], Y.iloc[tr], X.iloc[te], Y.iloc[te]
@@ -335,7 +344,6 @@ def evaluate_cmd(
     """Score MODEL (a model directory or a shipped platform name such as cpu/torch/fp32) on
     the measured rows of DATASET."""
     from carb_nas.costmodel import evaluate, leave_one_batch_tier_out
-    from carb_nas.datasets import read_table
 
     _check_alpha(alpha)
     budget_limits = _per_batch_budgets(budgets) or None
@@ -346,7 +354,7 @@ def evaluate_cmd(
         from carb_nas.budgets import check_budgets
 
         check_budgets(budget_limits, cost_model, "MODEL")
-    frame = read_table(dataset)
+    frame = _measured_table(dataset, "evaluate")
     wanted = [t for t in cost_model.targets_ if t in frame and frame[t].notna().any()]
     data = prepare_table(frame, dataset, wanted if wanted else ())
 

@@ -22,10 +22,20 @@ def published_group() -> None:
 
 @published_group.command("evaluate")
 @click.argument("platform")
-@click.option("--folds", type=click.IntRange(min=2), default=5, show_default=True,
-              help="Folds of the random and of the by-family split.")
-@click.option("--preset", type=click.Choice(["fast", "carb"]), default="fast", show_default=True,
-              help="CostModel preset.")
+@click.option(
+    "--folds",
+    type=click.IntRange(min=2),
+    default=5,
+    show_default=True,
+    help="Folds of the random and of the by-family split.",
+)
+@click.option(
+    "--preset",
+    type=click.Choice(["fast", "carb"]),
+    default="fast",
+    show_default=True,
+    help="CostModel preset.",
+)
 @seed_option()
 @json_option()
 @example("carb-nas published evaluate published/rtx4090 --json")
@@ -53,12 +63,26 @@ def evaluate_command(platform: str, folds: int, preset: str, seed: int, as_json:
 
 
 @published_group.command("screen")
-@click.option("--source", default="published/rtx4090", show_default=True,
-              help="Published platform whose model ranks every model of the zoo.")
-@click.option("--target", default="published/rtx3090", show_default=True,
-              help="Published platform whose model re-scores the shortlist.")
-@click.option("--top-k", "top_k", type=click.IntRange(min=1), default=300, show_default=True,
-              help="Shortlist size.")
+@click.option(
+    "--source",
+    default="published/rtx4090",
+    show_default=True,
+    help="Published platform whose model ranks every model of the zoo.",
+)
+@click.option(
+    "--target",
+    default="published/rtx3090",
+    show_default=True,
+    help="Published platform whose model re-scores the shortlist.",
+)
+@click.option(
+    "--top-k",
+    "top_k",
+    type=click.IntRange(min=1),
+    default=300,
+    show_default=True,
+    help="Shortlist size.",
+)
 @click.option(
     "--budget",
     "budgets",
@@ -74,13 +98,20 @@ def evaluate_command(platform: str, folds: int, preset: str, seed: int, as_json:
     help="Quality (maximized): 'imagenet' (the shipped published ImageNet top-1) or a path "
     "to a timm-format results CSV (model,img_size,top1,...).",
 )
-@click.option("--folds", type=click.IntRange(min=2), default=5, show_default=True,
-              help="Each model is predicted by models fitted without its family (GroupKFold).")
+@click.option(
+    "--folds",
+    type=click.IntRange(min=2),
+    default=5,
+    show_default=True,
+    help="Each model is predicted by models fitted without its family (GroupKFold).",
+)
 @seed_option()
 @output_option("Write the Pareto set (CSV or Parquet).")
 @json_option()
-@example("carb-nas published screen --source published/rtx4090 --target published/rtx3090 "
-         "--budget latency_ms_per_image=0.25 --top-k 300")
+@example(
+    "carb-nas published screen --source published/rtx4090 --target published/rtx3090 "
+    "--budget latency_ms_per_image=0.25 --top-k 300"
+)
 def screen_command(
     source: str,
     target: str,

@@ -129,8 +129,16 @@ def transfer_command(
         check_writable_dir(report_dir)
     if is_published(dataset_a) or is_published(dataset_b):
         _published_transfer(
-            dataset_a, dataset_b, report_dir, as_json, sizes, repeats, seed, method,
-            source_model, preset,
+            dataset_a,
+            dataset_b,
+            report_dir,
+            as_json,
+            sizes,
+            repeats,
+            seed,
+            method,
+            source_model,
+            preset,
         )
         return
     if reports.same_dataset(dataset_a, dataset_b):

@@ -287,9 +287,8 @@ def read_published_benchmark(content: bytes, file_name: str, label: str | None =
             "resolution": raw["infer_img_size"],
             "batch_size": raw["infer_batch_size"],
             "latency_ms": raw["infer_step_time"],
-            "latency_ms_per_image": 1000.0 / raw["infer_samples_per_sec"].where(
-                raw["infer_samples_per_sec"] > 0
-            ),
+            "latency_ms_per_image": 1000.0
+            / raw["infer_samples_per_sec"].where(raw["infer_samples_per_sec"] > 0),
             "samples_per_s": raw["infer_samples_per_sec"],
             "gmacs": raw["infer_gmacs"],
             "macts_m": raw["infer_macts"],

@@ -139,7 +139,9 @@ def load_dataset(
     else:
         p = dataset_path(source)
         raw, label = read_table(p), name or str(p)
-        refuse_published(raw, "this command", "measured rows of carb_nas.datasets.SCHEMA", label=str(p))
+        refuse_published(
+            raw, "this command", "measured rows of carb_nas.datasets.SCHEMA", label=str(p)
+        )
     frame = validate_rows(raw, label, partial=partial)
     if ok_only and "status" in frame.columns:
         frame = frame[frame["status"] == "ok"].reset_index(drop=True)

@@ -537,9 +537,7 @@ def published_transfer(
                 rng = np.random.default_rng(draw)
                 idx = rng.choice(len(pool), size=n, replace=False)
                 test = np.setdiff1d(np.arange(len(pool)), idx)
-                method, (c0, c1, centre) = _published_calibration(
-                    np.log(src[idx]), np.log(yb[idx])
-                )
+                method, (c0, c1, centre) = _published_calibration(np.log(src[idx]), np.log(yb[idx]))
                 methods[method] = methods.get(method, 0) + 1
                 ls = np.log(src[test])
                 preds = {
@@ -560,8 +558,7 @@ def published_transfer(
                             random_state=draw,
                         ).fit(X_pool.iloc[idx], pool.iloc[idx][["latency_ms"]])
                         preds["target_only"] = (
-                            own.predict(X_pool.iloc[test])["latency_ms"].to_numpy(float)
-                            / bs[test]
+                            own.predict(X_pool.iloc[test])["latency_ms"].to_numpy(float) / bs[test]
                         )
                     except ModelError as e:
                         errors.append(f"seed {draw}: {e}")
@@ -576,8 +573,11 @@ def published_transfer(
             runs[str(n)] = {
                 kind: {
                     PUBLISHED_TARGET: _summary(rec[kind])
-                    | {"r2_log_mean": float(np.nanmean(logs[kind]))
-                       if np.isfinite(logs[kind]).any() else math.nan}
+                    | {
+                        "r2_log_mean": float(np.nanmean(logs[kind]))
+                        if np.isfinite(logs[kind]).any()
+                        else math.nan
+                    }
                 }
                 for kind in kinds
             } | {"methods_chosen": methods, "target_only_errors": errors[:3]}
@@ -667,8 +667,12 @@ def published_transfer_markdown(result: Mapping[str, Any]) -> str:
                     f"%; log {fmt(s['r2_log_mean'])})"
                 )
             lines.append(f"| {n} | " + " | ".join(cells) + " |")
-        lines += ["", f"Calibration maps chosen: "
-                  f"{ {n: run['methods_chosen'] for n, run in fs['runs'].items()} }", ""]
+        lines += [
+            "",
+            f"Calibration maps chosen: "
+            f"{ {n: run['methods_chosen'] for n, run in fs['runs'].items()} }",
+            "",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -696,8 +700,13 @@ def write_published_transfer_report(
     ax.scatter(x, y, s=5, alpha=0.5)
     xs = np.geomspace(float(min(x.min(), y.min())), float(max(x.max(), y.max())), 50)
     ax.plot(xs, xs, "k--", lw=0.8, label="B = A")
-    ax.plot(xs, r["slope"] * xs + r["intercept"], "r-", lw=1,
-            label=f"B = {r['slope']:.3g} A {r['intercept']:+.3g} (R2 {r['r2']:.3f})")
+    ax.plot(
+        xs,
+        r["slope"] * xs + r["intercept"],
+        "r-",
+        lw=1,
+        label=f"B = {r['slope']:.3g} A {r['intercept']:+.3g} (R2 {r['r2']:.3f})",
+    )
     ax.plot(xs, r["ratio_median"] * xs, "g:", lw=1, label=f"B = {r['ratio_median']:.3g} A (median)")
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -726,9 +735,12 @@ def write_published_transfer_report(
         ax.set_ylabel("R2 on held-out B (ms per image)")
         ax.legend(fontsize=7)
         pngs["few_shot.png"] = _png(fig)
-    md = published_transfer_markdown(result) + "\n## Plots\n\n" + "\n".join(
-        f"![{f}]({f})" for f in pngs
-    ) + "\n"
+    md = (
+        published_transfer_markdown(result)
+        + "\n## Plots\n\n"
+        + "\n".join(f"![{f}]({f})" for f in pngs)
+        + "\n"
+    )
     result = dict(result)
     result["meta"] = dict(result["meta"]) | {"files": ["README.md", "transfer.json", *pngs]}
     d.mkdir(parents=True, exist_ok=True)

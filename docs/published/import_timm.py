@@ -7,7 +7,8 @@ the published schema (``carb_nas.datasets._published``), and writes them byte fo
 ``manifest.json`` (provenance per file) and the licence (``LICENSE``, ``NOTICE``).
 
     git clone https://github.com/huggingface/pytorch-image-models /tmp/timm
-    python docs/published/import_timm.py /tmp/timm/.git --commit aa4b5850c1543fa488abf260f18390eda46cf85d
+    python docs/published/import_timm.py /tmp/timm/.git \
+        --commit aa4b5850c1543fa488abf260f18390eda46cf85d
 
 Training benchmarks (``benchmark-train-*``) and the robustness test sets are not imported.
 """
@@ -48,7 +49,9 @@ BATCH = (
 
 
 def git(git_dir: str, *args: str) -> bytes:
-    return subprocess.run(["git", f"--git-dir={git_dir}", *args], check=True, capture_output=True).stdout
+    return subprocess.run(
+        ["git", f"--git-dir={git_dir}", *args], check=True, capture_output=True
+    ).stdout
 
 
 def main() -> None:
@@ -110,16 +113,19 @@ def main() -> None:
         (tmp / "timm").mkdir()
         for shipped, content in blobs.items():
             # mtime=0 and no file name in the header: the same input gives the same bytes
-            with open(tmp / shipped, "wb") as fh, gzip.GzipFile(
-                filename="", mode="wb", fileobj=fh, mtime=0, compresslevel=9
-            ) as gz:
+            with (
+                open(tmp / shipped, "wb") as fh,
+                gzip.GzipFile(filename="", mode="wb", fileobj=fh, mtime=0, compresslevel=9) as gz,
+            ):
                 gz.write(content)
         (tmp / "LICENSE").write_bytes(license_text)
         (tmp / "NOTICE").write_text(
-            "The files under timm/ are copied unchanged (gzip-compressed) from the results/ folder\n"
+            "The files under timm/ are copied unchanged (gzip-compressed) from the results/"
+            " folder\n"
             f"of {REPO} (https://github.com/{REPO}), commit {commit},\n"
             "Copyright 2019 Ross Wightman and the pytorch-image-models contributors, licensed\n"
-            "under the Apache License, Version 2.0 (LICENSE in this folder). manifest.json records\n"
+            "under the Apache License, Version 2.0 (LICENSE in this folder). manifest.json"
+            " records\n"
             "each file's path, git blob id and SHA-256. carb_nas reads them as published\n"
             "measurements (other people's benchmarks), never as its own.\n"
         )

@@ -41,7 +41,7 @@ import pandas as pd
 
 from carb_nas._json import jsonable
 from carb_nas.budgets import accept_mask, metric_values, pareto_mask, parse_budgets
-from carb_nas.costmodel import CostModel, regression_metrics
+from carb_nas.costmodel import MIN_TRAIN_ROWS, CostModel, regression_metrics
 from carb_nas.datasets import (
     PublishedDatasetError,
     is_published,
@@ -73,6 +73,16 @@ def published_rows(source: str | pd.DataFrame) -> pd.DataFrame:
     out = frame[frame["status"] == "ok"].dropna(subset=[*ARCHITECTURE_COLUMNS, TARGET])
     out = out.reset_index(drop=True)
     out.attrs = dict(frame.attrs)
+    if len(out) < MIN_TRAIN_ROWS:
+        empty = [c for c in ARCHITECTURE_COLUMNS if frame[c].isna().all()]
+        raise ModelError(
+            f"{frame.attrs.get('source', 'published table')}: too few usable models: expected at "
+            f"least {MIN_TRAIN_ROWS} with a figure and every architecture column "
+            f"{list(ARCHITECTURE_COLUMNS)}, got {len(out)}"
+            + (f" (the file has no {empty} values)" if empty else "")
+            + ". Use another published file of that device (`carb-nas dataset list --source "
+            "published`)."
+        )
     return out
 
 

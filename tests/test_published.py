@@ -163,6 +163,11 @@ def test_an_unknown_platform_is_refused():
     assert "no published dataset 'published/a100'" in _one_error_line(run)
     run = CliRunner().invoke(cli, ["published", "screen", "--target", "published/tpu"])
     assert "published/tpu" in _one_error_line(run)
+    # a file without the architecture columns cannot train a cost model: one line, too
+    run = CliRunner().invoke(
+        cli, ["published", "evaluate", "published/i9_10940x/fp32-nchw-pt221-cpu-dynamo"]
+    )
+    assert "has no ['gmacs', 'macts_m'] values" in _one_error_line(run)
 
 
 def test_published_where_measured_rows_are_required(tmp_path, monkeypatch):

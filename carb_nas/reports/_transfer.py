@@ -409,8 +409,9 @@ def published_transfer(
     image of B against A on the models both published (joined on model and image size; the
     batch sizes may differ, so per image is the comparable figure): least-squares slope, R2,
     Spearman, top-k overlap (cheapest first), geometric-mean ratio and log-log slope. Then
-    few-shot calibration: a ``CostModel`` of A (``carb_nas.published.fit_published_model``)
-    adapted with N random models of B (a scale or log-linear map of its predictions, see
+    few-shot calibration: a ``CostModel`` of A (``carb_nas.published.fit_published_model``),
+    predicting each model's time per image on A (at A's batch size), adapted with N random
+    models of B (a scale or log-linear map of its predictions, see
     ``_published_calibration``), against a CostModel and a log-linear ridge (log FLOPs,
     activations, parameters) trained on the N rows of B alone; R2 (per image, linear units;
     and of the logs) and MdAPE on every other shared model of B. The published files have no
@@ -519,9 +520,13 @@ def published_transfer(
         source = fit_published_model(a, preset=preset, seed=seed, n_jobs=n_jobs)
         pool = b[b["entry"].isin(shared["entry"])].reset_index(drop=True)
         X_pool = published_inputs(pool)
-        # the A model predicts B's models at B's batch size; per image = per batch / batch
         bs = pool["batch_size"].to_numpy(float)
-        src = source.predict(X_pool)["latency_ms"].to_numpy(float) / bs
+        # the A model predicts each model on A, at A's batch size (a batch B used may lie
+        # outside what A ran: 1 on a CPU, 2048 on a PRO 6000); calibration maps A's
+        # predicted time per image to B's
+        on_a = a.set_index("entry").loc[pool["entry"]].reset_index()
+        src = source.predict(published_inputs(on_a))["latency_ms"].to_numpy(float)
+        src = src / on_a["batch_size"].to_numpy(float)
         yb = pool[PUBLISHED_TARGET].to_numpy(float)
         runs: dict[str, Any] = {}
         kinds = ("source_only", "calibrated", "target_only", "target_only_linear")

@@ -322,3 +322,27 @@ def test_benchmark_columns_cover_every_shipped_file():
             frame = load_published(item["platform"], ok_only=False)
             assert len(frame) == item["rows"]
     assert set(BENCHMARK_COLUMNS) >= {"infer_gmacs", "infer_macts", "param_count"}
+
+
+def test_quality_takes_a_timm_format_accuracy_table(tmp_path):
+    from carb_nas.published import published_quality
+
+    acc = load_published_accuracy()
+    raw = acc.rename(columns={"resolution": "img_size", "params_m": "param_count"})
+    raw = raw.drop(columns=["arch", "family"])
+    mine = raw[raw["model"].str.startswith(("resnet", "convnext"))]
+    path = tmp_path / "mine.csv"
+    mine.to_csv(path, index=False)
+    q = published_quality(path)
+    assert set(q["arch"].str[:6]) <= {"resnet", "convne"}
+    assert q.duplicated(["arch", "resolution"]).sum() == 0
+    r50 = q[(q["arch"] == "resnet50") & (q["resolution"] == 224)].iloc[0]
+    at_224 = mine[mine["model"].str.startswith("resnet50.") & (mine["img_size"] == 224)]
+    assert r50["top1"] == at_224["top1"].max() and r50["weights"].startswith("resnet50.")
+    bad = tmp_path / "bad.csv"
+    mine.assign(extra=1).to_csv(bad, index=False)
+    run = CliRunner().invoke(cli, ["published", "screen", "--quality", str(bad), "--json"])
+    assert "unknown ['extra']" in _one_error_line(run)
+    run = CliRunner().invoke(cli, ["published", "screen", "--quality", str(tmp_path / "no.csv")])
+    assert "quality table not found" in _one_error_line(run)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.csv", "mine.csv"]

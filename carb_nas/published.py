@@ -324,13 +324,17 @@ def _check_screen_args(source, target, top_k, budgets, holdout, folds) -> dict[s
                 f"{name!r}. Screen our own platforms with `carb-nas screen`."
             )
     if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
-        raise BudgetError(f"invalid top_k: expected a whole number >= 1, got {top_k!r}.")
+        raise BudgetError(
+            f"invalid top_k: expected a whole number >= 1, got {top_k!r}. Use --top-k 1 or more."
+        )
     if holdout not in (None, "family"):
         raise ModelError(
             f"invalid holdout: expected 'family' or None, got {holdout!r}. Use 'family'."
         )
     if isinstance(folds, bool) or not isinstance(folds, (int, np.integer)) or folds < 2:
-        raise ModelError(f"invalid folds: expected a whole number >= 2, got {folds!r}.")
+        raise ModelError(
+            f"invalid folds: expected a whole number >= 2, got {folds!r}. Use --folds 5."
+        )
     parsed = dict(parse_budgets(budgets))
     wrong = [n for n in parsed if n not in (TARGET, f"{TARGET}_per_image")]
     if wrong:

@@ -129,7 +129,8 @@ def main() -> None:
             f"n={n:5d}  latency MAPE  random {curves['random'][-1]['latency_ms_mape']:6.2f}  "
             f"stratified {curves['stratified'][-1]['latency_ms_mape']:6.2f}  "
             f"active {scored['latency_ms_mape']:6.2f}   memory MAPE active "
-            f"{scored['peak_mem_mb_mape']:6.2f} random {curves['random'][-1]['peak_mem_mb_mape']:6.2f}",
+            f"{scored['peak_mem_mb_mape']:6.2f} "
+            f"random {curves['random'][-1]['peak_mem_mb_mape']:6.2f}",
             flush=True,
         )
     goal = MATCH * ref["latency_ms_mape"]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from carb_nas.active import ACTIVE_REASONS, choose_active, config_keys
-from carb_nas.errors import ConfigError
+from carb_nas.errors import ConfigError, ModelError
 from carb_nas.space import load_space
 
 
@@ -47,3 +47,22 @@ def test_asking_for_more_than_is_left_gives_what_is_left(grid, torch_model):
 def test_bad_counts_are_refused(grid, n):
     with pytest.raises(ConfigError, match="invalid active count"):
         choose_active(grid, n=n)
+
+
+def test_informative_rows_cover_knobs_and_predicted_cost(grid, torch_model):
+    """Few-shot transfer's informative choice (carb_nas.costmodel.informative_rows)."""
+    from carb_nas.costmodel import informative_rows, model_inputs
+
+    X = model_inputs(grid)
+    pred = torch_model.predict(X)["latency_ms"].to_numpy(float)
+    idx = informative_rows(X, pred, 10, seed=0)
+    assert len(set(idx.tolist())) == 10
+    assert informative_rows(X, pred, 10, seed=0).tolist() == idx.tolist()  # seeded
+    assert informative_rows(X, pred, 10, seed=1).tolist() != idx.tolist()
+    # the extremes of the predicted cost are reached far more than a random draw would
+    lo, hi = np.quantile(pred, [0.1, 0.9])
+    chosen = pred[idx]
+    assert (chosen <= lo).any() and (chosen >= hi).any()
+    assert grid.iloc[idx]["family"].nunique() == 2
+    with pytest.raises(ModelError, match="cannot choose"):
+        informative_rows(X, pred, len(X) + 1)

@@ -435,7 +435,8 @@ def search_command(
         if rescore is not None:
             line += f", re-scored with the {DEFAULT_RESCORE} model ({_origin(source_rescore)})"
         if calibrated:
-            line += ", both calibrated to this machine" if rescore else ", calibrated to this machine"
+            line += ", both" if rescore is not None else ""
+            line += " calibrated to this machine"
         info(f"{line}; budgets {' '.join(f'{k}={v:g}' for k, v in parsed.items())}")
     n_make = min(n_trials, len(space_obj))
     info(

@@ -76,7 +76,7 @@ def main() -> None:
     front[problem.evaluator.objectives] = res.F * np.where(
         np.array(problem.evaluator.objectives) == "quality", -1, 1
     )
-    front = front.sort_values("latency_ms")
+    front = front.sort_values(problem.evaluator.objectives[0])
     print(f"model: {source}")
     print(
         f"space {space.name!r}: {len(space):,} configs, {problem.n_var} integer variables "

@@ -19,6 +19,7 @@ def test_first_use_trains_caches_and_later_calls_load(tiny_defaults, monkeypatch
     model = load_default_model("cpu/onnxruntime/int8", verbose=False, params=params)
     assert set(model.targets_) == {"peak_mem_mb", "latency_ms"}  # no energy meter on CPU
     assert model.platform_["platform"] == "cpu/onnxruntime/int8"
+    assert model.default_origin_.startswith("trained on first use")  # what messages say
     cached = list((cache / "models").iterdir())
     assert len(cached) == 1 and cached[0].name.startswith("cpu_onnxruntime_int8-fast-")
 
@@ -28,6 +29,7 @@ def test_first_use_trains_caches_and_later_calls_load(tiny_defaults, monkeypatch
     monkeypatch.setattr(CostModel, "fit", no_training)
     again = load_default_model("cpu/onnxruntime/int8", verbose=False, params=params)
     assert list(again.targets_) == list(model.targets_)
+    assert again.default_origin_.startswith("loaded") and "shipped" not in again.default_origin_[:8]
 
 
 def test_damaged_cache_entry_is_retrained(tiny_defaults):

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from carb_nas.budgets import pareto_mask
+from carb_nas.budgets import metric_values, pareto_mask
 from carb_nas.cli import cli
 from carb_nas.errors import BudgetError, ConfigError, ModelError, StorageError
 from carb_nas.integrations import SpaceProblem
@@ -25,6 +25,7 @@ from carb_nas.search import (
     QualityError,
     SpaceEncoding,
     capacity_proxy,
+    default_objectives,
     load_quality,
     search,
 )
@@ -111,12 +112,20 @@ def _check_front(res, budgets):
     assert len(p) > 0 and p["feasible"].all()
     for name, limit in budgets.items():
         assert (p[name] <= limit).all()
-    F = np.column_stack([p["peak_mem_mb"], p["latency_ms"], -p["quality"]])
+    F = _objective_matrix(p, res.objectives)
     assert pareto_mask(F).all()
     # nothing evaluated and feasible dominates a front member
     ev = res.evaluated[res.evaluated["feasible"]]
-    E = np.column_stack([ev["peak_mem_mb"], ev["latency_ms"], -ev["quality"]])
+    E = _objective_matrix(ev, res.objectives)
     assert pareto_mask(np.vstack([F, E]))[: len(F)].all()
+
+
+def _objective_matrix(frame, objectives):
+    cols = [
+        -frame["quality"] if o == "quality" else metric_values(frame, o, frame["batch_size"])
+        for o in objectives
+    ]
+    return np.column_stack(cols)
 
 
 def test_pymoo_search_finds_a_feasible_front_with_quality(torch_model, ort_model):
@@ -125,7 +134,9 @@ def test_pymoo_search_finds_a_feasible_front_with_quality(torch_model, ort_model
         "cpu", torch_model, budgets=budgets, trials=600, pop_size=40, seed=3, rescore=ort_model
     )
     _check_front(res, budgets)
-    assert 0 < res.n_evaluated <= 600 and res.eval_fraction < 0.1
+    # the cpu space varies batch size: throughput (latency per image) is the default objective
+    assert res.objectives == ["latency_ms_per_image", "peak_mem_mb", "quality"]
+    assert res.n_evaluated == 600 and res.eval_fraction < 0.1  # exactly the budget
     # quality keeps more than the cheapest network on the front
     assert res.pareto["quality"].max() > res.pareto["quality"].min() + 0.5
     assert {"target_latency_ms", "target_within_budget"} <= set(res.pareto.columns)
@@ -578,3 +589,76 @@ def test_cli_help_shows_one_example(command):
     assert out.count("Example:") == 1 and f"carb-nas {command} " in out
     if command != "screen":
         assert "--model" in out and "--report" in out and "--json" in out
+
+
+def test_default_search_pareto_set_spans_batch_sizes(torch_model):
+    """The main job: with no objectives named, a space that varies batch size is searched for
+    latency per image beside memory and quality, so batch 1 no longer dominates everything."""
+    res = search("cpu", torch_model, budgets=["latency_ms=20", "peak_mem_mb=100"], trials=400)
+    distinct = res.pareto_distinct()
+    assert set(distinct) == {"family", "depth", "width", "resolution", "batch_size"}
+    assert distinct["batch_size"] >= 4 and distinct["width"] >= 4 and distinct["depth"] >= 3
+    assert res.to_dict()["pareto_distinct"] == distinct
+    line = next(x for x in res.summary().splitlines() if x.startswith("Pareto set"))
+    assert f"{distinct['batch_size']} batch sizes" in line and "resolutions" in line
+    # per-batch latency stays a budget and is shown beside the objectives
+    assert (res.pareto["latency_ms"] <= 20).all() and "latency_ms" in res.summary()
+    # the old objectives (per batch) keep far fewer batch sizes (only batch 1 with the
+    # default models; this test model is rougher)
+    old = search(
+        "cpu",
+        torch_model,
+        budgets=["latency_ms=20", "peak_mem_mb=100"],
+        objectives=["peak_mem_mb", "latency_ms", "quality"],
+        trials=400,
+    )
+    assert old.pareto_distinct()["batch_size"] < distinct["batch_size"]
+
+
+def test_default_objectives_keep_per_batch_latency_for_a_fixed_batch(torch_model):
+    fixed = Space.from_dict(
+        {
+            "name": "b8",
+            "knobs": {"family": ["basic"], "width": [0.1, 0.25], "resolution": [32],
+                      "batch_size": [8]},
+            "family": {"basic": {"depth": [8, 10]}},
+        }
+    )  # fmt: skip
+    assert default_objectives(torch_model, fixed) == ["peak_mem_mb", "latency_ms", "quality"]
+    assert default_objectives(torch_model, load_space("cpu"))[0] == "latency_ms_per_image"
+    assert default_objectives(torch_model) == ["peak_mem_mb", "latency_ms", "quality"]
+
+
+def test_pymoo_evaluates_exactly_the_budget_and_never_a_config_twice(torch_model, monkeypatch):
+    import carb_nas.search._evaluator as evaluator_module
+
+    seen = []
+    real = evaluator_module.score_configs
+
+    def spy(model, frame, **kw):
+        seen.extend(map(tuple, frame[list(CONFIG_COLUMNS)].itertuples(index=False)))
+        return real(model, frame, **kw)
+
+    monkeypatch.setattr(evaluator_module, "score_configs", spy)
+    res = search("cpu", torch_model, budgets=["latency_ms=20"], trials=333, pop_size=32, seed=1)
+    assert res.n_evaluated == 333 == len(seen) == len(set(seen))
+    # a space smaller than the budget is evaluated whole, then the search stops
+    small = search(small_space(), torch_model, trials=10_000, pop_size=8)
+    assert small.n_evaluated == len(small_space())
+
+
+def test_cli_search_embedded_default_says_where_models_come_from(model_dirs, monkeypatch, tmp_path):
+    import carb_nas.costmodel._defaults as cm
+
+    shipped = {"cpu/torch/fp32": model_dirs[0], "cpu/onnxruntime/fp32": model_dirs[1]}
+    monkeypatch.setattr(
+        cm,
+        "default_model_dir",
+        lambda platform="cpu/torch/fp32": shipped.get(platform, tmp_path / "x"),
+    )
+    res = CliRunner().invoke(cli, ["search", "--trials", "150", "--no-validate"])
+    assert res.exit_code == 0, res.output
+    assert "cpu/torch/fp32 model (a model file shipped with carb_nas)" in res.stderr
+    assert "150 distinct configs to evaluate" in res.stderr  # announced ...
+    assert "150 distinct configs evaluated" in res.stdout  # ... and made
+    assert "latency_ms_per_image" in res.stdout and "batch sizes" in res.stdout

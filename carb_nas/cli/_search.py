@@ -23,10 +23,12 @@ from carb_nas.cli._options import (
 )
 from carb_nas.errors import ConfigError, MissingFileError, ModelError
 
-# The embedded default of `carb-nas search` with no arguments: the shipped CPU models, the
-# CPU space (whose [limits] cap keeps every config cheap to profile) and a budget that leaves
-# a real trade-off inside that space: at most 20 ms and 100 MB per batch (the shipped CPU data
-# has a median of ~13 ms and ~17 MB, a 90th percentile of ~31 ms and ~95 MB).
+# The embedded default of `carb-nas search` with no arguments: the default CPU models (trained
+# on first use from the shipped datasets), the CPU space (whose [limits] cap keeps every config
+# cheap to profile) and a budget that leaves a real trade-off inside that space: a response
+# time of at most 20 ms and 100 MB per batch (the shipped CPU data has a median of ~13 ms and
+# ~17 MB, a 90th percentile of ~31 ms and ~95 MB). The objectives are search's default: latency
+# per image (throughput), memory per batch and quality, so the Pareto set spans batch sizes.
 DEFAULT_SPACE = "cpu"
 DEFAULT_MODEL = "cpu/torch/fp32"
 DEFAULT_RESCORE = "cpu/onnxruntime/fp32"
@@ -53,6 +55,11 @@ def platform_parts(model: Any) -> tuple[str, str, str]:
         str(plat.get("runtime") or parts[1]),
         str(plat.get("precision") or parts[2]),
     )
+
+
+def _origin(model: Any) -> str:
+    """Where a default model came from, as load_default_model recorded it."""
+    return getattr(model, "default_origin_", None) or "a saved model"
 
 
 def _shipped(platform: str) -> Any | None:
@@ -260,8 +267,8 @@ def screen_command(
 @click.option(
     "--objectives",
     default=None,
-    help="Comma-separated objectives: targets, <target>_per_image, quality "
-    "(default: every target of the model + quality).",
+    help="Comma-separated objectives: targets, <target>_per_image, quality (default: every "
+    "target of the model + quality, latency per image when the space varies batch size).",
 )
 @click.option(
     "--quality",
@@ -303,7 +310,7 @@ def screen_command(
     "do_validate",
     default=None,
     help="Profile the final Pareto set on this machine (default: on with the "
-    "shipped models, off otherwise).",
+    "default models, off otherwise).",
 )
 @click.option(
     "--validate-max",
@@ -409,26 +416,37 @@ def search_command(
     else:
         rescore = None
     calibrated = False
+    source_model, source_rescore = model, rescore
     if calibrating:
         model, rescore = _calibrated_defaults(model, rescore, time_budget_s)
         calibrated = True
     _check_space_model(space_obj, model, "search model")
     check_budgets(parsed, model, role="search model")
     objs = check_objectives(
-        [o.strip() for o in objectives.split(",") if o.strip()] if objectives else None, model
+        [o.strip() for o in objectives.split(",") if o.strip()] if objectives else None,
+        model,
+        space_obj,
     )
     if do_validate is None:
         do_validate = embedded
     if embedded:
-        kind = "this machine's calibration of the default" if calibrated else "default"
-        info(
-            f"embedded default: {kind} {DEFAULT_MODEL} model"
-            + (f", re-scored with the {kind} {DEFAULT_RESCORE} model" if rescore else "")
-            + f"; budgets {' '.join(f'{k}={v:g}' for k, v in parsed.items())}"
-        )
+        origin = _origin(source_model)
+        line = f"embedded default: the {DEFAULT_MODEL} model ({origin})"
+        if rescore is not None:
+            line += f", re-scored with the {DEFAULT_RESCORE} model ({_origin(source_rescore)})"
+        if calibrated:
+            line += ", both" if rescore is not None else ""
+            line += " calibrated to this machine"
+        info(f"{line}; budgets {' '.join(f'{k}={v:g}' for k, v in parsed.items())}")
+    n_make = min(n_trials, len(space_obj))
     info(
-        f"searching {space_obj.name!r} ({len(space_obj):,} configs) with {backend}, "
-        f"{n_trials} evaluations ..."
+        f"searching {space_obj.name!r} ({len(space_obj):,} configs) with {backend} for "
+        f"{', '.join(objs)}: "
+        + (
+            f"{n_make:,} distinct configs to evaluate ..."
+            if backend == "pymoo"
+            else f"{n_trials:,} trials (a repeated config is predicted once) ..."
+        )
     )
     result = search(
         space_obj,

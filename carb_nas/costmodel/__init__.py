@@ -63,6 +63,7 @@ from carb_nas.costmodel._calibration import (
     calibrate,
     calibration_feature_names,
     calibration_features,
+    informative_rows,
     penalized_fit,
 )
 from carb_nas.costmodel._common import (
@@ -153,6 +154,7 @@ __all__ = [
     "calibrate",
     "calibration_features",
     "calibration_feature_names",
+    "informative_rows",
     "penalized_fit",
     "CALIBRATION_FEATURES",
     "CALIBRATION_METHODS",

@@ -73,7 +73,7 @@ def load_default_model(
     """
     d = default_model_dir(platform)
     if (d / "manifest.json").is_file():
-        return CostModel.load(d)
+        return _with_origin(CostModel.load(d), "shipped")
     from carb_nas.datasets import list_datasets, load_dataset
 
     shipped = [info["platform"] for info in list_datasets()]
@@ -104,7 +104,7 @@ def load_default_model(
     cached = cache / name
     if (cached / "manifest.json").is_file():
         try:
-            return CostModel.load(cached)
+            return _with_origin(CostModel.load(cached), "loaded")
         except ModelError:
             shutil.rmtree(cached, ignore_errors=True)  # damaged cache entry: retrain it
     _check_writable(cache)
@@ -124,6 +124,19 @@ def load_default_model(
             print(f"carb_nas: could not cache the model ({e})", file=sys.stderr)
     if verbose:
         print(f"carb_nas: trained in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    return _with_origin(model, "trained")
+
+
+#: how :func:`load_default_model` got its model, for messages (``model.default_origin_``)
+DEFAULT_ORIGINS = {
+    "shipped": "a model file shipped with carb_nas",
+    "loaded": "loaded: trained on first use from its shipped dataset, cached",
+    "trained": "trained on first use from its shipped dataset, now cached",
+}
+
+
+def _with_origin(model: CostModel, origin: str) -> CostModel:
+    model.default_origin_ = DEFAULT_ORIGINS[origin]
     return model
 
 

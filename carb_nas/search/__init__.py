@@ -7,7 +7,7 @@ and the pymoo ``Problem``.
 """
 
 from carb_nas.search._encoding import SpaceEncoding
-from carb_nas.search._evaluator import SurrogateEvaluator, check_objectives
+from carb_nas.search._evaluator import SurrogateEvaluator, check_objectives, default_objectives
 from carb_nas.search._optuna import SAMPLERS, make_sampler, open_study, run_optuna
 from carb_nas.search._pymoo import EvaluatorProblem, check_pop_size, run_pymoo
 from carb_nas.search._quality import (
@@ -17,7 +17,13 @@ from carb_nas.search._quality import (
     capacity_proxy,
     load_quality,
 )
-from carb_nas.search._search import BACKENDS, SearchResult, check_search_args, search
+from carb_nas.search._search import (
+    BACKENDS,
+    PARETO_KNOBS,
+    SearchResult,
+    check_search_args,
+    search,
+)
 
 __all__ = [
     "search",
@@ -28,6 +34,7 @@ __all__ = [
     "capacity_proxy",
     "call_quality",
     "check_objectives",
+    "default_objectives",
     "check_pop_size",
     "check_search_args",
     "load_quality",
@@ -38,5 +45,6 @@ __all__ = [
     "QualityError",
     "QUALITY",
     "BACKENDS",
+    "PARETO_KNOBS",
     "SAMPLERS",
 ]

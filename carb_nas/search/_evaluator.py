@@ -16,6 +16,7 @@ import pandas as pd
 
 from carb_nas.budgets import (
     KNOWN_METRICS,
+    PER_IMAGE,
     base_target,
     check_budgets,
     check_confidence,
@@ -34,11 +35,31 @@ from carb_nas.search._quality import QUALITY, call_quality, load_quality
 from carb_nas.space import CONFIG_COLUMNS, Space
 
 
-def check_objectives(objectives: Sequence[str] | None, model: Any) -> list[str]:
-    """The objectives (default: every target of ``model`` plus quality), checked against what
-    ``model`` predicts; BudgetError for unknown names, targets it lacks, or duplicates."""
+def default_objectives(model: Any, space: Space | None = None) -> list[str]:
+    """The objectives of a search that names none: every target of ``model`` plus quality,
+    with latency *per image* (throughput) instead of per batch when ``space`` varies the
+    batch size.
+
+    With per-batch latency, per-batch memory and a quality blind to batch, batch size 1
+    dominates every other batch size and the batch knob is dead weight. Per image, a larger
+    batch buys throughput with memory (and, per batch, response time: put that in a budget,
+    ``latency_ms=LIMIT``), so the Pareto set spans the batch sizes a deployment chooses
+    between as well as the architectures.
+    """
     targets = model_targets(model)
-    objectives = list(objectives) if objectives else [*targets, QUALITY]
+    varies_batch = space is not None and len(space.values("batch_size")) > 1
+    if varies_batch and "latency_ms" in targets:
+        return [f"latency_ms{PER_IMAGE}", *(t for t in targets if t != "latency_ms"), QUALITY]
+    return [*targets, QUALITY]
+
+
+def check_objectives(
+    objectives: Sequence[str] | None, model: Any, space: Space | None = None
+) -> list[str]:
+    """The objectives (default: :func:`default_objectives`), checked against what ``model``
+    predicts; BudgetError for unknown names, targets it lacks, or duplicates."""
+    targets = model_targets(model)
+    objectives = list(objectives) if objectives else default_objectives(model, space)
     return _check_objectives(objectives, targets, model)
 
 
@@ -88,7 +109,7 @@ class SurrogateEvaluator:
         self.space = space
         self.model = model
         self.targets = model_targets(model)
-        objectives = list(objectives) if objectives else [*self.targets, QUALITY]
+        objectives = list(objectives) if objectives else default_objectives(model, space)
         self.objectives = _check_objectives(objectives, self.targets, model)
         self.budgets = parse_budgets(budgets)
         check_budgets(self.budgets, model)
@@ -186,6 +207,10 @@ class SurrogateEvaluator:
         pred_cols = [c for t in self.targets for c in (t, f"{t}_lower", f"{t}_upper") if c in arch]
         configs = X[list(CONFIG_COLUMNS)]
         return Scored(configs, X, arch[pred_cols], platform_name(self.model))
+
+    def seen(self, codes: np.ndarray) -> np.ndarray:
+        """Mask of the config codes (:meth:`SpaceEncoding.config_codes`) already evaluated."""
+        return np.fromiter((c in self._rows for c in codes.tolist()), bool, len(codes))
 
     @property
     def n_evaluated(self) -> int:

@@ -11,10 +11,14 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from pymoo.core.duplicate import DuplicateElimination
 from pymoo.core.problem import Problem
 
 from carb_nas.errors import ConfigError
 from carb_nas.search._evaluator import SurrogateEvaluator
+
+# generations in a row without a config not evaluated before: the operators have run dry
+STALL_GENERATIONS = 5
 
 
 class EvaluatorProblem(Problem):
@@ -67,20 +71,74 @@ def check_pop_size(pop_size: Any, backend: str, sampler: str = "nsga2") -> int:
     return int(pop_size)
 
 
-def run_pymoo(evaluator: SurrogateEvaluator, n_evals: int, pop_size: int, seed: int) -> None:
-    """NSGA-II (SBX + polynomial mutation with rounding repair) for ``n_evals`` evaluations."""
+class ArchiveDuplicates(DuplicateElimination):
+    """pymoo duplicate elimination on *configs*, not on encoded vectors.
+
+    Two integer rows that decode to the same config (a family that lacks a knob value maps the
+    index to its nearest allowed one) are duplicates, and so is a row whose config the
+    evaluator has already scored: offspring are always configs never evaluated, so every
+    evaluation the search spends explores something new (the result is the Pareto set of the
+    whole archive, not of the last population).
+    """
+
+    def __init__(self, evaluator: SurrogateEvaluator) -> None:
+        super().__init__()
+        self.evaluator = evaluator
+
+    def _codes(self, pop: Any) -> np.ndarray:
+        return self.evaluator.encoding.config_codes(self.evaluator.encoding.decode(pop.get("X")))
+
+    def _do(self, pop: Any, other: Any, is_duplicate: np.ndarray) -> np.ndarray:
+        codes = self._codes(pop)
+        if other is None:
+            _, first = np.unique(codes, return_index=True)
+            repeat = np.ones(len(codes), dtype=bool)
+            repeat[first] = False
+            is_duplicate[repeat | self.evaluator.seen(codes)] = True
+        else:
+            is_duplicate[np.isin(codes, self._codes(other))] = True
+        return is_duplicate
+
+
+def run_pymoo(evaluator: SurrogateEvaluator, n_evals: int, pop_size: int, seed: int) -> int:
+    """NSGA-II (SBX + polynomial mutation with rounding repair) until ``n_evals`` distinct
+    configs have been evaluated, the whole space included, or until the operators stop finding
+    configs not yet evaluated; returns the number of generations.
+
+    Duplicates are eliminated on configs against the whole archive (:class:`ArchiveDuplicates`),
+    and the last generation is cut to what the budget has left, so ``evaluator.n_evaluated``
+    ends at exactly ``n_evals`` unless the space (or the reach of the operators) is smaller.
+    """
     from pymoo.algorithms.moo.nsga2 import NSGA2
+    from pymoo.core.evaluator import Evaluator
     from pymoo.operators.crossover.sbx import SBX
     from pymoo.operators.mutation.pm import PM
     from pymoo.operators.repair.rounding import RoundingRepair
     from pymoo.operators.sampling.rnd import IntegerRandomSampling
-    from pymoo.optimize import minimize
+    from pymoo.termination.max_gen import MaximumGenerationTermination
 
+    problem = EvaluatorProblem(evaluator)
     algorithm = NSGA2(
         pop_size=pop_size,
         sampling=IntegerRandomSampling(),
         crossover=SBX(prob=0.9, eta=3.0, vtype=float, repair=RoundingRepair()),
         mutation=PM(prob=1.0, eta=3.0, vtype=float, repair=RoundingRepair()),
-        eliminate_duplicates=True,
+        eliminate_duplicates=ArchiveDuplicates(evaluator),
     )
-    minimize(EvaluatorProblem(evaluator), algorithm, ("n_evals", n_evals), seed=seed, verbose=False)
+    algorithm.setup(problem, termination=MaximumGenerationTermination(10**9), seed=seed)
+    pymoo_eval = Evaluator()
+    n_space = len(evaluator.space)
+    generations = stalled = 0
+    while evaluator.n_evaluated < min(n_evals, n_space) and stalled < STALL_GENERATIONS:
+        pop = algorithm.ask()
+        left = n_evals - evaluator.n_evaluated
+        if pop is None or len(pop) == 0:
+            stalled += 1
+            continue
+        before = evaluator.n_evaluated
+        pop = pop[:left]
+        pymoo_eval.eval(problem, pop)
+        algorithm.tell(infills=pop)
+        generations += 1
+        stalled = stalled + 1 if evaluator.n_evaluated == before else 0
+    return generations

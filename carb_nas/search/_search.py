@@ -5,7 +5,8 @@ The objectives are predicted costs (minimized) and a *quality* score (maximized,
 Two backends explore the same space through one :class:`SurrogateEvaluator` (built once):
 
 - ``pymoo``: NSGA-II over an integer encoding of the space (one variable per knob, an index
-  into the knob's sorted values, SBX + polynomial mutation with rounding repair);
+  into the knob's sorted values, SBX + polynomial mutation with rounding repair; offspring
+  are always configs not yet evaluated, and it stops at exactly ``trials`` distinct configs);
 - ``optuna``: NSGA-II or TPE, one trial per config, budgets recorded with
   ``Trial.set_constraint``, on any storage (``storage=URL, study_name=NAME``).
 
@@ -42,6 +43,14 @@ from carb_nas.search._quality import QUALITY
 from carb_nas.space import CONFIG_COLUMNS, REQUIRED_COLUMNS, Space, load_space
 
 BACKENDS = ("pymoo", "optuna")
+#: the knobs whose distinct values in the Pareto set the summary counts (knob -> plural)
+PARETO_KNOBS = {
+    "family": "families",
+    "depth": "depths",
+    "width": "widths",
+    "resolution": "resolutions",
+    "batch_size": "batch sizes",
+}
 
 
 @dataclass
@@ -67,6 +76,10 @@ class SearchResult:
     seconds: float
     rescored: bool = False
     rescore_platform: str | None = None
+    #: evaluations the search was given (``trials``); pymoo evaluates exactly this many
+    #: distinct configs (fewer only in a smaller space), Optuna runs this many trials, of
+    #: which repeated configs are predicted once
+    trials: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     #: the Pareto set as last scored (by the rescore model when rescored): model inputs and
     #: predictions, index of ``pareto``; what validation compares the measurements with
@@ -80,12 +93,17 @@ class SearchResult:
     def eval_fraction(self) -> float:
         return self.n_evaluated / max(self.space_size, 1)
 
+    def pareto_distinct(self) -> dict[str, int]:
+        """How many distinct values of each knob (:data:`PARETO_KNOBS`) the Pareto set holds."""
+        return {k: int(self.pareto[k].nunique()) for k in PARETO_KNOBS if k in self.pareto}
+
     def to_dict(self, rows: bool = True) -> dict[str, Any]:
         out = {
             "backend": self.backend,
             "space": self.space_name,
             "space_size": self.space_size,
             "evaluated": self.n_evaluated,
+            "trials": self.trials,
             "eval_fraction": self.eval_fraction,
             "objectives": self.objectives,
             "budgets": self.budgets,
@@ -94,6 +112,7 @@ class SearchResult:
             "seconds": self.seconds,
             "rescored": self.rescored,
             "rescore_platform": self.rescore_platform,
+            "pareto_distinct": self.pareto_distinct(),
             **self.extra,
         }
         if rows:
@@ -104,10 +123,15 @@ class SearchResult:
 
     def summary(self, max_rows: int = 12) -> str:
         budgets = ", ".join(f"{k} <= {v:g}" for k, v in self.budgets.items()) or "none"
+        asked = (
+            f"{self.trials:,} trials, "
+            if self.trials is not None and self.backend.startswith("optuna")
+            else ""
+        )
         lines = [
             f"searched {self.space_name!r} ({self.space_size:,} configs) with {self.backend}: "
-            f"{self.n_evaluated:,} evaluated ({100 * self.eval_fraction:.1f}%), "
-            f"{self.seconds:.1f} s",
+            f"{asked}{self.n_evaluated:,} distinct configs evaluated "
+            f"({100 * self.eval_fraction:.1f}%), {self.seconds:.1f} s",
             f"objectives: {', '.join(self.objectives)} (quality maximized); budgets: {budgets}"
             + (f" at confidence {self.confidence:g}" if self.confidence else ""),
         ]
@@ -115,7 +139,11 @@ class SearchResult:
             lines.append("no evaluated config meets every budget; the closest ones:")
             lines.append(_table(self.least_violating.head(max_rows), self.objectives, True))
             return "\n".join(lines)
-        lines.append(f"Pareto set: {len(self.pareto)} configs")
+        distinct = ", ".join(
+            f"{n} {PARETO_KNOBS[k] if n != 1 else k.replace('_', ' ')}"
+            for k, n in self.pareto_distinct().items()
+        )
+        lines.append(f"Pareto set: {len(self.pareto)} configs over {distinct}")
         if self.rescored:
             ok = int(self.pareto["target_within_budget"].sum())
             lines.append(
@@ -126,7 +154,8 @@ class SearchResult:
         if len(self.pareto) > max_rows:
             lines.append(f"{max_rows} of them, spread along the front (all with -o / --json):")
         extra = [c for c in self.pareto.columns if c.startswith("target_")]
-        lines.append(_table(shown, self.objectives, False, extra))
+        budgeted = [b for b in self.budgets if b not in self.objectives]  # e.g. per batch
+        lines.append(_table(shown, [*self.objectives, *budgeted], False, extra))
         return "\n".join(lines)
 
 
@@ -188,10 +217,14 @@ def search(
         model: fitted CostModel of the platform being searched for (the surrogate).
         budgets: ``{"latency_ms": 50}`` or ``["latency_ms=50"]`` (per batch; units in names).
         objectives: among the model's targets, ``<target>_per_image`` and ``quality``;
-            default: every target of the model plus ``quality``.
+            default (:func:`default_objectives`): every target of the model plus
+            ``quality``, latency per image instead of per batch when the space varies the
+            batch size (so the Pareto set spans batch sizes, not only batch 1).
         quality: None (built-in :func:`capacity_proxy`), a callable, or ``"module:function"``.
         backend: ``"pymoo"`` (NSGA-II) or ``"optuna"`` (``sampler`` ``"nsga2"`` or ``"tpe"``).
-        trials: evaluations the search may ask for (cached repeats are free).
+        trials: pymoo: distinct configs to evaluate (exactly, unless the space is smaller or
+            the operators stop finding new ones); optuna: trials to run (a repeated config is
+            predicted once).
         confidence: budgets checked on the upper bound at ``alpha = 1 - confidence``.
         rescore: optional target-platform CostModel; the Pareto set is re-predicted with it
             and each config marked ``target_within_budget``.
@@ -248,6 +281,7 @@ def search(
         seconds=time.perf_counter() - t0,
         rescored=rescore is not None and len(pareto) > 0,
         rescore_platform=rescore_platform,
+        trials=int(trials),
         extra=extra,
         scored=scored,
     )

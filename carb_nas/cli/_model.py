@@ -487,7 +487,7 @@ def predict_cmd(
     from carb_nas.costmodel import model_inputs
     from carb_nas.datasets import read_configs, read_table, write_table
     from carb_nas.errors import ConfigError
-    from carb_nas.scoring import predict_frame, predict_spec, unseen_families
+    from carb_nas.scoring import predict_frame, predict_spec, spec_inputs, unseen_families
     from carb_nas.space import CONFIG_COLUMNS, REQUIRED_COLUMNS, Config
 
     _check_alpha(alpha)
@@ -497,8 +497,9 @@ def predict_cmd(
             f"{'both' if configs else 'neither'}. Pass a configs table/space or a factory."
         )
     spec = resolve_model_spec(model_spec, factory_kwargs, input_shape, "fp32")
-    cost_model = load_model(model, "MODEL")
     if spec is not None:
+        spec_inputs(spec)  # traced (and cached) before the model loads: bad specs fail fast
+        cost_model = load_model(model, "MODEL")
         pred, unseen = predict_spec(cost_model, spec, alpha if alpha is not None else 0.1)
         if unseen:
             warnings.warn(
@@ -523,7 +524,7 @@ def predict_cmd(
         elif not output:
             click.echo(out.to_csv(index=False), nl=False)
         return
-    p = Path(configs)
+    p = Path(configs)  # type: ignore[arg-type]
     generic = (
         p.suffix in (".csv", ".parquet")
         and p.exists()
@@ -534,10 +535,11 @@ def predict_cmd(
         X = frame
         base = frame
     else:
-        frame = read_configs(configs)
+        frame = read_configs(configs)  # type: ignore[arg-type]
         X = model_inputs(frame)
         base = frame[list(CONFIG_COLUMNS)].copy()
         base.insert(0, "key", [Config(*r).key for r in base.itertuples(index=False)])
+    cost_model = load_model(model, "MODEL")
     if generic:
         pred = cost_model.predict(X, alpha=alpha)
     else:

@@ -219,3 +219,16 @@ def test_small_batch_forest_predict_is_exact() -> None:
         forest = 1
 
     assert np.array_equal(_predict("et", forest, F, Threads()), forest.predict(F))
+
+
+def test_cli_search_over_a_family_space(tmp_path) -> None:
+    space = tmp_path / "fam.toml"
+    space.write_text('[knobs]\nfamily = ["mobilenet_v3_small", "vgg"]\nwidth = [0.25]\n'
+                     "resolution = [32]\nbatch_size = [1, 2]\n[family.mobilenet_v3_small]\n"
+                     "depth = [6, 11]\n[family.vgg]\ndepth = [11]\n")  # fmt: skip
+    res = CliRunner().invoke(cli, ["search", str(space), "--model", PLATFORM, "--trials", "6",
+                                   "--budget", "latency_ms=1000", "--json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "never saw family ['mobilenet_v3_small', 'vgg']" in res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["pareto"] and {r["family"] for r in doc["pareto"]} <= {"mobilenet_v3_small", "vgg"}

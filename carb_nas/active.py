@@ -123,8 +123,10 @@ def choose_active(
     rng = np.random.default_rng(seed)
     if model is None or len(measured) < n_seed:
         idx = rng.choice(len(cand), n, replace=False)
-        return cand.iloc[idx].reset_index(drop=True).assign(
-            active_reason="seed", active_interval_width=np.nan
+        return (
+            cand.iloc[idx]
+            .reset_index(drop=True)
+            .assign(active_reason="seed", active_interval_width=np.nan)
         )
     pred_c, width = _predict(model, cand)
     pred_m, _ = _predict(model, measured)

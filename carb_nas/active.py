@@ -35,10 +35,15 @@ from carb_nas.space import CONFIG_COLUMNS
 
 __all__ = [
     "ACTIVE_REASONS",
+    "MIN_FIT_ROWS",
     "N_SEED",
+    "ROUND_SIZE",
+    "check_active_count",
     "choose_active",
-    "coverage_matrix",
     "config_keys",
+    "coverage_matrix",
+    "fit_round_model",
+    "run_active_campaign",
 ]
 
 ACTIVE_REASONS = ("seed", "coverage", "uncertainty")
@@ -118,8 +123,10 @@ def choose_active(
     rng = np.random.default_rng(seed)
     if model is None or len(measured) < n_seed:
         idx = rng.choice(len(cand), n, replace=False)
-        return cand.iloc[idx].reset_index(drop=True).assign(
-            active_reason="seed", active_interval_width=np.nan
+        return (
+            cand.iloc[idx]
+            .reset_index(drop=True)
+            .assign(active_reason="seed", active_interval_width=np.nan)
         )
     pred_c, width = _predict(model, cand)
     pred_m, _ = _predict(model, measured)
@@ -151,3 +158,166 @@ def choose_active(
     return chosen.assign(
         active_reason=np.where(w > med, "uncertainty", "coverage"), active_interval_width=w
     )
+
+
+# -- an active campaign: rounds of choices, each after refitting on the rows measured so far --
+#: rows a round's model needs: >= 20 to train and >= 10 to calibrate its intervals
+MIN_FIT_ROWS = 30
+ROUND_SIZE = 8
+
+
+def fit_round_model(rows: pd.DataFrame, seed: int = 0) -> Any | None:
+    """A fast-preset CostModel of latency (and memory) on a campaign's ok rows, or None when
+    there are fewer than :data:`MIN_FIT_ROWS` of them.
+
+    The model only ranks the next configs to measure and is never saved; it is refitted every
+    round. No validation split (no blend search); a calibration split of at least 10 rows
+    gives the conformal intervals whose width weighs the choice.
+    """
+    from carb_nas.costmodel import CostModel
+
+    ok = rows[rows["status"].astype(str) == "ok"].reset_index(drop=True)
+    targets = [
+        t
+        for t in ("peak_mem_mb", "latency_ms")
+        if t in ok and len(ok) and pd.to_numeric(ok[t], errors="coerce").gt(0).all()
+    ]
+    if "latency_ms" not in targets or len(ok) < MIN_FIT_ROWS:
+        return None
+    model = CostModel(
+        preset="fast",
+        targets=targets,
+        validation_fraction=0.0,
+        calibration_fraction=max(0.2, 10.5 / len(ok)),
+        random_state=seed,
+    )
+    return model.fit(model_inputs(ok), ok[targets].astype(float))
+
+
+def _candidates(configs: pd.DataFrame, runtime: str, precision: str) -> pd.DataFrame:
+    """The distinct configs of a source, with the campaign's runtime and precision."""
+    arch = [c for c in CONFIG_COLUMNS if c not in ("runtime", "precision")]
+    out = configs[arch].drop_duplicates().reset_index(drop=True)
+    return out.assign(precision=precision, runtime=runtime)[list(CONFIG_COLUMNS)]
+
+
+def check_active_count(n: Any, round_size: Any, n_configs: int) -> None:
+    """Refuse an ``--active`` count or round size out of range with one line."""
+    for name, v, fix in (
+        ("--active", n, "Use e.g. --active 64."),
+        ("--active-round", round_size, "Use e.g. --active-round 8."),
+    ):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ConfigError(f"invalid {name}: expected a whole number >= 1, got {v!r}. {fix}")
+    if n > n_configs:
+        raise ConfigError(
+            f"invalid --active: expected at most the {n_configs} configs of the space, got "
+            f"{n}. Use --active {n_configs} or fewer (or profile them all without --active)."
+        )
+
+
+def _round_of(rows: pd.DataFrame) -> int:
+    if "active_round" not in rows or rows["active_round"].isna().all():
+        return 0
+    return int(pd.to_numeric(rows["active_round"], errors="coerce").max())
+
+
+def run_active_campaign(
+    configs: pd.DataFrame,
+    out_dir: Any,
+    n: int,
+    *,
+    round_size: int = ROUND_SIZE,
+    runtime: str = "torch",
+    precision: str = "fp32",
+    seed: int = 0,
+    storage: str | None = None,
+    max_configs: int | None = None,
+    fit: Any = None,
+    seed_rows: int = MIN_FIT_ROWS,
+    on_round: Any = None,
+    **campaign: Any,
+) -> dict[str, Any]:
+    """Profile ``n`` configs of ``configs`` chosen actively into the campaign ``out_dir``.
+
+    Rounds: each round fits a model on every row measured so far (``fit(rows, seed)``,
+    default :func:`fit_round_model`). While it gives none (too few ok rows), a seed round picks
+    random configs, enough to reach ``seed_rows`` ok rows (at least ``round_size``); then each
+    round measures the next ``round_size`` configs :func:`choose_active` picks. Each row
+    records ``active_round``, ``active_reason`` and ``active_interval_width``.
+
+    Resumable like every campaign (``measure.run_campaign``): a call first measures what is
+    queued (a killed round), then continues from the rows already measured, also those of a
+    campaign started without ``--active``; ``n`` counts every config of the campaign, so a
+    finished one measures nothing more. ``max_configs`` stops this call after that many
+    measurements. ``campaign``: the other ``run_campaign`` arguments. ``on_round(info)`` is
+    told each round before it is measured.
+
+    Returns ``{"summary": CampaignSummary (counts summed over this call's rounds), "rounds":
+    [{"round", "configs", "model_rows", "reasons"}]}``.
+    """
+    import dataclasses
+    import time
+
+    from carb_nas.measure import campaign_rows, run_campaign
+
+    t_start = time.perf_counter()
+    cand = _candidates(configs, runtime, precision)
+    check_active_count(n, round_size, len(cand))
+    fit = fit or fit_round_model
+    kw = dict(runtime=runtime, precision=precision, seed=seed, storage=storage, **campaign)
+    empty = cand.iloc[:0]
+    summaries = [run_campaign(configs, out_dir, queue=empty, max_configs=max_configs, **kw)]
+    rounds: list[dict[str, Any]] = []
+
+    def left_to_measure() -> int | None:
+        if max_configs is None:
+            return None
+        return max_configs - sum(s.measured_now for s in summaries)
+
+    while True:
+        last = summaries[-1]
+        budget = left_to_measure()
+        if last.done < last.total or (budget is not None and budget <= 0):
+            break  # stopped by --max-configs: the queue waits for the next call
+        left = n - last.total
+        if left <= 0:
+            break
+        rows = campaign_rows(out_dir, storage)
+        model = fit(rows, seed)
+        n_ok = int((rows["status"].astype(str) == "ok").sum())
+        k = round_size if model is not None else max(round_size, seed_rows - n_ok)
+        number = _round_of(rows) + 1
+        picks = choose_active(
+            cand,
+            rows,
+            model,
+            n=min(k, left),
+            seed=seed + number,
+            n_seed=0 if model is not None else len(rows) + 1,
+        )
+        if not len(picks):
+            break
+        info = {
+            "round": number,
+            "configs": len(picks),
+            "model_rows": n_ok if model is not None else 0,
+            "reasons": {str(r): int(c) for r, c in picks["active_reason"].value_counts().items()},
+        }
+        rounds.append(info)
+        if on_round is not None:
+            on_round(info)
+        queue = picks.assign(active_round=number)
+        summaries.append(run_campaign(configs, out_dir, queue=queue, max_configs=budget, **kw))
+    total = dataclasses.replace(
+        summaries[-1],
+        **{
+            f: sum(getattr(s, f) for s in summaries)
+            for f in ("measured_now", "ok", "failed", "recovered", "requeued", "added")
+        },
+        torn_bytes_cut=summaries[0].torn_bytes_cut,
+        wall_s=time.perf_counter() - t_start,
+    )
+    measured_s = [s.mean_s_per_config * s.measured_now for s in summaries if s.measured_now]
+    total.mean_s_per_config = sum(measured_s) / total.measured_now if total.measured_now else None
+    return {"summary": total, "rounds": rounds}

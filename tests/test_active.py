@@ -2,12 +2,33 @@
 
 from __future__ import annotations
 
-import numpy as np
-import pytest
+import json
+import time
+from pathlib import Path
 
-from carb_nas.active import ACTIVE_REASONS, choose_active, config_keys
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from carb_nas.active import ACTIVE_REASONS, choose_active, config_keys, run_active_campaign
+from carb_nas.cli import cli
 from carb_nas.errors import ConfigError, ModelError
+from carb_nas.measure import (
+    JOURNAL,
+    STUDY_NAME,
+    Prepared,
+    Profiler,
+    Protocol,
+    TorchRuntime,
+    campaign_rows,
+    group_of,
+    open_campaign_study,
+    run_campaign,
+)
 from carb_nas.space import load_space
+from carb_nas.storage import open_storage
+from tests.measure.fakes import FakeMeter
 
 
 @pytest.fixture(scope="module")
@@ -66,3 +87,232 @@ def test_informative_rows_cover_knobs_and_predicted_cost(grid, torch_model):
     assert grid.iloc[idx]["family"].nunique() == 2
     with pytest.raises(ModelError, match="cannot choose"):
         informative_rows(X, pred, len(X) + 1)
+
+
+# -- active campaigns (carb-nas profile SPACE --active N) ---------------------------------------
+# The profiler is a real Profiler on a FAKE runtime (a sleep per image) and the FakeMeter: every
+# row is labelled fake (meter "fake-counter"). The round model is a fake too (below), except in
+# the slow test, which fits the real fast-preset CostModel on the fake rows (never saved).
+
+
+class _SleepRuntime(TorchRuntime):
+    """Runs nothing: sleeps in proportion to the batch. Rows are labelled fake by the meter."""
+
+    def prepare(self, config):
+        return Prepared(group_of(config), None)
+
+    def make_input(self, prepared, config):
+        return config.batch_size * config.depth
+
+    def run(self, prepared, x):
+        time.sleep(0.00002 * x)
+
+    def peak_memory_mb(self, prepared, x):
+        return float(x), "fake"
+
+
+def _profiler(fail_after=None):
+    prof = Profiler(
+        "cpu",
+        "torch",
+        "fp32",
+        threads=1,
+        protocol=Protocol(time_cap_s=0.02, warmup_runs=1, warmup_min_s=0.0, min_runs=3),
+        meter=FakeMeter(),
+        runtime_obj=_SleepRuntime("cpu", "fp32", 1),
+        idle_s=0.0,
+        energy_min_window_s=0.0,
+    )
+    if fail_after is not None:  # the worker "dies" measuring config number fail_after + 1
+        real, calls = prof.profile, []
+
+        def profile(config):
+            calls.append(config.key)
+            if len(calls) > fail_after:
+                raise KeyboardInterrupt("killed")
+            return real(config)
+
+        prof.profile = profile
+    return prof
+
+
+class _FakeModel:
+    """Predicts latency from the knobs; bottleneck intervals are 4x wider (labelled fake)."""
+
+    def predict(self, X, alpha=0.1):
+        lat = X["batch_size"] * X["depth"] * X["width"] * (X["resolution"] / 32.0) ** 2
+        w = np.where(X["family"].astype(str) == "bottleneck", 0.8, 0.2)
+        lat = lat.to_numpy(float)
+        return pd.DataFrame(
+            {
+                "peak_mem_mb": X["batch_size"].to_numpy(float),
+                "latency_ms": lat,
+                "latency_ms_lower": lat * np.exp(-w),
+                "latency_ms_upper": lat * np.exp(w),
+            }
+        )
+
+
+def _fake_fit(rows, seed):
+    return _FakeModel() if (rows["status"] == "ok").sum() >= 6 else None
+
+
+def _space_configs(n=40):
+    return load_space("cpu").grid().sample(n=n, random_state=2).reset_index(drop=True)
+
+
+def _active(frame, out, n, prof=None, **kw):
+    return run_active_campaign(
+        frame,
+        out,
+        n,
+        round_size=4,
+        seed_rows=6,
+        fit=_fake_fit,
+        threads=1,
+        protocol_overrides=dict(time_cap_s=0.02, warmup_runs=1, warmup_min_s=0.0, min_runs=3),
+        progress=False,
+        profiler=prof or _profiler(),
+        **kw,
+    )
+
+
+def test_active_campaign_records_round_reason_and_width_in_each_row(tmp_path):
+    frame = _space_configs()
+    out = tmp_path / "camp"
+    result = _active(frame, out, 14)
+    rounds = result["rounds"]
+    assert [r["round"] for r in rounds] == [1, 2, 3] and [r["configs"] for r in rounds] == [6, 4, 4]
+    assert rounds[0]["reasons"] == {"seed": 6} and rounds[0]["model_rows"] == 0
+    assert result["summary"].measured_now == 14 and result["summary"].done == 14
+    rows = campaign_rows(out)
+    assert len(rows) == 14 and rows["key"].is_unique and (rows["meter"] == "fake-counter").all()
+    assert list(rows.columns[-3:]) == ["active_interval_width", "active_reason", "active_round"]
+    seeds = rows[rows["active_round"] == 1]
+    assert (seeds["active_reason"] == "seed").all() and seeds["active_interval_width"].isna().all()
+    later = rows[rows["active_round"] > 1]
+    assert set(later["active_reason"]) <= {"coverage", "uncertainty"}
+    assert np.isfinite(later["active_interval_width"]).all()
+    # the wide (bottleneck) intervals are the uncertain ones
+    unsure = later[later["active_reason"] == "uncertainty"]
+    assert len(unsure) and (unsure["family"] == "bottleneck").all()
+    # the export carries them too (CLI), and a finished campaign measures nothing more
+    r = CliRunner().invoke(cli, ["dataset", "export", str(out), "-o", str(tmp_path / "r.csv")])
+    assert r.exit_code == 0, r.output
+    exported = pd.read_csv(tmp_path / "r.csv")
+    assert exported["active_reason"].notna().all() and len(exported) == 14
+    again = _active(frame, out, 14)
+    assert again["summary"].measured_now == 0 and again["rounds"] == []
+
+
+def test_killed_active_campaign_resumes_without_remeasuring(tmp_path):
+    frame = _space_configs()
+    out = tmp_path / "camp"
+    with pytest.raises(KeyboardInterrupt):  # dies measuring the 9th config (round 2)
+        _active(frame, out, 14, _profiler(fail_after=8))
+    # the dead worker's trial: RUNNING, owned by a process that is gone (as after kill -9)
+    study = open_campaign_study(out)
+    running = [t for t in study.get_trials() if t.state.name == "RUNNING"]
+    assert len(running) == 1 and running[0].user_attrs["fields"]["active_round"] == 2
+    st = open_storage(f"journal:{out / JOURNAL}")
+    trial_id = st.get_trial_id_from_study_id_trial_number(
+        st.get_study_id_from_name(STUDY_NAME), running[0].number
+    )
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()[:8]
+    st.set_trial_user_attr(trial_id, "_owner", {"pid": 999999, "start": 1.0, "boot": boot})
+    before = campaign_rows(out)
+    assert len(before) == 8
+    prof = _profiler()
+    measured = []
+    real = prof.profile
+    prof.profile = lambda c: measured.append(c.key) or real(c)
+    result = _active(frame, out, 14, prof)
+    assert result["summary"].requeued == 1
+    rows = campaign_rows(out)
+    assert len(rows) == 14 and rows["key"].is_unique
+    assert not set(measured) & set(before["key"]) and len(measured) == 6  # none measured twice
+    # the killed round was finished with the choices it had, then round 3 was chosen
+    assert [r["round"] for r in result["rounds"]] == [3]
+    assert sorted(rows["active_round"].value_counts().items()) == [(1, 6), (2, 4), (3, 4)]
+    requeued = rows[rows["key"] == running[0].user_attrs["key"]]
+    assert requeued["active_round"].item() == 2 and requeued["active_reason"].item() != "seed"
+
+
+def test_max_configs_stops_an_active_campaign_between_rounds(tmp_path):
+    frame = _space_configs()
+    out = tmp_path / "camp"
+    assert _active(frame, out, 14, max_configs=7)["summary"].measured_now == 7
+    assert len(campaign_rows(out)) == 7
+    result = _active(frame, out, 14)
+    assert result["summary"].measured_now == 7 and len(campaign_rows(out)) == 14
+
+
+def test_active_resumes_a_plain_campaign_from_its_rows(tmp_path):
+    frame = _space_configs()
+    out = tmp_path / "camp"
+    run_campaign(
+        frame,
+        out,
+        limit=6,
+        threads=1,
+        protocol_overrides=dict(time_cap_s=0.02, warmup_runs=1, warmup_min_s=0.0, min_runs=3),
+        progress=False,
+        profiler=_profiler(),
+    )
+    result = _active(frame, out, 10)
+    assert [r["model_rows"] for r in result["rounds"]] == [6]  # a model from the first call
+    rows = campaign_rows(out)
+    assert len(rows) == 10 and rows["active_round"].isna().sum() == 6
+
+
+@pytest.mark.parametrize(
+    ("n", "size", "needle"),
+    [(41, 4, "at most the 40 configs"), (0, 4, "invalid --active"), (5, 0, "--active-round")],
+)
+def test_bad_active_counts_write_nothing(tmp_path, n, size, needle):
+    with pytest.raises(ConfigError, match=needle):
+        run_active_campaign(_space_configs(), tmp_path / "camp", n, round_size=size)
+    assert not (tmp_path / "camp").exists()
+
+
+def _one_line(r, needle):
+    assert r.exit_code == 1, r.output
+    assert r.output.startswith("error:") and needle in r.output
+    assert len(r.output.strip().splitlines()) == 1 and "Traceback" not in r.output
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--active", "100000000"], "invalid --active: expected at most the"),
+        (["--active", "0"], "invalid --active"),
+        (["--active", "8", "--limit", "4"], "invalid --limit with --active"),
+        (["--active-round", "4"], "--active-round without --active"),
+        (["--active", "8", "--active-round", "0"], "invalid --active-round"),
+    ],
+)
+def test_cli_bad_active_is_one_line_and_writes_nothing(tmp_path, args, needle):
+    out = tmp_path / "camp"
+    r = CliRunner().invoke(cli, ["profile", "cpu", "-o", str(out), "--threads", "1", *args])
+    _one_line(r, needle)
+    assert "Use " in r.output or "Drop " in r.output or "Add " in r.output
+    assert not out.exists()
+
+
+@pytest.mark.slow  # real measurements of tiny configs and a real fast-preset fit (~15-30 s)
+def test_cli_profile_active_measures_and_records_the_choice(tmp_path):
+    grid = load_space("cpu").grid()
+    tiny = grid[(grid["width"] == grid["width"].min()) & (grid["resolution"] == 32)]
+    csv = tmp_path / "c.csv"
+    tiny[tiny["batch_size"] <= 8].head(44).to_csv(csv, index=False)
+    out = tmp_path / "camp"
+    args = ["profile", str(csv), "-o", str(out), "--threads", "1", "--time-cap-s", "0.15"]
+    r = CliRunner().invoke(cli, [*args, "--active", "34", "--active-round", "4", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["done"] == 34 and [x["configs"] for x in doc["active_rounds"]] == [30, 4]
+    assert doc["active_rounds"][0]["reasons"] == {"seed": 30}
+    assert doc["active_rounds"][1]["model_rows"] == 30  # the real CostModel, refitted
+    rows = campaign_rows(out)
+    assert (rows["status"] == "ok").all() and rows["active_reason"].notna().all()
+    assert set(rows.loc[rows["active_round"] == 2, "active_reason"]) <= {"coverage", "uncertainty"}

@@ -334,3 +334,63 @@ def test_cli_validate_recalibrate_checks_the_model_first(tmp_path, model_dirs):
     )
     assert res.exit_code == 1 and "--recalibrate folds rows" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
+
+
+# -- validate --calibrated: this machine's calibrated model, or one line naming the fix ---------
+def _patch_defaults(monkeypatch, torch_model):
+    import carb_nas.costmodel._defaults as cm
+
+    monkeypatch.setattr(cm, "load_default_model", lambda platform, verbose=True: torch_model)
+    monkeypatch.setattr(cal_mod, "load_default_model", lambda p, verbose=True: torch_model)
+    _fake_platform_profilers(monkeypatch, {PLATFORM: torch_model})
+
+
+def test_cli_validate_calibrated_without_a_calibration_is_one_line(
+    tmp_path, torch_model, model_cache, monkeypatch
+):
+    _patch_defaults(monkeypatch, torch_model)
+    pareto = tmp_path / "p.csv"
+    _grid(2).to_csv(pareto, index=False)
+    before = pareto.read_bytes()
+    args = ["validate", str(pareto), "--model", PLATFORM, "--calibrated"]
+    res = CliRunner().invoke(cli, [*args, "--report", str(tmp_path / "rep")])
+    assert res.exit_code == 1
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: no calibration of cpu/torch/fp32")
+    assert f"`carb-nas calibrate {PLATFORM}`" in lines[0] and "Traceback" not in res.output
+    assert not (tmp_path / "rep").exists() and pareto.read_bytes() == before
+    assert not (model_cache / "calibrations").exists()
+    # another model than the platform measured is refused before anything
+    res = CliRunner().invoke(
+        cli, ["validate", str(pareto), "--model", "cpu/onnxruntime/fp32", "--calibrated"]
+    )
+    assert res.exit_code == 1 and "--calibrated validates this machine's" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_cli_validate_calibrated_uses_this_machines_calibration(
+    tmp_path, torch_model, model_cache, monkeypatch
+):
+    import carb_nas.measure
+
+    _patch_defaults(monkeypatch, torch_model)
+    res = CliRunner().invoke(cli, ["calibrate", PLATFORM, "--time-budget-s", "8"])
+    assert res.exit_code == 0, res.output
+    # the machine runs 1.3x the default model's latency (a FAKE profiler says so)
+    monkeypatch.setattr(
+        carb_nas.measure, "Profiler", lambda *a, **k: FakeProfiler(torch_model, 1.3)
+    )
+    pareto = tmp_path / "p.csv"
+    _grid(5).to_csv(pareto, index=False)
+    base = ["validate", str(pareto), "--model", PLATFORM, "--json"]
+    plain = CliRunner().invoke(cli, base)
+    cal = CliRunner().invoke(cli, [*base, "--calibrated"])
+    assert plain.exit_code == 0 and cal.exit_code == 0, plain.output + cal.output
+    assert "validating this machine's calibration of cpu/torch/fp32" in cal.stderr
+    ratio = {
+        name: json.loads(r.stdout)["ratios"]["latency_ms"]["median"]
+        for name, r in (("plain", plain), ("calibrated", cal))
+    }
+    assert ratio["plain"] == pytest.approx(1.3, rel=0.02)
+    assert ratio["calibrated"] == pytest.approx(1.0, rel=0.05)  # the calibration absorbed it
+    assert json.loads(cal.stdout)["calibrated"] is True and "calibrated" not in plain.stdout

@@ -607,6 +607,12 @@ def _validate_front(
     help="Fold the measured rows into this machine's calibration of the --model platform "
     "(a shipped platform name that matches --device/--runtime/--precision).",
 )
+@click.option(
+    "--calibrated",
+    is_flag=True,
+    help="Validate this machine's calibrated model of the --model platform (made by "
+    "`carb-nas calibrate PLATFORM`) instead of the default model.",
+)
 @json_option()
 @example("carb-nas validate pareto.csv --model cpu/torch/fp32 --budget latency_ms=20 --json")
 def validate_command(
@@ -624,6 +630,7 @@ def validate_command(
     append: str | None,
     fresh_process: bool,
     recalibrate: bool,
+    calibrated: bool,
     as_json: bool,
 ) -> None:
     """Profile the configs of PARETO (.csv/.parquet) and score the model's predictions.
@@ -655,14 +662,22 @@ def validate_command(
             f"{measuring} (the platform measured), got {model_spec!r}. Pass --model {measuring} "
             "or drop --recalibrate."
         )
-    if recalibrate:
+    if calibrated and model_spec != measuring:
+        raise ConfigError(
+            f"--calibrated validates this machine's calibration of a default model: expected "
+            f"--model {measuring} (the platform measured), got {model_spec!r}. Pass --model "
+            f"{measuring} or drop --calibrated."
+        )
+    if recalibrate or calibrated:
         from carb_nas.calibrate import check_runnable
 
         check_runnable(measuring)
     if report_dir is not None:
         check_writable_dir(report_dir)
     frame = candidate_frame(pareto)
-    model = load_model(model_spec)
+    model = source = load_model(model_spec)
+    if calibrated:
+        model = _calibrated_model(measuring)
     check_budgets(parsed, model)
     if max_configs is not None:
         frame = frame.loc[_spread_labels(frame, "batch_size", max_configs)]
@@ -697,15 +712,35 @@ def validate_command(
     if recalibrate:
         from carb_nas.calibrate import recalibrate as fold
 
-        recalibration = fold(measuring, result.measurements, source_model=model)
+        recalibration = fold(measuring, result.measurements, source_model=source)
         info(recalibration.summary())
     if as_json:
         out = result.to_dict()
+        if calibrated:
+            out["calibrated"] = True
         if recalibration is not None:
             out["recalibration"] = recalibration.to_dict()
         echo_json(out)
         return
     click.echo(result.summary())
+
+
+def _calibrated_model(platform: str) -> Any:
+    """This machine's calibrated model of ``platform``; one line naming the fix without one."""
+    from carb_nas.calibrate import load_calibration
+
+    cal = load_calibration(platform)
+    if cal is None:
+        raise MissingFileError(
+            f"no calibration of {platform} on this machine: expected one made here by "
+            f"`carb-nas calibrate {platform}`, got none. Run `carb-nas calibrate {platform}` "
+            "first (about a minute), or drop --calibrated."
+        )
+    info(
+        f"validating this machine's calibration of {platform} ({cal.n_rows} rows, "
+        f"{cal.created or 'undated'})"
+    )
+    return cal.model
 
 
 COMMANDS = [screen_command, search_command, validate_command]

@@ -5,7 +5,9 @@ by default, ``journal.log`` (an Optuna journal file). Each config to measure is 
 (``study.enqueue_trial`` with the config as params and its key as a user attr). A worker takes
 the next one with ``study.ask()``, records its owner (pid, process start time, boot id) as a user
 attr, measures the config, stores the row as the trial's ``row`` user attr and ``tell``s the
-trial complete. Only Optuna's public API is used: ``enqueue_trial``, ``ask``/``tell``,
+trial complete. A config enqueued with fields of its own (``run_campaign(queue=...)``: why an
+active campaign chose it) carries them as the trial's ``fields`` user attr into its row. Only
+Optuna's public API is used: ``enqueue_trial``, ``ask``/``tell``,
 ``get_trials``, ``add_trial`` and the storage's public methods.
 
 Crash safety: killed at any moment (``kill -9`` included), the same command continues. On start
@@ -545,13 +547,16 @@ def _recover_stale(
                     value=math.inf,
                     user_attrs={
                         "key": key,
-                        "row": _clean_row(error_row(cfg, message)),
+                        "row": _clean_row({**error_row(cfg, message), **_fields(t)}),
                         "attempt": _attempt(t),
+                        **_carried(t),
                     },
                 )
             )
             continue
-        study.enqueue_trial(cfg.as_dict(), user_attrs={"key": key, "attempt": _attempt(t)})
+        study.enqueue_trial(
+            cfg.as_dict(), user_attrs={"key": key, "attempt": _attempt(t), **_carried(t)}
+        )
         requeued += 1
     return completed, requeued
 
@@ -586,7 +591,7 @@ def _queue_remeasures(
         if noisy or broken:
             study.enqueue_trial(
                 _trial_config(t, configs).as_dict(),
-                user_attrs={"key": key, "attempt": attempts.get(key, 0) + 1},
+                user_attrs={"key": key, "attempt": attempts.get(key, 0) + 1, **_carried(t)},
             )
             queued += 1
     return queued
@@ -680,6 +685,54 @@ class _Heartbeat(threading.Thread):
 
 def _attempt(t) -> int:
     return int(t.user_attrs.get("attempt", 0))
+
+
+def _fields(t) -> dict[str, Any]:
+    """The fields a trial was enqueued with, for its row (none for a plain campaign)."""
+    return dict(t.user_attrs.get("fields") or {})
+
+
+def _carried(t) -> dict[str, Any]:
+    """The user attrs a re-enqueued trial keeps from ``t`` (its fields, if any)."""
+    fields = t.user_attrs.get("fields")
+    return {"fields": fields} if fields else {}
+
+
+def _queue_fields(
+    queue: pd.DataFrame,
+    by_key: Mapping[str, Config],
+    runtime: str,
+    precision: str,
+    limit: int | None,
+) -> tuple[pd.DataFrame, dict[str, dict[str, Any]]]:
+    """The configs of ``queue`` in its order, and the fields each carries into its row (the
+    columns beyond the config columns). Every config must be one of the campaign's."""
+    if limit is not None:
+        raise ConfigError(
+            f"invalid --limit with a queue of chosen configs: expected one or the other, got "
+            f"--limit {limit}. Drop --limit."
+        )
+    extra = [c for c in queue.columns if c not in CONFIG_COLUMNS]
+    clash = [c for c in extra if c in SCHEMA]
+    if clash:
+        raise ConfigError(
+            f"invalid queue fields {clash}: expected names outside the row schema, got columns "
+            "that a measurement fills. Rename them."
+        )
+    if not len(queue):
+        return pd.DataFrame(columns=list(CONFIG_COLUMNS)), {}
+    plat = queue[list(ARCH_COLUMNS)].assign(precision=precision, runtime=runtime)
+    configs = frame_to_configs(plat[list(CONFIG_COLUMNS)].reset_index(drop=True))
+    fields: dict[str, dict[str, Any]] = {}
+    for cfg, values in zip(configs, queue[extra].to_dict("records"), strict=True):
+        if cfg.key not in by_key:
+            raise ConfigError(
+                f"queued config {cfg.key!r} is not among the campaign's configs: expected "
+                "configs of its source (space or table), got another. Choose among them."
+            )
+        fields.setdefault(cfg.key, _clean_row(values))
+    keep = ~plat.duplicated(list(ARCH_COLUMNS)).to_numpy()
+    return plat[list(CONFIG_COLUMNS)][keep].reset_index(drop=True), fields
 
 
 def _best_rows(trials) -> dict[str, tuple[Any, dict]]:
@@ -785,8 +838,14 @@ def run_campaign(
     profiler: Any = None,
     heartbeat_s: float | None = None,
     grace_s: float | None = None,
+    queue: pd.DataFrame | None = None,
 ) -> CampaignSummary:
     """Profile ``configs`` on one platform into the campaign ``out_dir``; resumable.
+
+    ``queue`` (instead of ``limit``): the configs of ``configs`` to enqueue now, in this order;
+    its columns beyond the config columns (e.g. ``active_reason``) are carried into each
+    config's row and the export (an active campaign records why it chose each config). An
+    empty queue enqueues nothing new: the call measures what is waiting.
 
     ``storage`` is an Optuna storage URL (``carb_nas.storage.open_storage`` forms; default
     ``$CARB_NAS_STORAGE``, else the one the manifest records, else ``OUT_DIR/journal.log``).
@@ -822,8 +881,11 @@ def run_campaign(
     frame = _configs_frame(configs, runtime, precision)
     src_fp = source_fingerprint(frame)
     proto = Protocol.named(protocol, **(protocol_overrides or {}))
-    selected = order_configs(select_configs(frame, limit, seed), seed)
     by_key = {cfg.key: cfg for cfg in frame_to_configs(frame)}
+    if queue is None:
+        selected, fields = order_configs(select_configs(frame, limit, seed), seed), {}
+    else:
+        selected, fields = _queue_fields(queue, by_key, runtime, precision, limit)
     if out_dir.exists() and not out_dir.is_dir():
         raise CampaignError(
             f"campaign directory {str(out_dir)!r} is not writable: expected a directory, got "
@@ -905,7 +967,10 @@ def run_campaign(
         added = 0
         for cfg in frame_to_configs(selected):
             if cfg.key not in existing:
-                study.enqueue_trial(cfg.as_dict(), user_attrs={"key": cfg.key})
+                attrs: dict[str, Any] = {"key": cfg.key}
+                if cfg.key in fields:
+                    attrs["fields"] = fields[cfg.key]
+                study.enqueue_trial(cfg.as_dict(), user_attrs=attrs)
                 existing.add(cfg.key)
                 added += 1
         remeasures = 0
@@ -1034,7 +1099,9 @@ def _measure_queue(
                 beat = _Heartbeat(storage, trial_id, heartbeat_s)
                 beat.start()
             try:
-                row = _clean_row(prof.profile(_trial_config(frozen, configs)))
+                row = _clean_row(
+                    {**prof.profile(_trial_config(frozen, configs)), **_fields(trial)}
+                )
             finally:
                 if beat is not None:
                     beat.stop_event.set()
@@ -1068,7 +1135,10 @@ def _measure_queue(
 
 # -- reading a campaign ----------------------------------------------------------------------
 def _rows_frame(rows: list[dict]) -> pd.DataFrame:
-    frame = pd.DataFrame(rows, columns=list(SCHEMA))
+    """Rows as a table: the SCHEMA columns, then any carried fields (``run_campaign(queue=)``)
+    in sorted order; a campaign without them exports exactly the SCHEMA columns."""
+    extra = sorted({k for row in rows for k in row} - set(SCHEMA))
+    frame = pd.DataFrame(rows, columns=[*SCHEMA, *extra])
     for col, (kind, _, _) in SCHEMA.items():
         if kind == "float":
             frame[col] = pd.to_numeric(frame[col], errors="coerce").astype(float)

@@ -17,7 +17,9 @@ Per op (:data:`OP_COLUMNS`): input and output shapes (the first tensor argument,
 stride, groups, ``flops`` (2 x multiply-accumulates of convolutions and linear layers, as
 ``FlopCounterMode`` counts them; 0 elsewhere), ``read_bytes`` (every activation tensor argument,
 read once), ``write_bytes`` (the output tensors), ``weight_bytes`` (the parameter and buffer
-tensors among the arguments), at the precision's element size. The rows of one op *signature*
+tensors among the arguments), at the precision's element size, and ``native`` (1 for a
+convolution eager PyTorch runs on its native kernels instead of oneDNN, one thread:
+``_torch_cpu.is_native_conv``). The rows of one op *signature*
 (kind, aten name, shapes, scalars) are computed once and reused (repeated blocks cost a
 dictionary lookup), and a whole module's table is cached by its structure, input shape and
 precision.
@@ -36,9 +38,18 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from carb_nas.features import _torch_cpu as torch_cpu
 from carb_nas.features._trace import run_trace
 
-__all__ = ["OP_KINDS", "OP_COLUMNS", "OP_AGGREGATE_COLUMNS", "trace_ops", "op_aggregates", "op_kind"]
+__all__ = [
+    "OP_KINDS",
+    "OP_COLUMNS",
+    "OP_AGGREGATE_COLUMNS",
+    "trace_ops",
+    "op_aggregates",
+    "op_kind",
+    "clear_ops_cache",
+]
 
 OP_KINDS = (
     "conv",
@@ -72,6 +83,7 @@ OP_COLUMNS = (
     "read_bytes",
     "write_bytes",
     "weight_bytes",
+    "native",
     "signature",
 )
 #: network-level columns aggregated from the op table (per batch; MB = 1e6 bytes)
@@ -298,6 +310,12 @@ class _OpRecorder(TorchFunctionMode):
                 s = kernel
             stride = int(s if isinstance(s, int) else s[0])
         kind = op_kind(name, groups, c)
+        native = 0
+        if kind in ("conv", "dwconv", "gconv") and x is not None and x.dim() == 4:
+            k2 = tuple(int(v) for v in args[1].shape[2:])
+            native = int(
+                torch_cpu.is_native_conv(tuple(x.shape), k2, (stride, stride), groups, False)
+            )
         if kind == "other" and y is not None and x is not None and y.numel() == x.numel():
             kind = "act"  # an unknown shape-preserving op runs like an elementwise kernel
         return {
@@ -317,6 +335,7 @@ class _OpRecorder(TorchFunctionMode):
             "read_bytes": int(sum(self._bytes(t) for t in acts)),
             "write_bytes": int(sum(self._bytes(t) for t in outs)),
             "weight_bytes": int(sum(self._bytes(t) for t in weights)),
+            "native": native,
         }
 
 

@@ -62,51 +62,82 @@ def resnet_specs(n: int, seed: int = 0) -> list[dict]:
     return [dict(zip(cols, r)) for r in d[cols].itertuples(index=False)]
 
 
+WIDTHS = (0.25, 0.35, 0.5, 0.75, 1.0, 1.25, 1.5)
+
+
+def _depths(family: str, standard: int) -> list[int]:
+    """The depths of ``family`` between ~0.4x and ~1.3x its standard one that it accepts."""
+    from carb_nas.space import stage_layout
+
+    out = []
+    for d in range(max(2, int(standard * 0.4)), int(standard * 1.3) + 2):
+        try:
+            stage_layout(family, d)
+        except Exception:  # noqa: BLE001 - a depth the family refuses
+            continue
+        out.append(d)
+    return out or [standard]
+
+
 def family_specs(per_family: int, max_gflops: float, seed: int = 0) -> list[dict]:
-    """Configs of the non-ResNet families, a Latin-hypercube-like draw per family."""
-    try:
-        from carb_nas.space import FAMILY_KNOBS  # the zoo's per-family knob ranges
-    except ImportError:
-        return []
+    """``per_family`` configs of each built-in family group beyond ResNet, interleaved across
+    groups (a stopped campaign still covers every group): variant, depth and width drawn
+    uniformly, resolution stratified over 32-128, batch drawn among those under
+    ``max_gflops`` per batch (FLOPs from the meta-device trace of batch 1)."""
     from carb_nas.features import trace_features
+    from carb_nas.models import build_model
+    from carb_nas.space import ZOO_FAMILIES, Config, family_group
 
     rng = np.random.default_rng(seed)
-    specs: list[dict] = []
-    for family, knobs in FAMILY_KNOBS.items():
-        if family in RESNET:
-            continue
-        depths = list(knobs.get("depth", [None]))
-        widths = list(knobs.get("width", [1.0]))
-        got, tries = 0, 0
-        while got < per_family and tries < per_family * 20:
+    groups: dict[str, list[str]] = {}
+    for f in ZOO_FAMILIES:
+        groups.setdefault(family_group(f), []).append(f)
+    depths = {f: _depths(f, d) for f, d in ZOO_FAMILIES.items()}
+    per_group: dict[str, list[dict]] = {g: [] for g in groups}
+    seen: set[str] = set()
+    for g, fams in groups.items():
+        tries = 0
+        while len(per_group[g]) < per_family and tries < per_family * 10:
             tries += 1
-            spec = {
-                "family": family,
-                "depth": depths[rng.integers(len(depths))],
-                "width": float(widths[rng.integers(len(widths))]),
-                "resolution": int(RESOLUTIONS[(got * 7 + rng.integers(3)) % len(RESOLUTIONS)]),
-                "batch_size": int(BATCHES[(got * 5 + rng.integers(2)) % len(BATCHES)]),
-            }
+            f = fams[rng.integers(len(fams))]
+            d = int(depths[f][rng.integers(len(depths[f]))])
+            w = float(WIDTHS[rng.integers(len(WIDTHS))])
+            res = int(RESOLUTIONS[(len(per_group[g]) + rng.integers(2)) % len(RESOLUTIONS)])
             try:
-                c = _config(spec)
-                module, shape = build(spec)
-                flops = trace_features(module, shape)["flops"]
-            except Exception:  # noqa: BLE001 - a knob combination the family refuses
+                one = Config(f, d, w, res, 1)
+                gf1 = trace_features(build_model(one, "meta"), (1, 3, res, res))["flops"] / 1e9
+            except Exception:  # noqa: BLE001 - a combination the family refuses
                 continue
-            if flops > max_gflops * 1e9:
+            ok = [b for b in BATCHES if b * gf1 <= max_gflops]
+            if not ok:
                 continue
-            spec["key"] = c.key
-            if any(s["key"] == c.key for s in specs):
+            b = int(ok[rng.integers(len(ok))])
+            c = Config(f, d, w, res, b)
+            if c.key in seen:
                 continue
-            specs.append(spec)
-            got += 1
-    return specs
+            seen.add(c.key)
+            per_group[g].append(
+                {"key": c.key, "family": f, "depth": d, "width": w, "resolution": res,
+                 "batch_size": b}
+            )
+    out = []
+    for i in range(per_family):
+        out += [v[i] for v in per_group.values() if i < len(v)]
+    return out
 
 
 def measure(args: argparse.Namespace) -> None:
     from carb_nas.measure._ops import run_ops_campaign
 
-    specs = family_specs(args.per_family, args.max_gflops) + resnet_specs(args.resnet)
+    import json
+
+    cached = Path(args.out) / "specs.json"  # the draw, kept so a resume does not redo it
+    if cached.exists():
+        specs = json.loads(cached.read_text())
+    else:
+        specs = family_specs(args.per_family, args.max_gflops) + resnet_specs(args.resnet)
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        cached.write_text(json.dumps(specs))
     print(f"{len(specs)} specs", file=sys.stderr, flush=True)
     n = run_ops_campaign(
         specs, build, args.out, progress=lambda s: print(s, file=sys.stderr, flush=True)

@@ -106,6 +106,15 @@ from carb_nas.costmodel._prepare import (
     physical_offsets,
     prepare_table,
 )
+from carb_nas.costmodel._kernels import (
+    KERNEL_SUM,
+    MODES,
+    NETWORK_COLUMNS,
+    KernelCostModel,
+    ModuleCostModel,
+    leave_one_family_out,
+    network_tables,
+)
 from carb_nas.costmodel._schema import HEAVY_TAILED
 
 __all__ = [
@@ -156,4 +165,12 @@ __all__ = [
     "penalized_fit",
     "CALIBRATION_FEATURES",
     "CALIBRATION_METHODS",
+    # any module: per-operator models summed, corrected by the network cascade
+    "KernelCostModel",
+    "ModuleCostModel",
+    "network_tables",
+    "leave_one_family_out",
+    "MODES",
+    "NETWORK_COLUMNS",
+    "KERNEL_SUM",
 ]

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy.optimize import nnls
 
 from carb_nas._io import atomic_directory
 from carb_nas.costmodel._common import err, package_version, sha256_file
@@ -142,7 +143,20 @@ class KernelCostModel:
         self.kinds_ = sorted(table["kind"].unique())
         self.ops_ = sorted(table["op"].unique())
         self.seen_ = sorted({f"{k}:{o}" for k, o in zip(table["kind"], table["op"])})
-        y = np.log(table["measured_ms"].to_numpy(float))
+        # per kind, a physical prior fitted by non-negative least squares of the relative
+        # error (ms per op, per GFLOP, per MB moved, per weight MB); the trees fit the log-ratio
+        # to it, so a larger op than any measured one extrapolates along the prior
+        self.prior_ = {}
+        ms_all = table["measured_ms"].to_numpy(float)
+        for k in self.kinds_:
+            sel = (table["kind"] == k).to_numpy()
+            A = _prior_terms(table[sel])
+            w = 1.0 / ms_all[sel]
+            coef, _ = nnls(A * w[:, None], np.ones(sel.sum()))
+            if not (A @ coef > 0).all():
+                coef = np.array([float(np.median(ms_all[sel])), 0.0, 0.0, 0.0])
+            self.prior_[k] = [float(v) for v in coef]
+        y = np.log(table["measured_ms"].to_numpy(float)) - np.log(self._prior(table))
         params = {**_XGB, **dict(self.xgb_params or {})}
         self.booster_ = xgb.XGBRegressor(
             **params, random_state=self.random_state, n_jobs=1, tree_method="hist"
@@ -160,6 +174,12 @@ class KernelCostModel:
         self.ms_per_gflop_ = float(np.median(ms[comp] / gf[comp])) if comp.any() else 20.0
         self.n_signatures_ = len(table)
         return self
+
+    def _prior(self, table: pd.DataFrame) -> np.ndarray:
+        """The per-kind physical prior (ms) of op rows of seen kinds (1 ms elsewhere)."""
+        A = _prior_terms(table)
+        coef = np.array([self.prior_.get(k, [1.0, 0.0, 0.0, 0.0]) for k in table["kind"]])
+        return np.maximum((A * coef).sum(axis=1), 1e-6)
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "booster_"):
@@ -179,7 +199,7 @@ class KernelCostModel:
         # one prediction per distinct signature: repeated blocks cost nothing
         codes, uniq = pd.factorize(ops["signature"])
         first = ops.iloc[np.unique(codes, return_index=True)[1]]
-        pred = np.exp(self.booster_.predict(self._matrix(first)))
+        pred = np.exp(self.booster_.predict(self._matrix(first))) * self._prior(first)
         seen = np.array([f"{k}:{o}" in self._seen_set for k, o in zip(first["kind"], first["op"])])
         mb = (first["read_bytes"] + first["write_bytes"] + first["weight_bytes"]).to_numpy(
             float
@@ -219,6 +239,7 @@ class KernelCostModel:
             "seen": self.seen_,
             "ms_per_mb": self.ms_per_mb_,
             "ms_per_gflop": self.ms_per_gflop_,
+            "prior": self.prior_,
             "n_signatures": self.n_signatures_,
             "random_state": self.random_state,
         }
@@ -251,10 +272,24 @@ class KernelCostModel:
         m.kinds_, m.ops_, m.seen_ = list(part["kinds"]), list(part["ops"]), list(part["seen"])
         m.ms_per_mb_, m.ms_per_gflop_ = float(part["ms_per_mb"]), float(part["ms_per_gflop"])
         m.n_signatures_ = int(part["n_signatures"])
+        m.prior_ = {k: [float(x) for x in v] for k, v in part["prior"].items()}
         booster = xgb.XGBRegressor()
         booster.load_model(str(path))
         m.booster_ = booster
         return m
+
+
+def _prior_terms(table: pd.DataFrame) -> np.ndarray:
+    """Columns of the per-kind prior: 1 (per-op overhead), GFLOPs, MB moved, weight MB."""
+    moved = (table["read_bytes"] + table["write_bytes"]).to_numpy(float) / 1e6
+    return np.column_stack(
+        [
+            np.ones(len(table)),
+            table["flops"].to_numpy(float) / 1e9,
+            moved,
+            table["weight_bytes"].to_numpy(float) / 1e6,
+        ]
+    )
 
 
 def _row_signatures(ops: pd.DataFrame) -> np.ndarray:

@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from carb_nas.errors import ConfigError
-from carb_nas.features import trace_ops
+from carb_nas.features import op_kind, trace_ops
 from carb_nas.measure._profiler import cpu_model_name
 from carb_nas.measure._protocol import Protocol, time_runs
 from carb_nas.measure._runtimes import _quiet_stderr, torch_cpu_peak_bytes
@@ -61,8 +61,6 @@ def _coarse(kind: str) -> str:
 
 
 def _event_kind(name: str) -> str:
-    from carb_nas.features import op_kind
-
     return _coarse(op_kind(name))
 
 
@@ -209,7 +207,14 @@ def _done_keys(path: Path) -> set[str]:
 
 
 def _append(path: Path, records: Iterable[Mapping[str, Any]]) -> None:
+    torn = False
+    if path.exists() and path.stat().st_size:
+        with open(path, "rb") as f:
+            f.seek(-1, os.SEEK_END)
+            torn = f.read(1) != b"\n"  # a line cut by a kill: end it, so it stays alone
     with open(path, "a") as f:
+        if torn:
+            f.write("\n")
         for r in records:
             f.write(json.dumps(r, default=_jsonable) + "\n")
         f.flush()

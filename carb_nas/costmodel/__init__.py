@@ -112,7 +112,9 @@ from carb_nas.costmodel._kernels import (
     NETWORK_COLUMNS,
     KernelCostModel,
     ModuleCostModel,
+    family_groups,
     leave_one_family_out,
+    lofo_report,
     network_tables,
 )
 from carb_nas.costmodel._schema import HEAVY_TAILED
@@ -170,6 +172,8 @@ __all__ = [
     "ModuleCostModel",
     "network_tables",
     "leave_one_family_out",
+    "lofo_report",
+    "family_groups",
     "MODES",
     "NETWORK_COLUMNS",
     "KERNEL_SUM",

@@ -53,6 +53,8 @@ __all__ = [
     "KERNEL_SUM",
     "network_tables",
     "leave_one_family_out",
+    "lofo_report",
+    "family_groups",
 ]
 
 KERNEL_FORMAT = "carb-nas-kernel-model"
@@ -550,3 +552,47 @@ def leave_one_family_out(
                 }
             )
     return pd.DataFrame(out)
+
+
+def family_groups(families: Sequence[str]) -> np.ndarray:
+    """The held-out unit of :func:`leave_one_family_out` per row: the family group of
+    :func:`carb_nas.space.family_group` (``resnet`` for basic and bottleneck, one group for
+    all RegNets, ...)."""
+    from carb_nas.space import family_group
+
+    return np.array([family_group(str(f)) for f in families], dtype=object)
+
+
+def lofo_report(
+    rows: pd.DataFrame,
+    measured_ops: pd.DataFrame,
+    modes: Sequence[str] = MODES,
+    preset: str = "fast",
+    random_state: int = 0,
+) -> dict[str, Any]:
+    """Leave-one-family-out over the measured ``rows`` (config columns, ``key``,
+    ``latency_ms``, ``peak_mem_mb``) and their per-op times: per family group and mode the
+    metrics of :func:`leave_one_family_out`, and per mode the median over families and the
+    worst family of ``latency_within10`` and the median ``mem_within10``."""
+    for m in modes:
+        if m not in MODES:
+            raise err("invalid mode", f"one of {list(MODES)}", repr(m), "Use e.g. 'both'.")
+    rows = rows[rows["latency_ms"].notna() & rows["peak_mem_mb"].notna()]
+    net, ops = network_tables(rows, measured_ops)
+    table = leave_one_family_out(
+        net, ops, family_groups(net["family"]), modes, preset, random_state
+    )
+    summary = {}
+    for m, t in table.groupby("mode", sort=False):
+        summary[m] = {
+            "lofo_latency_within10": float(t["latency_within10"].median()),
+            "lofo_latency_min_within10": float(t["latency_within10"].min()),
+            "lofo_mem_within10": float(t["mem_within10"].median()),
+            "lofo_latency_mape": float(t["latency_mape"].median()),
+        }
+    return {
+        "n_rows": len(net),
+        "families": sorted(set(table["family"])),
+        "per_family": table.to_dict(orient="records"),
+        "summary": summary,
+    }

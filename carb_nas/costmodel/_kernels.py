@@ -79,7 +79,7 @@ _NUMERIC = (
 _LOGGED = ("flops", "read_bytes", "write_bytes", "weight_bytes")
 _CONV = ("conv", "dwconv", "gconv", "linear")
 _XGB = {
-    "n_estimators": 600,
+    "n_estimators": 300,
     "max_depth": 8,
     "learning_rate": 0.05,
     "subsample": 0.9,
@@ -349,27 +349,41 @@ class ModuleCostModel:
         g = per.groupby("key").sum()
         return g.reindex(rows["key"]).fillna(0.0)
 
-    def fit(self, rows: pd.DataFrame, ops: pd.DataFrame) -> ModuleCostModel:
+    def kernel_part(
+        self, rows: pd.DataFrame, ops: pd.DataFrame
+    ) -> tuple[KernelCostModel, np.ndarray]:
+        """The kernel model on all ``ops`` and the out-of-fold kernel sums of ``rows``
+        (what :meth:`fit` computes first; pass it as ``kernel=`` to fit several modes on
+        the same rows without refitting it)."""
         from sklearn.model_selection import GroupKFold
 
-        self._check_mode()
         rows = rows.reset_index(drop=True)
         ops = ops[ops["key"].isin(set(rows["key"]))]
-        self.kernel_ = KernelCostModel(random_state=self.random_state).fit(ops)
-        # out-of-fold kernel sums for the training networks
+        km = KernelCostModel(random_state=self.random_state).fit(ops)
         oof = np.zeros(len(rows))
         keys = rows["key"].to_numpy()
-        if self.mode != "network":
-            folds = GroupKFold(n_splits=min(self.kernel_folds, len(rows)))
-            for tr, te in folds.split(rows, groups=keys):
-                tr_keys = set(keys[tr])
-                km = KernelCostModel(random_state=self.random_state).fit(
-                    ops[ops["key"].isin(tr_keys)]
-                )
-                test_ops = ops[ops["key"].isin(set(keys[te]))]
-                oof[te] = self._network_sums(km, rows.iloc[te], test_ops)["ms"].to_numpy()
+        folds = GroupKFold(n_splits=min(self.kernel_folds, len(rows)))
+        for tr, te in folds.split(rows, groups=keys):
+            fold = KernelCostModel(random_state=self.random_state).fit(
+                ops[ops["key"].isin(set(keys[tr]))]
+            )
+            test_ops = ops[ops["key"].isin(set(keys[te]))]
+            oof[te] = self._network_sums(fold, rows.iloc[te], test_ops)["ms"].to_numpy()
+        return km, oof
+
+    def fit(
+        self,
+        rows: pd.DataFrame,
+        ops: pd.DataFrame,
+        kernel: tuple[KernelCostModel, np.ndarray] | None = None,
+    ) -> ModuleCostModel:
+        self._check_mode()
+        rows = rows.reset_index(drop=True)
+        self.kernel_, oof = kernel if kernel is not None else self.kernel_part(rows, ops)
         y_lat = rows["latency_ms"].to_numpy(float)
         self.scale_ = float(np.median(y_lat / np.maximum(oof, 1e-9))) if oof.any() else 1.0
+        if self.mode == "network":
+            oof = np.zeros(len(rows))
         if self.mode == "kernel":
             mem = CostModel(
                 preset=self.preset,
@@ -531,9 +545,10 @@ def leave_one_family_out(
         tr, te = rows[g != fam], rows[g == fam]
         ops_tr = ops[ops["key"].isin(set(tr["key"]))]
         ops_te = ops[ops["key"].isin(set(te["key"]))]
+        kernel = ModuleCostModel(random_state=random_state).kernel_part(tr, ops_tr)
         for mode in modes:
             m = ModuleCostModel(mode=mode, preset=preset, random_state=random_state).fit(
-                tr, ops_tr
+                tr, ops_tr, kernel=kernel
             )
             p = m.predict(te, ops_te, alpha=None)
             y_l, y_m = te["latency_ms"].to_numpy(float), te["peak_mem_mb"].to_numpy(float)

@@ -3,7 +3,9 @@ processes), with the per-operator table of the same runs; resumable.
 
     PYTHONPATH=$PWD python benchmarks/any_cnn_data.py measure --out CAMPAIGN [--resnet 300]
         [--per-family 80] [--max-gflops 2]
-    PYTHONPATH=$PWD python benchmarks/any_cnn_data.py export CAMPAIGN
+    PYTHONPATH=$PWD python benchmarks/any_cnn_data.py measure --out CAMPAIGN_RE
+        --remeasure-from CAMPAIGN --cv-above 0.10
+    PYTHONPATH=$PWD python benchmarks/any_cnn_data.py export CAMPAIGN [CAMPAIGN_RE ...]
 
 ``measure`` draws the configs (seeded): ``--resnet`` ResNet configs among the shipped
 ``cpu_torch_fp32`` ones at batch <= 16 (same keys, so the two machines pair up), and
@@ -11,7 +13,8 @@ processes), with the per-operator table of the same runs; resumable.
 draw over width, depth, resolution 32-128 and batch 1-16, under ``--max-gflops`` per batch),
 then measures each config not yet in CAMPAIGN in a fresh forked process
 (``carb_nas.measure._ops.run_ops_campaign``). Kill it at any time; the same command continues.
-``export`` writes ``carb_nas/data/datasets/cpu_torch_fp32_zoo.csv`` (one row per config, the
+A second pass (``--remeasure-from``) measures the rows whose CV is above ``--cv-above`` again;
+``export`` keeps each config's lowest-CV row among the passes and writes ``carb_nas/data/datasets/cpu_torch_fp32_zoo.csv`` (one row per config, the
 dataset schema) and ``..._ops.csv.gz`` (one row per operator).
 """
 
@@ -132,7 +135,17 @@ def measure(args: argparse.Namespace) -> None:
     import json
 
     cached = Path(args.out) / "specs.json"  # the draw, kept so a resume does not redo it
-    if cached.exists():
+    if args.remeasure_from:
+        from carb_nas.measure import read_ops_campaign
+
+        rows, _ = read_ops_campaign(args.remeasure_from)
+        rows = rows[(rows.status == "ok") & (rows.latency_cv > args.cv_above)]
+        cols = ["key", "family", "depth", "width", "resolution", "batch_size"]
+        specs = [dict(zip(cols, r)) for r in rows[cols].itertuples(index=False)]
+        specs = [{**sp, "depth": int(sp["depth"]), "width": float(sp["width"]),
+                  "resolution": int(sp["resolution"]), "batch_size": int(sp["batch_size"])}
+                 for sp in specs]
+    elif cached.exists():
         specs = json.loads(cached.read_text())
     else:
         specs = family_specs(args.per_family, args.max_gflops) + resnet_specs(args.resnet)
@@ -149,8 +162,13 @@ def export(args: argparse.Namespace) -> None:
     from carb_nas.datasets import SCHEMA
     from carb_nas.measure._ops import read_ops_campaign
 
-    rows, ops = read_ops_campaign(args.campaign)
-    rows = rows[rows.status == "ok"].drop_duplicates("key", keep="last")
+    parts = [read_ops_campaign(c) for c in args.campaign]
+    rows = pd.concat([r.assign(_part=i) for i, (r, _) in enumerate(parts)], ignore_index=True)
+    ops = pd.concat([o.assign(_part=i) for i, (_, o) in enumerate(parts)], ignore_index=True)
+    # one row per config: the lowest-CV measurement among the passes, with its own ops
+    rows = rows[rows.status == "ok"].sort_values("latency_cv").drop_duplicates("key")
+    ops = ops.merge(rows[["key", "_part"]], on=["key", "_part"]).drop(columns="_part")
+    rows = rows.drop(columns="_part").sort_values(["family", "key"])
     rows = rows.assign(
         precision="fp32",
         runtime="torch",
@@ -166,7 +184,8 @@ def export(args: argparse.Namespace) -> None:
     out = rows.reindex(columns=list(dict.fromkeys([*SCHEMA, *cols])))
     out.to_csv(OUT_ROWS, index=False)
     ops = ops[ops.key.isin(set(out.key))]
-    ops.to_csv(OUT_OPS, index=False)
+    ops = ops[["key", "index", "kind", "op", "event", "measured_ms", "signature"]]
+    ops.to_csv(OUT_OPS, index=False, float_format="%.6g")
     print(f"wrote {OUT_ROWS} ({len(out)} rows), {OUT_OPS} ({len(ops)} op rows)", file=sys.stderr)
 
 
@@ -178,8 +197,10 @@ def main() -> None:
     m.add_argument("--resnet", type=int, default=300)
     m.add_argument("--per-family", type=int, default=80)
     m.add_argument("--max-gflops", type=float, default=2.0)
+    m.add_argument("--remeasure-from", default=None, help="re-measure this campaign's rows...")
+    m.add_argument("--cv-above", type=float, default=0.10, help="...whose latency CV is above")
     e = sub.add_parser("export")
-    e.add_argument("campaign")
+    e.add_argument("campaign", nargs="+", help="campaign directories (passes)")
     a = p.parse_args()
     measure(a) if a.cmd == "measure" else export(a)
 

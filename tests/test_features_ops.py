@@ -108,6 +108,7 @@ def test_op_kind_names():
     assert op_kind("hardswish") == "act"
     assert op_kind("aten::cat") == "cat"
     assert op_kind("something_new") == "other"
+    assert op_kind("aten::dropout_") == op_kind("dropout") == "reshape"  # in-place variant
 
 
 class _DataDependent(nn.Module):

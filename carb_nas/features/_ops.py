@@ -199,6 +199,8 @@ def op_kind(name: str, groups: int = 1, c_in: int = 0) -> str:
     a convolution is ``dwconv`` when ``groups`` equals ``c_in`` > 1, ``gconv`` for other
     groups > 1."""
     name = name.split("::")[-1]
+    if name not in _ACTIVATIONS and name not in _NAME_KIND and name.endswith("_"):
+        name = name[:-1]  # the in-place variant (aten::dropout_, aten::hardswish_)
     if name in _ACTIVATIONS:
         return "act"
     kind = _NAME_KIND.get(name, "other")

@@ -2,7 +2,8 @@
 
 Public surface (heavy parts import lazily so ``import carb_nas`` stays cheap):
 ``Config``, ``Space``, ``load_space``, ``build_model``, ``compute_features``,
-``trace_features``, ``CostModel``, ``CarbNasError``.
+``trace_features``, ``CostModel``, ``CarbNasError``, ``ModelSpec``, ``predict_costs``
+(costs with intervals of any ``nn.Module``, factory or config).
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ __all__ = [
     "trace_features",
     "CostModel",
     "CarbNasError",
+    "ModelSpec",
+    "predict_costs",
+    "PredictedCosts",
     "__version__",
 ]
 
@@ -40,6 +44,9 @@ _LAZY = {
     "compute_features": "carb_nas.features",
     "trace_features": "carb_nas.features",
     "CostModel": "carb_nas.costmodel",
+    "ModelSpec": "carb_nas.models",
+    "predict_costs": "carb_nas.scoring",
+    "PredictedCosts": "carb_nas.scoring",
 }
 
 

@@ -24,7 +24,9 @@ from carb_nas.datasets import read_configs
 from carb_nas.errors import ConfigError, ModelError
 from carb_nas.space import (
     CONFIG_COLUMNS,
+    FAMILIES,
     NUMERIC_KNOBS,
+    RESNET_FAMILIES,
     Space,
     load_space,
     normalize_config_frame,
@@ -41,6 +43,11 @@ __all__ = [
     "same_configs",
     "model_targets",
     "platform_name",
+    "PredictedCosts",
+    "predict_costs",
+    "predict_spec",
+    "spec_inputs",
+    "unseen_families",
 ]
 
 
@@ -110,6 +117,10 @@ def align_to_platform(model: Any, frame: pd.DataFrame, role: str = "model") -> p
         column = frame[knob].astype(str)
         values = sorted(set(column.unique()))
         unseen = [v for v in values if v not in levels]
+        if knob == "family" and unseen and not set(unseen) & set(RESNET_FAMILIES):
+            if all(v in FAMILIES for v in unseen):
+                _warn_unseen(model, unseen, role)
+                continue
         if not unseen:
             continue
         if knob != "family" and len(levels) == 1 and len(values) == 1:
@@ -177,7 +188,7 @@ def predict_frame(
     uniq, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
     Xu = X.iloc[first] if len(uniq) < len(X) else X
     parts = []
-    with _threads_for(model, len(Xu)):
+    with _threads_for(model, len(Xu)), _unseen_as_missing(model, Xu):
         for start in range(0, len(Xu), chunk_rows):
             part = Xu.iloc[start : start + chunk_rows]
             out = model.predict(part) if alpha is None else model.predict(part, alpha=alpha)
@@ -251,3 +262,298 @@ def score_configs(
         X = model_inputs(aligned)
     pred = predict_frame(model, aligned, alpha=alpha, X=X)
     return Scored(aligned, X, pred, platform_name(model))
+
+
+# -- families and modules the model never saw -------------------------------------------------
+_UNSEEN_NOTE = (
+    "the shipped cost models were trained on ResNets only, so expect poor accuracy on other "
+    "families until a model is trained on them"
+)
+
+
+def unseen_families(model: Any, families: Any) -> list[str]:
+    """The built-in families among ``families`` that ``model`` was not trained on."""
+    levels = trained_levels(model, "family")
+    if levels is None:
+        return []
+    return sorted({str(f) for f in families} - set(levels))
+
+
+def _warn_unseen(model: Any, unseen: list[str], role: str) -> None:
+    import warnings
+
+    warnings.warn(
+        f"the {role} ({platform_name(model)}) never saw family {unseen}: predicting them from "
+        f"their architecture features alone ({_UNSEEN_NOTE}).",
+        UserWarning,
+        stacklevel=3,
+    )
+
+
+@contextmanager
+def _unseen_as_missing(model: Any, X: pd.DataFrame):
+    """A family label the model never saw counts as missing (scikit-learn's
+    ``handle_unknown="ignore"``) for this prediction only; precision and runtime were
+    checked by :func:`align_to_platform` before."""
+    levels = trained_levels(model, "family")
+    unknown = (
+        levels is not None
+        and "family" in X.columns
+        and not X["family"].astype(str).isin(levels).all()
+        and getattr(model, "handle_unknown", None) == "error"
+        and hasattr(model, "set_params")
+    )
+    if not unknown:
+        yield
+        return
+    model.set_params(handle_unknown="ignore")
+    try:
+        yield
+    finally:
+        model.set_params(handle_unknown="error")
+
+
+# -- any model: specs ---------------------------------------------------------------------------
+# The family label of a model that is not a built-in family's config.
+MODULE_FAMILY = "module"
+_SPEC_FEATURES: dict[str, dict[str, Any]] = {}
+_SPEC_FEATURES_MAX = 4096
+
+
+@dataclass(frozen=True)
+class PredictedCosts:
+    """Predicted costs of one model on one platform: per target (``latency_ms``,
+    ``peak_mem_mb``, ...) the prediction and its ``1 - alpha`` interval.
+
+    ``values[target] = (predicted, lower, upper)``; ``unseen`` says that the cost model never
+    saw this kind of architecture (its predictions rest on the features alone);
+    ``features`` are the architecture features it was given.
+    """
+
+    key: str
+    name: str
+    platform: str
+    alpha: float
+    values: Mapping[str, tuple[float, float, float]]
+    features: Mapping[str, float]
+    unseen: bool
+
+    def __getitem__(self, target: str) -> float:
+        return self.values[target][0]
+
+    def interval(self, target: str) -> tuple[float, float]:
+        return self.values[target][1], self.values[target][2]
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"key": self.key, "name": self.name, "platform": self.platform,
+                               "alpha": self.alpha, "unseen_architecture": self.unseen}  # fmt: skip
+        for t, (v, lo, hi) in self.values.items():
+            out[t] = v
+            out[f"{t}_lower"] = lo
+            out[f"{t}_upper"] = hi
+        return out
+
+
+_MODELS: dict[tuple[str, float], Any] = {}
+
+
+def _cached_model(platform: Any) -> Any:
+    """:func:`resolve_model`, loading a named or saved model once per process (a model
+    directory is loaded again when it changes)."""
+    if not isinstance(platform, (str, Path)):
+        return resolve_model(platform, "cost model")
+    p = Path(platform)
+    stamp = p.stat().st_mtime if p.exists() else 0.0
+    key = (str(platform), stamp)
+    if key not in _MODELS:
+        if len(_MODELS) > 16:
+            _MODELS.clear()
+        _MODELS[key] = resolve_model(platform, "cost model")
+    return _MODELS[key]
+
+
+def _traced_spec_features(spec: Any) -> dict[str, Any]:
+    """Features of a factory's or module's spec, traced on the meta device, cached by key;
+    a module that cannot run there or rejects the input shape is one clear ConfigError."""
+    key = spec.key
+    if key in _SPEC_FEATURES:
+        return _SPEC_FEATURES[key]
+    from carb_nas.features import trace_features
+
+    module = spec.module if spec.kind == "module" else spec.build("meta")
+    try:
+        feats = trace_features(module, spec.input_shape, spec.precision)
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the user's forward: map to one line
+        raise _trace_error(spec, e) from None
+    if len(_SPEC_FEATURES) >= _SPEC_FEATURES_MAX:
+        _SPEC_FEATURES.clear()
+    _SPEC_FEATURES[key] = feats
+    return feats
+
+
+def _trace_error(spec: Any, e: BaseException) -> ConfigError:
+    import re
+    import traceback
+
+    text = " ".join(str(e).split())
+    where = ""
+    for frame in reversed(traceback.extract_tb(e.__traceback__)):
+        f = frame.filename.replace("\\", "/")
+        if "/torch/" not in f and "/carb_nas/" not in f:
+            where = f" at {Path(f).name}:{frame.lineno} ({frame.name})"
+            break
+    op = None
+    for pattern in (r"aten::\w+", r"CustomOpDef\((\S+?)\)", r"torch\.\w+\(\)",
+                    r"Tensor\.\w+\(\)", r"'(\w+::\w+)'"):  # fmt: skip
+        m = re.search(pattern, text)
+        if m:
+            op = m.group(m.lastindex or 0)
+            break
+    meta = (
+        isinstance(e, NotImplementedError)
+        or "meta" in text.lower()
+        or "fake" in text.lower()
+        or "numpy" in text.lower()
+    )
+    shape = ",".join(map(str, spec.input_shape))
+    real = (
+        f"carb-nas profile --model-spec {spec.factory} --input-shape {shape}"
+        if spec.kind == "factory"
+        else "carb_nas.measure.Profiler on the real module (or carb-nas profile --model-spec)"
+    )
+    if meta:
+        what = op or type(e).__name__
+        kind = "data-dependent control flow" if op and "item" in op else "an op without meta kernel"
+        return ConfigError(
+            f"cannot featurize {spec.name} on the meta device: expected ops that run without "
+            f"data, got {kind} {what}{where} ({text[:160]}). Measure it for real instead: "
+            f"{real}."
+        )
+    return ConfigError(
+        f"{spec.name} rejects input shape ({shape}): expected a shape its forward accepts, "
+        f"got {type(e).__name__}{where}: {text[:200]}. Pass the input shape the model takes."
+    )
+
+
+def spec_inputs(spec: Any) -> pd.DataFrame:
+    """The cost model's inputs (one row) of a :class:`carb_nas.models.ModelSpec`: a
+    config's as for any config; a factory's or module's from its meta-device trace, with
+    family ``"module"``, depth = its conv and linear layers, width 1, resolution the input's
+    last size and batch size its first."""
+    from carb_nas.costmodel import model_inputs
+    from carb_nas.space import configs_to_frame
+
+    if spec.kind == "config":
+        return model_inputs(configs_to_frame([spec.config]))
+    feats = _traced_spec_features(spec)
+    depth = int(min(max(feats["n_conv"] + feats["n_linear"], 4), 1202))
+    row = {
+        "family": MODULE_FAMILY,
+        "depth": depth,
+        "width": 1.0,
+        "resolution": int(min(max(spec.input_shape[-1], 32), 1024)),
+        "batch_size": spec.batch_size,
+        "precision": spec.precision,
+        "runtime": "torch",
+        **feats,
+    }
+    X = pd.DataFrame([row])
+    for col in ("family", "precision", "runtime"):
+        X[col] = X[col].astype(object)
+    return X
+
+
+def predict_spec(model: Any, spec: Any, alpha: float = 0.1) -> tuple[pd.DataFrame, bool]:
+    """Predictions (one row: ``<target>``, ``_lower``, ``_upper``) of ``spec`` by ``model``
+    and whether the model never saw its family. The one place where a spec's costs are
+    predicted (a kernel-level predictor plugs in here)."""
+    model_targets(model)
+    X = spec_inputs(spec)
+    family = str(X["family"].iloc[0])
+    levels = trained_levels(model, "family")
+    unseen = levels is not None and family not in levels
+    for knob in ("precision", "runtime"):
+        known = trained_levels(model, knob)
+        value = str(X[knob].iloc[0])
+        if known is not None and value not in known:
+            raise ModelError(
+                f"the cost model ({platform_name(model)}) was trained on {knob} {known}: "
+                f"expected one of those, got {value!r}. Use a model of that platform "
+                f"(platform=cpu/torch/{value} where shipped) or precision={known[0]!r}."
+            )
+    pred = predict_frame(model, X, alpha=alpha, X=X)
+    return pred, unseen
+
+
+def predict_costs(
+    model: Any,
+    input_shape: Any = None,
+    platform: Any = "cpu/torch/fp32",
+    *,
+    precision: str | None = None,
+    alpha: float = 0.1,
+    kwargs: Any = None,
+) -> PredictedCosts:
+    """Predicted costs, with ``1 - alpha`` intervals, of any model on ``platform``.
+
+    ``model``: an ``nn.Module`` (with ``input_shape``, batch first, e.g. ``(1, 3, 224,
+    224)``), a :class:`carb_nas.Config` of a built-in family, a
+    :class:`carb_nas.models.ModelSpec`, or a factory name ``"package.module:function"``
+    (with ``kwargs`` and ``input_shape``). ``platform``: a shipped platform name
+    (``cpu/torch/fp32``), a saved model directory or a fitted ``CostModel``. ``precision``:
+    default the platform's. The module is traced on the meta device (nothing is allocated
+    or run); its weights are untouched.
+
+    The shipped cost models were trained on ResNets only: for other architectures the
+    result says ``unseen=True`` and a warning says so; expect poor accuracy there.
+    """
+    import warnings
+
+    from carb_nas.models import ModelSpec
+    from carb_nas.space import Config
+
+    cost_model = _cached_model(platform)
+    if precision is None:
+        known = trained_levels(cost_model, "precision")
+        precision = known[0] if known and len(known) == 1 else "fp32"
+    if isinstance(model, ModelSpec):
+        spec = model
+    elif isinstance(model, Config):
+        spec = ModelSpec.from_config(model)
+    elif isinstance(model, str):
+        if input_shape is None:
+            raise ConfigError(
+                f"missing input shape: expected input_shape for the factory {model!r}, got "
+                "none. Pass e.g. input_shape=(1, 3, 224, 224)."
+            )
+        spec = ModelSpec.from_factory(model, input_shape, kwargs, precision)
+    else:
+        if input_shape is None:
+            raise ConfigError(
+                f"missing input shape: expected input_shape for the {type(model).__name__} "
+                "module, got none. Pass e.g. input_shape=(1, 3, 224, 224)."
+            )
+        spec = ModelSpec.from_module(model, input_shape, precision)
+    pred, unseen = predict_spec(cost_model, spec, alpha)
+    if unseen:
+        what = spec.config.family if spec.kind == "config" else "architecture"
+        warnings.warn(
+            f"the cost model ({platform_name(cost_model)}) never saw this {what} "
+            f"({spec.name}): {_UNSEEN_NOTE}.",
+            UserWarning,
+            stacklevel=2,
+        )
+    row = pred.iloc[0]
+    values = {}
+    for target in model_targets(cost_model):
+        v = float(row[target])
+        lo, hi = row.get(f"{target}_lower", v), row.get(f"{target}_upper", v)
+        values[target] = (v, float(lo), float(hi))
+    X = spec_inputs(spec).iloc[0]
+    from carb_nas.features import FEATURE_COLUMNS
+
+    features = {c: float(X[c]) for c in FEATURE_COLUMNS}
+    return PredictedCosts(spec.key, spec.name, platform_name(cost_model), alpha, values,
+                          features, unseen)  # fmt: skip

@@ -74,6 +74,7 @@ __all__ = [
     "DECISIONS",
     "RATIO_ALPHA",
     "median_ratios",
+    "profile_spec",
 ]
 
 RATIO_ALPHA = 0.1  # the intervals the ratio check uses without a confidence
@@ -634,3 +635,51 @@ def write_report(
         files.append(str(path))
     files.append(str(out / "validation.json"))
     return files
+
+
+def profile_spec(
+    spec: Any,
+    device: str = "cpu",
+    threads: int | None = None,
+    protocol: str = "adaptive",
+) -> dict[str, Any]:
+    """Measure any :class:`carb_nas.models.ModelSpec` for real on this machine (eager
+    PyTorch): latency under the timing protocol and the tensor peak, with this platform's
+    fingerprint. The way out for a module that cannot be traced on the meta device.
+    Raises ConfigError when the module rejects its input shape (before any timing)."""
+    from carb_nas.errors import ConfigError
+    from carb_nas.measure import Prepared, Profiler, time_runs
+
+    prof = Profiler(device, "torch", spec.precision, threads, protocol, "none", idle_s=0.0)
+    try:
+        model = spec.build(device)
+        x = spec.example_input(device)
+        prepared = Prepared(("model_spec", spec.key), model)
+        runtime = prof.runtime
+        try:
+            peak_mb, method = runtime.peak_memory_mb(prepared, x)
+        except Exception as e:  # noqa: BLE001 - the user's forward: one clear line
+            shape = ",".join(map(str, spec.input_shape))
+            text = " ".join(str(e).split())[:200]
+            raise ConfigError(
+                f"{spec.name} rejects input shape ({shape}): expected a shape its forward "
+                f"accepts, got {type(e).__name__}: {text}. Pass the input shape it takes."
+            ) from None
+        timing = time_runs(lambda: runtime.run_timed(prepared, x), prof.protocol)
+        return {
+            "key": spec.key,
+            "name": spec.name,
+            "kind": spec.kind,
+            "model_spec": spec.factory,
+            "kwargs": dict(spec.kwargs),
+            "input_shape": list(spec.input_shape),
+            "precision": spec.precision,
+            "device": device,
+            "peak_mem_mb": peak_mb,
+            "peak_mem_method": method,
+            **timing.as_row(),
+            "protocol": prof.protocol.name,
+            "fingerprint": prof.fingerprint,
+        }
+    finally:
+        prof.close()

@@ -14,6 +14,7 @@ or a report directory appears whole or not at all; a failure leaves a previous o
 from __future__ import annotations
 
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -510,9 +511,53 @@ def _evaluation_doc(
     }
 
 
+def model_spec_options(f):
+    """--model-spec / --kwargs / --input-shape: a user factory instead of configs."""
+    f = click.option(
+        "--input-shape",
+        default=None,
+        help="With --model-spec: one input batch, batch first (e.g. 1,3,224,224).",
+    )(f)
+    f = click.option(
+        "--kwargs",
+        "factory_kwargs",
+        default=None,
+        help="With --model-spec: the factory's keyword arguments as a JSON object.",
+    )(f)
+    f = click.option(
+        "--model-spec",
+        default=None,
+        metavar="PACKAGE.MODULE:FUNCTION",
+        help="A function returning an nn.Module, instead of CONFIGS (with --input-shape).",
+    )(f)
+    return f
+
+
+def resolve_model_spec(
+    model_spec: str | None, factory_kwargs: str | None, input_shape: str | None, precision: str
+):
+    """The ModelSpec of --model-spec (None without it); one clear error for a bad spec."""
+    from carb_nas.errors import ConfigError
+    from carb_nas.models import ModelSpec
+
+    if model_spec is None:
+        if factory_kwargs is not None or input_shape is not None:
+            raise ConfigError(
+                "--kwargs/--input-shape without --model-spec: expected them only with "
+                "--model-spec PACKAGE.MODULE:FUNCTION, got no --model-spec. Add it or drop them."
+            )
+        return None
+    if input_shape is None:
+        raise ConfigError(
+            f"missing --input-shape: expected one input batch for {model_spec!r}, got none. "
+            "Add e.g. --input-shape 1,3,224,224."
+        )
+    return ModelSpec.from_factory(model_spec, input_shape, factory_kwargs, precision)
+
+
 @click.command("predict")
 @click.argument("model", metavar="MODEL")
-@click.argument("configs")
+@click.argument("configs", required=False)
 @output_option(
     "predictions.csv or .parquet (default: CSV on stdout, or JSON with --json)",
 )
@@ -523,19 +568,63 @@ def _evaluation_doc(
     help="Add <target>_lower/_upper conformal bounds at this miscoverage (1 - confidence).",
 )
 @json_option("Print the predictions as JSON records on stdout.")
+@model_spec_options
 @example("carb-nas predict cpu/torch/fp32 search_spaces/resnet.toml -o predictions.csv")
 def predict_cmd(
-    model: str, configs: str, output: str | None, alpha: float | None, as_json: bool
+    model: str,
+    configs: str | None,
+    output: str | None,
+    alpha: float | None,
+    as_json: bool,
+    model_spec: str | None,
+    factory_kwargs: str | None,
+    input_shape: str | None,
 ) -> None:
-    """Predict costs for CONFIGS (CSV/Parquet of configs, or a space TOML: all its configs)
-    with MODEL (a model directory or a shipped platform name such as cpu/torch/fp32)."""
+    """Predict costs for CONFIGS (CSV/Parquet of configs, or a space TOML: all its configs,
+    any built-in family) with MODEL (a model directory or a shipped platform name such as
+    cpu/torch/fp32), or for your own network: --model-spec pkg.mod:make_net --kwargs '{...}'
+    --input-shape 1,3,224,224 (traced on the meta device, nothing is run)."""
     from carb_nas.costmodel import model_inputs
     from carb_nas.datasets import read_configs, read_table, write_table
+    from carb_nas.errors import ConfigError
+    from carb_nas.scoring import predict_frame, predict_spec, spec_inputs, unseen_families
     from carb_nas.space import CONFIG_COLUMNS, REQUIRED_COLUMNS, Config
 
     _check_alpha(alpha)
-    cost_model = load_model(model, "MODEL")
-    p = Path(configs)
+    if (configs is None) == (model_spec is None):
+        raise ConfigError(
+            "nothing to predict: expected CONFIGS or --model-spec (one of them), got "
+            f"{'both' if configs else 'neither'}. Pass a configs table/space or a factory."
+        )
+    spec = resolve_model_spec(model_spec, factory_kwargs, input_shape, "fp32")
+    if spec is not None:
+        spec_inputs(spec)  # traced (and cached) before the model loads: bad specs fail fast
+        cost_model = load_model(model, "MODEL")
+        pred, unseen = predict_spec(cost_model, spec, alpha if alpha is not None else 0.1)
+        if unseen:
+            warnings.warn(
+                f"the model ({model}) never saw this architecture: it was trained on "
+                "ResNets only, so expect poor accuracy.",
+                UserWarning,
+                stacklevel=1,
+            )
+        row = {"key": spec.key, "model_spec": spec.factory,
+               "input_shape": ",".join(map(str, spec.input_shape)),
+               **{k: float(v) for k, v in pred.iloc[0].items()}}  # fmt: skip
+        if alpha is None:
+            row = {k: v for k, v in row.items() if not k.endswith(("_lower", "_upper"))}
+        out = pd.DataFrame([row])
+        if output:
+            write_table(out, output)
+            info(f"wrote 1 prediction to {output}")
+        if as_json:
+            echo_json({"model": str(model), "targets": list(cost_model.targets_),
+                       "alpha": alpha, "n_rows": 1, "output": output,
+                       "predictions": out.to_dict(orient="records")})  # fmt: skip
+        elif not output:
+            click.echo(out.to_csv(index=False), nl=False)
+        return
+    p = Path(configs)  # type: ignore[arg-type]
     generic = (
         p.suffix in (".csv", ".parquet")
         and p.exists()
@@ -546,11 +635,24 @@ def predict_cmd(
         X = frame
         base = frame
     else:
-        frame = read_configs(configs)
+        frame = read_configs(configs)  # type: ignore[arg-type]
         X = model_inputs(frame)
         base = frame[list(CONFIG_COLUMNS)].copy()
         base.insert(0, "key", [Config(*r).key for r in base.itertuples(index=False)])
-    pred = cost_model.predict(X, alpha=alpha)
+    cost_model = load_model(model, "MODEL")
+    if generic:
+        pred = cost_model.predict(X, alpha=alpha)
+    else:
+        unseen = unseen_families(cost_model, frame["family"].unique())
+        if unseen:
+            warnings.warn(
+                f"the model ({model}) never saw family {unseen}: predicting them from their "
+                "architecture features alone (it was trained on ResNets only: expect poor "
+                "accuracy).",
+                UserWarning,
+                stacklevel=1,
+            )
+        pred = predict_frame(cost_model, frame, alpha=alpha, X=X)
     out = pd.concat([base.reset_index(drop=True), pred.reset_index(drop=True)], axis=1)
     if output:
         write_table(out, output)

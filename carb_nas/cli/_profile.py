@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from carb_nas.cli._model import model_spec_options, resolve_model_spec
 from carb_nas.cli._options import (
     echo_json,
     example,
@@ -19,8 +20,34 @@ from carb_nas.cli._options import (
 __all__ = ["COMMANDS"]
 
 
+def _profile_spec(spec, device, runtime, threads, protocol, out_dir, as_json) -> None:  # noqa: ANN001
+    """Measure one --model-spec for real into ``out_dir/model_spec_<key>.json``."""
+    from carb_nas._io import atomic_write_json, check_writable_dir
+    from carb_nas.errors import ConfigError
+    from carb_nas.validate import profile_spec
+
+    if runtime != "torch":
+        raise ConfigError(
+            f"unsupported runtime for --model-spec: expected torch, got {runtime!r}. "
+            "Use --runtime torch (a factory's module runs in eager PyTorch)."
+        )
+    check_writable_dir(Path(out_dir), "output directory", "-o")
+    row = profile_spec(spec, device, threads, protocol)
+    path = Path(out_dir) / f"model_spec_{spec.key}.json"
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, row)
+    info(f"wrote the measurement of {spec.name} to {path}")
+    if as_json:
+        echo_json(row)
+    else:
+        click.echo(
+            f"{spec.name} input {'x'.join(map(str, spec.input_shape))}: latency "
+            f"{row['latency_ms']:.3f} ms, peak {row['peak_mem_mb']:.1f} MB"
+        )
+
+
 @click.command("profile")
-@click.argument("configs", metavar="CONFIGS.csv|SPACE.toml")
+@click.argument("configs", metavar="CONFIGS.csv|SPACE.toml", required=False)
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N.")
 @click.option("--runtime", default="torch", show_default=True, help="torch or onnxruntime.")
 @click.option(
@@ -145,9 +172,10 @@ __all__ = ["COMMANDS"]
 )
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @json_option("Print the summary as JSON on stdout.")
+@model_spec_options
 @example("carb-nas profile search_spaces/resnet.toml --limit 20 --threads 1 -o campaigns/cpu")
 def profile_cmd(
-    configs: str,
+    configs: str | None,
     device: str,
     runtime: str,
     precision: str,
@@ -173,6 +201,9 @@ def profile_cmd(
     grace_s: float | None,
     no_progress: bool,
     as_json: bool,
+    model_spec: str | None,
+    factory_kwargs: str | None,
+    input_shape: str | None,
 ) -> None:
     """Profile CONFIGS (a configs table or a space file) into the campaign directory -o.
 
@@ -193,6 +224,15 @@ def profile_cmd(
     from carb_nas.storage import check_postgres, check_storage_url, resolve_storage_url
 
     check_platform(device, runtime, precision)  # before reading a large space
+    if (configs is None) == (model_spec is None):
+        raise ConfigError(
+            "nothing to profile: expected CONFIGS or --model-spec (one of them), got "
+            f"{'both' if configs else 'neither'}. Pass a configs table/space or a factory."
+        )
+    spec = resolve_model_spec(model_spec, factory_kwargs, input_shape, precision)
+    if spec is not None:
+        _profile_spec(spec, device, runtime, threads, protocol, out_dir, as_json)
+        return
     check_campaign_args(
         threads=threads,
         max_attempts=max_attempts,

@@ -162,8 +162,25 @@ def _predict(kind: str, model: Any, F: np.ndarray, threads: Threads) -> np.ndarr
         return np.asarray(model.inplace_predict(F), dtype=float)
     if kind in ("lgbm", "corrector"):
         return np.asarray(model.predict(F, num_threads=threads.omp), dtype=float)
+    if len(F) <= _SMALL_FOREST_BATCH and getattr(model, "n_outputs_", 1) == 1:
+        return _forest_predict_small(model, F)
     model.n_jobs = threads.forest
     return np.asarray(model.predict(F), dtype=float)
+
+
+_SMALL_FOREST_BATCH = 64
+
+
+def _forest_predict_small(model: Any, F: np.ndarray) -> np.ndarray:
+    """ExtraTrees' ``predict`` for a few rows without joblib's per-tree dispatch (~0.25 ms a
+    tree, 100 ms for one row of a 400-tree forest): the same float32 input, the same trees
+    summed in the same order in float64, divided by their number -- the same numbers."""
+    X = np.ascontiguousarray(F, dtype=np.float32)
+    out = np.zeros(len(X), dtype=np.float64)
+    for tree in model.estimators_:
+        out += tree.tree_.predict(X)[:, 0]
+    out /= len(model.estimators_)
+    return out
 
 
 def _fit_learner(

@@ -63,10 +63,11 @@ from carb_nas.budgets import (
     parse_budgets,
 )
 from carb_nas.errors import BudgetError, ModelError
-from carb_nas.scoring import resolve_model
+from carb_nas.scoring import resolve_model, trained_levels
 from carb_nas.search.trial_params import (
     ATTR_BUDGETS,
     ATTR_CONFIDENCE,
+    ATTR_KEY,
     ATTR_PREDICTED,
     ATTR_PRUNED,
     LIMIT_CONSTRAINT,
@@ -153,6 +154,7 @@ class CostConstraints:
         self.normalize = normalize
         self._warned_spaces: set[str] = set()
         self._scaled_studies: set[tuple[int, str]] = set()
+        self._warned_module = False
 
     def __repr__(self) -> str:
         return (
@@ -223,6 +225,66 @@ class CostConstraints:
         X = _model_inputs(configs_to_frame([config]))  # featurized once for costs and limits
         constraints = space_limit_constraints(config, space, trial, flops=X["flops"].iloc[0])
         predicted = self._predict(config, X)
+        self._record(trial, predicted, config.batch_size, constraints, config.key, space)
+        return config
+
+    def constrain(
+        self,
+        trial: optuna.trial.BaseTrial,
+        module: Any,
+        input_shape: Any,
+    ) -> dict[str, float]:
+        """Predicted costs and budget constraints for your own ``nn.Module`` (any CNN your
+        objective builds from its own hyperparameters), before you train it.
+
+        ``input_shape``: one batch, batch first, e.g. ``(32, 3, 224, 224)``; budgets are per
+        that batch (``<target>_per_image`` divides by its size). The module is traced on the
+        meta device (its weights are untouched, nothing runs); the costs become user
+        attributes ``carb_nas.predicted.<target>``, each budget one ``set_constraint`` value
+        ``carb_nas.<target>``, and with ``prune=True`` an over-budget module raises
+        :class:`optuna.TrialPruned` here. Returns the predicted costs. The shipped models were
+        trained on ResNets only: other architectures get a warning (once) and rougher
+        predictions.
+        """
+        from carb_nas.models import ModelSpec
+        from carb_nas.scoring import predict_spec
+
+        self._check_scale(trial)
+        known = trained_levels(self.model, "precision")
+        precision = known[0] if known and len(known) == 1 else "fp32"
+        spec = ModelSpec.from_module(module, input_shape, precision)
+        alpha = confidence_alpha(self.confidence)
+        frame, unseen = predict_spec(self.model, spec, 0.1 if alpha is None else alpha)
+        if unseen and not self._warned_module:
+            self._warned_module = True
+            warnings.warn(
+                "the cost model never saw this architecture (trained on ResNets only): its "
+                "costs are predicted from the architecture features alone; expect rough "
+                "predictions until a model is trained on such networks.",
+                UserWarning,
+                stacklevel=2,
+            )
+        row = frame.iloc[0]
+        predicted: dict[str, float] = {}
+        for target in self.targets:
+            predicted[target] = float(row[target])
+            if self.confidence is not None:
+                predicted[f"{target}_lower"] = float(row[f"{target}_lower"])
+                predicted[f"{target}_upper"] = float(row[f"{target}_upper"])
+        trial.set_user_attr(ATTR_KEY, spec.key)
+        self._record(trial, predicted, spec.batch_size, {}, spec.key, None)
+        return predicted
+
+    def _record(
+        self,
+        trial: Any,
+        predicted: dict[str, float],
+        batch_size: int,
+        constraints: dict[str, float],
+        key: str,
+        space: Space | None,
+    ) -> None:
+        """User attributes, one constraint per budget (and the space's limit), pruning."""
         for name, value in predicted.items():
             trial.set_user_attr(ATTR_PREDICTED + name, value)
         if self.confidence is not None:
@@ -231,24 +293,24 @@ class CostConstraints:
         upper = self.confidence is not None
         pred = pd.DataFrame([predicted])
         for name, budget in self.budgets.items():
-            cost = float(metric_values(pred, name, config.batch_size, upper=upper)[0])
+            cost = float(metric_values(pred, name, batch_size, upper=upper)[0])
             excess = cost - budget
             constraints[PARAM_PREFIX + name] = excess / budget if self.normalize else excess
             if excess > 0:
                 what = "predicted" if self.confidence is None else f"{self.confidence:g} upper"
                 reasons.append(f"{name} {what} {cost:.4g} > budget {budget:g}")
-        why_limit = limit_reason(constraints, space)
-        if why_limit:
-            reasons.append(why_limit)
-        if self.normalize and LIMIT_CONSTRAINT in constraints:
-            constraints[LIMIT_CONSTRAINT] /= float(space.limits["max_gflops_per_batch"])
+        if space is not None:
+            why_limit = limit_reason(constraints, space)
+            if why_limit:
+                reasons.append(why_limit)
+            if self.normalize and LIMIT_CONSTRAINT in constraints:
+                constraints[LIMIT_CONSTRAINT] /= float(space.limits["max_gflops_per_batch"])
         trial.set_user_attr(ATTR_BUDGETS, dict(self.budgets))
         record_constraints(trial, constraints)
         if self.prune and reasons:
             reason = "; ".join(reasons)
             trial.set_user_attr(ATTR_PRUNED, reason)
-            raise optuna.TrialPruned(f"carb_nas: {config.key} predicted infeasible: {reason}")
-        return config
+            raise optuna.TrialPruned(f"carb_nas: {key} predicted infeasible: {reason}")
 
     def constraints_func(self, trial: optuna.trial.FrozenTrial) -> list[float]:
         """Constraint values of a finished trial for samplers that take ``constraints_func=``.

@@ -21,12 +21,23 @@ from carb_nas.models._layers import NUM_CLASSES, round_channels
 from carb_nas.models._mobilenet import build_mobilenet_v2, build_mobilenet_v3
 from carb_nas.models._regnet import build_regnet
 from carb_nas.models._resnet import EXPANSION, build_resnet, stage_channels
+from carb_nas.models._spec import (
+    TORCH_DTYPES,
+    ModelSpec,
+    load_factory,
+    parse_input_shape,
+    parse_kwargs,
+)
 from carb_nas.models._vgg import build_vgg
 from carb_nas.space import Config, family_group
 
 __all__ = [
     "build_model",
     "example_input",
+    "ModelSpec",
+    "load_factory",
+    "parse_input_shape",
+    "parse_kwargs",
     "stage_channels",
     "round_channels",
     "NUM_CLASSES",
@@ -34,7 +45,6 @@ __all__ = [
     "TORCH_DTYPES",
 ]
 
-TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 _BUILDERS: dict[str, Callable[[Config], nn.Module]] = {
     "resnet": build_resnet,

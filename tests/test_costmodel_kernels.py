@@ -117,3 +117,23 @@ def test_unfitted_and_bad_mode_are_refused(fake_data):
         KernelCostModel().predict_ops(ops)
     with pytest.raises(ModelError, match="invalid mode"):
         ModuleCostModel(mode="magic").fit(rows, ops)
+
+
+def test_predict_costs_uses_the_kernel_level_predictor(fake_data, tmp_path):
+    import warnings
+
+    import carb_nas
+
+    rows, ops = fake_data
+    m = ModuleCostModel(mode="both").fit(rows, ops)
+    m.save(tmp_path / "km")
+    for platform in (m, str(tmp_path / "km")):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # every op is modelled: no unseen warning
+            costs = carb_nas.predict_costs(_net(16, 2), (2, 3, 16, 16), platform=platform)
+        direct = m.predict_module(_net(16, 2), (2, 3, 16, 16))
+        lat = costs.values["latency_ms"]
+        assert lat[0] == pytest.approx(direct["latency_ms"])
+        assert lat[1] <= lat[0] <= lat[2]
+    with pytest.warns(UserWarning):  # a GELU was never measured: said, and widened
+        carb_nas.predict_costs(_net(16, 2, act=nn.GELU), (2, 3, 16, 16), platform=m)

@@ -281,6 +281,15 @@ class KernelCostModel:
         return m
 
 
+def is_module_model_dir(path: str | Path) -> bool:
+    """Whether ``path`` is a directory :meth:`ModuleCostModel.save` wrote."""
+    p = Path(path) / "manifest.json"
+    try:
+        return p.is_file() and json.loads(p.read_text()).get("format") == MODULE_FORMAT
+    except (OSError, json.JSONDecodeError):
+        return False
+
+
 def _prior_terms(table: pd.DataFrame) -> np.ndarray:
     """Columns of the per-kind prior: 1 (per-op overhead), GFLOPs, MB moved, weight MB."""
     moved = (table["read_bytes"] + table["write_bytes"]).to_numpy(float) / 1e6
@@ -376,8 +385,18 @@ class ModuleCostModel:
         rows: pd.DataFrame,
         ops: pd.DataFrame,
         kernel: tuple[KernelCostModel, np.ndarray] | None = None,
+        platform: Mapping[str, Any] | None = None,
     ) -> ModuleCostModel:
+        """Fit on measured networks and their ops; ``platform`` the fingerprint of the rows
+        (default: the ``fingerprint`` column's first value, if any)."""
         self._check_mode()
+        if platform is None and "fingerprint" in rows and rows["fingerprint"].notna().any():
+            try:
+                platform = json.loads(str(rows["fingerprint"].dropna().iloc[0]))
+            except json.JSONDecodeError:
+                platform = None
+        self.platform_ = dict(platform) if platform else {"platform": "cpu/torch/fp32"}
+        self.targets_ = ["peak_mem_mb", "latency_ms"]
         rows = rows.reset_index(drop=True)
         self.kernel_, oof = kernel if kernel is not None else self.kernel_part(rows, ops)
         y_lat = rows["latency_ms"].to_numpy(float)
@@ -450,6 +469,14 @@ class ModuleCostModel:
         pred = self.predict(row, ops.assign(key="module"), alpha=alpha)
         return pred.iloc[0].to_dict()
 
+    def predict_spec(self, spec: Any, alpha: float | None = 0.1) -> tuple[pd.DataFrame, bool]:
+        """What ``carb_nas.scoring.predict_spec`` returns for a
+        :class:`carb_nas.models.ModelSpec`: one row (targets, ``_lower``/``_upper``,
+        ``kernel_sum_ms``, ``unmodelled_ops``) and whether any op was unmodelled."""
+        module = spec.module if spec.kind == "module" else spec.build("meta")
+        pred = self.predict_module(module, spec.input_shape, spec.precision, alpha=alpha)
+        return pd.DataFrame([pred]), bool(pred["unmodelled_ops"])
+
     # -- persistence ------------------------------------------------------------------------
     def save(self, directory: str | Path) -> Path:
         """A directory: the kernel booster (XGBoost JSON), the network CostModel (its own
@@ -464,6 +491,7 @@ class ModuleCostModel:
                 "mode": self.mode,
                 "preset": self.preset,
                 "scale": self.scale_,
+                "platform": self.platform_,
                 "kernel": part,
             }
             (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
@@ -486,6 +514,8 @@ class ModuleCostModel:
             )
         m = cls(mode=manifest["mode"], preset=manifest["preset"])
         m.scale_ = float(manifest["scale"])
+        m.platform_ = dict(manifest.get("platform") or {"platform": "cpu/torch/fp32"})
+        m.targets_ = ["peak_mem_mb", "latency_ms"]
         m.kernel_ = KernelCostModel.load_from(d, manifest["kernel"])
         m.network_ = CostModel.load(d / "network")
         return m

@@ -2,7 +2,7 @@
 modelling choice, and the cost of featurizing + predicting an arbitrary module.
 
     PYTHONPATH=$PWD python benchmarks/any_cnn.py [--dataset CSV --ops OPS] [--campaign DIR]
-        [--modes kernel,network,feature,offset,both] [--json OUT]
+        [--modes kernel,network,feature,both] [--json OUT]
 
 For each family group (ResNet, ResNeXt, VGG, DenseNet, MobileNetV2, MobileNetV3,
 EfficientNet, RegNet) the per-operator models and the network cascade are trained on all the
@@ -67,7 +67,7 @@ def main() -> None:
     p.add_argument("--dataset", default=str(DEFAULT_ROWS))
     p.add_argument("--ops", default=str(DEFAULT_OPS))
     p.add_argument("--campaign", default=None, help="an ops campaign directory instead")
-    p.add_argument("--modes", default="kernel,network,feature,offset,both")
+    p.add_argument("--modes", default="kernel,network,feature,both")
     p.add_argument("--preset", default="fast")
     p.add_argument("--json", default=None, help="write the full report here")
     args = p.parse_args()

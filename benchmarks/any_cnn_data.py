@@ -159,6 +159,8 @@ def measure(args: argparse.Namespace) -> None:
 
 
 def export(args: argparse.Namespace) -> None:
+    import json
+
     from carb_nas.datasets import SCHEMA
     from carb_nas.measure._ops import read_ops_campaign
 
@@ -178,7 +180,7 @@ def export(args: argparse.Namespace) -> None:
         meter="none",
         energy_reason="meter=none: no energy counter readable (no NVML, no powercap)",
     )
-    rows["device_name"] = rows.fingerprint.map(lambda s: pd.io.json.loads(s)["device_name"])
+    rows["device_name"] = rows.fingerprint.map(lambda s: json.loads(s)["device_name"])
     extra = ["op_sum_ms", "n_ops", "n_events", "n_unmatched", "minor_faults_per_run"]
     cols = [c for c in SCHEMA if c in rows.columns] + [c for c in extra if c in rows.columns]
     out = rows.reindex(columns=list(dict.fromkeys([*SCHEMA, *cols])))

@@ -84,7 +84,7 @@ def test_module_model_predicts_any_module_and_widens_for_unmodelled_ops(fake_dat
 
 def test_save_load_round_trip_without_pickle_and_tampering_is_refused(fake_data, tmp_path):
     rows, ops = fake_data
-    m = ModuleCostModel(mode="offset").fit(rows, ops)
+    m = ModuleCostModel(mode="feature").fit(rows, ops)
     m.save(tmp_path / "m")
     files = {p.name for p in (tmp_path / "m").iterdir()}
     assert "manifest.json" in files and "kernel_xgb.json" in files

@@ -344,10 +344,10 @@ def train_cmd(
     "--mode",
     "modes",
     multiple=True,
-    type=click.Choice(["kernel", "network", "feature", "offset", "both"]),
+    type=click.Choice(["kernel", "network", "feature", "both"]),
     help="With --leave-one-family-out: the modelling choices to compare (repeatable; "
-    "default all): kernel sum alone, network cascade alone, the sum as a feature, as the "
-    "offset, or both.",
+    "default all): kernel sum alone, network cascade alone, the sum as a feature, or as "
+    "feature and offset (both).",
 )
 @example("carb-nas evaluate cpu/torch/fp32 carb_nas/data/datasets/cpu_torch_fp32.csv --json")
 def evaluate_cmd(

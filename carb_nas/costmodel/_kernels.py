@@ -14,11 +14,15 @@ as unmodelled, and widens the network's interval by that estimate.
 
 :class:`ModuleCostModel` is the network-level part: a :class:`~carb_nas.costmodel.CostModel`
 over the network features (:data:`FEATURE_COLUMNS` + :data:`OP_AGGREGATE_COLUMNS`) with the
-kernel sum ``kernel_sum_ms`` as a feature (``mode="feature"``), as the latency offset
-through ``target_offsets`` (``mode="offset"``), or both (``mode="both"``, the default);
-``mode="network"`` ignores the kernel sum (the CARB cascade alone) and ``mode="kernel"`` is
-the kernel sum times one fitted scale (the per-operator models alone). Peak memory is fitted
-relative to the traced ``tensor_peak_mb``. Training rows get the kernel sums of a kernel model
+kernel sum ``kernel_sum_ms`` as a feature (``mode="feature"``), or as a feature and the
+latency offset through ``target_offsets`` (``mode="both"``, the default: the offset is the
+fitted non-negative sum of ``kernel_sum_ms`` and ``n_ops``, a per-op framework overhead; a
+``target_offsets`` column is always a feature of ``X`` too, so "offset alone" is not a
+separate choice); ``mode="network"`` ignores the kernel sum (the CARB cascade alone, on the
+physical offsets plus ``n_ops``) and ``mode="kernel"`` is the fitted non-negative
+``a x kernel sum + b x n_ops`` (the per-operator models alone). Peak memory is fitted
+relative to the traced ``tensor_peak_mb`` plus oneDNN's reordered weights
+(``onednn_weight_mb``, fitted cost). Training rows get the kernel sums of a kernel model
 that never saw their network (grouped K-fold), as the cascade's own downstream features are
 out-of-fold, so the network model does not over-trust the sum.
 
@@ -60,7 +64,7 @@ __all__ = [
 KERNEL_FORMAT = "carb-nas-kernel-model"
 MODULE_FORMAT = "carb-nas-module-model"
 FORMAT_VERSION = 1
-MODES = ("kernel", "network", "feature", "offset", "both")
+MODES = ("kernel", "network", "feature", "both")
 KERNEL_SUM = "kernel_sum_ms"
 NETWORK_COLUMNS = (*FEATURE_COLUMNS, *OP_AGGREGATE_COLUMNS)
 _NUMERIC = (
@@ -341,15 +345,17 @@ class ModuleCostModel:
     def _X(self, rows: pd.DataFrame, ksum: np.ndarray | None) -> pd.DataFrame:
         X = rows[list(NETWORK_COLUMNS)].astype(float).copy()
         X["batch_size"] = rows["batch_size"].to_numpy(dtype=float)
-        if self.mode in ("feature", "both", "offset") and ksum is not None:
+        if self.mode in ("feature", "both") and ksum is not None:
             X[KERNEL_SUM] = ksum
         return X
 
     def _offsets(self) -> dict[str, Any]:
-        off: dict[str, Any] = {"peak_mem_mb": PHYSICAL_OFFSETS["peak_mem_mb"]}
-        off["latency_ms"] = (
-            KERNEL_SUM if self.mode in ("offset", "both") else PHYSICAL_OFFSETS["latency_ms"]
-        )
+        # memory: the traced tensor peak plus oneDNN's reordered weight copies; latency: the
+        # kernel sum (or the physical resources) plus a per-op overhead (``n_ops``: framework
+        # time between kernels, which the profiler's op events do not cover)
+        off: dict[str, Any] = {"peak_mem_mb": ["tensor_peak_mb", "onednn_weight_mb"]}
+        physical = [*PHYSICAL_OFFSETS["latency_ms"], "n_ops"]
+        off["latency_ms"] = [KERNEL_SUM, "n_ops"] if self.mode == "both" else physical
         return off
 
     def _network_sums(self, km: KernelCostModel, rows: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
@@ -401,13 +407,17 @@ class ModuleCostModel:
         self.kernel_, oof = kernel if kernel is not None else self.kernel_part(rows, ops)
         y_lat = rows["latency_ms"].to_numpy(float)
         self.scale_ = float(np.median(y_lat / np.maximum(oof, 1e-9))) if oof.any() else 1.0
+        # kernel mode: latency = a x kernel sum + b x n_ops (non-negative, relative error)
+        A = np.column_stack([oof, rows["n_ops"].to_numpy(float)]) / y_lat[:, None]
+        coef, _ = nnls(A, np.ones(len(rows)))
+        self.kernel_coefs_ = [float(c) for c in coef] if coef.any() else [self.scale_, 0.0]
         if self.mode == "network":
             oof = np.zeros(len(rows))
         if self.mode == "kernel":
             mem = CostModel(
                 preset=self.preset,
                 targets=["peak_mem_mb"],
-                target_offsets={"peak_mem_mb": "tensor_peak_mb"},
+                target_offsets={"peak_mem_mb": ["tensor_peak_mb", "onednn_weight_mb"]},
                 random_state=self.random_state,
                 n_jobs=self.n_jobs,
             )
@@ -441,9 +451,12 @@ class ModuleCostModel:
         out = self.network_.predict(X, alpha=alpha) if alpha else self.network_.predict(X)
         out = out.reset_index(drop=True)
         if self.mode == "kernel":
-            out["latency_ms"] = ksum
+            a, b = self.kernel_coefs_
+            lat = a * sums["ms"].to_numpy() + b * rows["n_ops"].to_numpy(float)
+            out["latency_ms"] = lat
+            ksum_lat = lat
             if alpha:
-                out["latency_ms_lower"], out["latency_ms_upper"] = ksum * 0.8, ksum * 1.25
+                out["latency_ms_lower"], out["latency_ms_upper"] = ksum_lat * 0.8, ksum_lat * 1.25
         out[KERNEL_SUM] = ksum
         out["unmodelled_ms"] = un
         if alpha and "latency_ms_upper" in out:
@@ -491,6 +504,7 @@ class ModuleCostModel:
                 "mode": self.mode,
                 "preset": self.preset,
                 "scale": self.scale_,
+                "kernel_coefs": self.kernel_coefs_,
                 "platform": self.platform_,
                 "kernel": part,
             }
@@ -514,6 +528,7 @@ class ModuleCostModel:
             )
         m = cls(mode=manifest["mode"], preset=manifest["preset"])
         m.scale_ = float(manifest["scale"])
+        m.kernel_coefs_ = [float(v) for v in manifest["kernel_coefs"]]
         m.platform_ = dict(manifest.get("platform") or {"platform": "cpu/torch/fp32"})
         m.targets_ = ["peak_mem_mb", "latency_ms"]
         m.kernel_ = KernelCostModel.load_from(d, manifest["kernel"])

@@ -14,8 +14,8 @@ draw over width, depth, resolution 32-128 and batch 1-16, under ``--max-gflops``
 then measures each config not yet in CAMPAIGN in a fresh forked process
 (``carb_nas.measure._ops.run_ops_campaign``). Kill it at any time; the same command continues.
 A second pass (``--remeasure-from``) measures the rows whose CV is above ``--cv-above`` again;
-``export`` keeps each config's lowest-CV row among the passes and writes ``carb_nas/data/datasets/cpu_torch_fp32_zoo.csv`` (one row per config, the
-dataset schema) and ``..._ops.csv.gz`` (one row per operator).
+``export`` keeps each config's lowest-CV row among the passes and writes
+``carb_nas/data/datasets/cpu_torch_fp32_zoo.csv`` (one row per config, the dataset schema) and ``..._ops.csv.gz`` (one row per operator).
 """
 
 from __future__ import annotations
@@ -120,8 +120,14 @@ def family_specs(per_family: int, max_gflops: float, seed: int = 0) -> list[dict
                 continue
             seen.add(c.key)
             per_group[g].append(
-                {"key": c.key, "family": f, "depth": d, "width": w, "resolution": res,
-                 "batch_size": b}
+                {
+                    "key": c.key,
+                    "family": f,
+                    "depth": d,
+                    "width": w,
+                    "resolution": res,
+                    "batch_size": b,
+                }
             )
     out = []
     for i in range(per_family):
@@ -130,9 +136,9 @@ def family_specs(per_family: int, max_gflops: float, seed: int = 0) -> list[dict
 
 
 def measure(args: argparse.Namespace) -> None:
-    from carb_nas.measure._ops import run_ops_campaign
-
     import json
+
+    from carb_nas.measure._ops import run_ops_campaign
 
     cached = Path(args.out) / "specs.json"  # the draw, kept so a resume does not redo it
     if args.remeasure_from:
@@ -142,9 +148,16 @@ def measure(args: argparse.Namespace) -> None:
         rows = rows[(rows.status == "ok") & (rows.latency_cv > args.cv_above)]
         cols = ["key", "family", "depth", "width", "resolution", "batch_size"]
         specs = [dict(zip(cols, r)) for r in rows[cols].itertuples(index=False)]
-        specs = [{**sp, "depth": int(sp["depth"]), "width": float(sp["width"]),
-                  "resolution": int(sp["resolution"]), "batch_size": int(sp["batch_size"])}
-                 for sp in specs]
+        specs = [
+            {
+                **sp,
+                "depth": int(sp["depth"]),
+                "width": float(sp["width"]),
+                "resolution": int(sp["resolution"]),
+                "batch_size": int(sp["batch_size"]),
+            }
+            for sp in specs
+        ]
     elif cached.exists():
         specs = json.loads(cached.read_text())
     else:

@@ -78,8 +78,10 @@ def main() -> None:
     modes = args.modes.split(",")
     t0 = time.perf_counter()
     report = lofo_report(rows, ops, modes=modes, preset=args.preset)
-    print(f"lofo over {report['n_rows']} networks in {time.perf_counter() - t0:.0f} s",
-          file=sys.stderr)
+    print(
+        f"lofo over {report['n_rows']} networks in {time.perf_counter() - t0:.0f} s",
+        file=sys.stderr,
+    )
     table = pd.DataFrame(report["per_family"])
     pd.set_option("display.width", 200)
     for mode in modes:
@@ -88,8 +90,10 @@ def main() -> None:
         print(t.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print("\nsummary:", json.dumps(report["summary"], indent=1))
     cv = rows["latency_cv"].astype(float)
-    print(f"measurement latency_cv: median {cv.median():.3f}, p90 {cv.quantile(0.9):.3f} "
-          f"over {len(rows)} rows (shared 2-core machine, other helpers running)")
+    print(
+        f"measurement latency_cv: median {cv.median():.3f}, p90 {cv.quantile(0.9):.3f} "
+        f"over {len(rows)} rows (shared 2-core machine, other helpers running)"
+    )
 
     net, tab = network_tables(rows, ops)
     model = ModuleCostModel(mode="both", preset=args.preset).fit(net, tab)

@@ -319,10 +319,11 @@ def run_trace(
         except ConfigError:
             raise
         except Exception as e:  # noqa: BLE001 - any failure of a user's module on meta
+            first = str(e).splitlines()[0][:200] if str(e) else ""
             raise ConfigError(
                 f"cannot trace {type(module).__name__} on the meta device: expected a forward "
                 f"pass of tensor ops for input shape {shape}, got {type(e).__name__} at op "
-                f"{tracer.last_op or '(before any op)'!r}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+                f"{tracer.last_op or '(before any op)'!r}: {first}"
                 ". Fix the input shape, or measure the module for real "
                 "(carb-nas profile) instead of predicting it."
             ) from e

@@ -41,8 +41,14 @@ def _fake_dataset(n: int = 105, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFra
         ops = ops.assign(key=f"k{i}", measured_ms=_fake_ms(ops))
         lat = float(ops["measured_ms"].sum() * 1.1)
         rows.append(
-            {**feats, "key": f"k{i}", "family": fam, "batch_size": b, "latency_ms": lat,
-             "peak_mem_mb": feats["tensor_peak_mb"] * 1.05}
+            {
+                **feats,
+                "key": f"k{i}",
+                "family": fam,
+                "batch_size": b,
+                "latency_ms": lat,
+                "peak_mem_mb": feats["tensor_peak_mb"] * 1.05,
+            }
         )
         tables.append(ops)
     return pd.DataFrame(rows), pd.concat(tables, ignore_index=True)

@@ -87,7 +87,9 @@ def test_resnet_table_agrees_with_closed_form_features():
     assert (ops["kind"] == "conv").sum() == ref["n_conv"]
     assert (ops["kind"] == "norm").sum() == ref["n_bn"]
     # a ResNet at batch 2 runs its unstrided 1x1 convs natively (ConvParams::use_mkldnn)
-    assert ops.loc[(ops["kind"] == "conv") & (ops["kernel"] == 1) & (ops["stride"] == 1), "native"].all()
+    assert ops.loc[
+        (ops["kind"] == "conv") & (ops["kernel"] == 1) & (ops["stride"] == 1), "native"
+    ].all()
 
 
 def test_repeated_blocks_share_signatures_and_tables_are_cached():

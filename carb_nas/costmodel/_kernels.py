@@ -338,9 +338,7 @@ class ModuleCostModel:
 
     def _check_mode(self) -> None:
         if self.mode not in MODES:
-            raise err(
-                "invalid mode", f"one of {list(MODES)}", repr(self.mode), "Use 'both'."
-            )
+            raise err("invalid mode", f"one of {list(MODES)}", repr(self.mode), "Use 'both'.")
 
     def _X(self, rows: pd.DataFrame, ksum: np.ndarray | None) -> pd.DataFrame:
         X = rows[list(NETWORK_COLUMNS)].astype(float).copy()
@@ -358,7 +356,9 @@ class ModuleCostModel:
         off["latency_ms"] = [KERNEL_SUM, "n_ops"] if self.mode == "both" else physical
         return off
 
-    def _network_sums(self, km: KernelCostModel, rows: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
+    def _network_sums(
+        self, km: KernelCostModel, rows: pd.DataFrame, ops: pd.DataFrame
+    ) -> pd.DataFrame:
         ms, seen = km.predict_ops(ops)
         per = pd.DataFrame({"key": ops["key"].to_numpy(), "ms": ms, "un": np.where(seen, 0.0, ms)})
         g = per.groupby("key").sum()
@@ -521,7 +521,10 @@ class ModuleCostModel:
                 f"cannot read a module cost model: expected {d / 'manifest.json'}, got "
                 f"{type(e).__name__}: {e}. Pass a directory ModuleCostModel.save wrote."
             ) from e
-        if manifest.get("format") != MODULE_FORMAT or manifest.get("format_version") != FORMAT_VERSION:
+        if (
+            manifest.get("format") != MODULE_FORMAT
+            or manifest.get("format_version") != FORMAT_VERSION
+        ):
             raise ModelError(
                 f"not a module cost model: expected format {MODULE_FORMAT!r} version "
                 f"{FORMAT_VERSION}, got {manifest.get('format')!r}. Save it again."

@@ -280,9 +280,7 @@ class _OpRecorder(TorchFunctionMode):
         self.rows.append(row)
         return out
 
-    def _row(
-        self, name: str, args: tuple, kwargs: dict, ins: list, outs: list
-    ) -> dict[str, Any]:
+    def _row(self, name: str, args: tuple, kwargs: dict, ins: list, outs: list) -> dict[str, Any]:
         acts = [t for t in ins if id(t) not in self.weight_ids]
         weights = [t for t in ins if id(t) in self.weight_ids]
         x = acts[0] if acts else (ins[0] if ins else None)

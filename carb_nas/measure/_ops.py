@@ -90,9 +90,7 @@ def profiled_op_times(
         return []
     n = min(len(s) for s in seqs)
     seqs = [s for s in seqs if len(s) == n] or seqs[:1]
-    return [
-        (seqs[0][i][1], statistics.median(s[i][2] for s in seqs)) for i in range(n)
-    ]
+    return [(seqs[0][i][1], statistics.median(s[i][2] for s in seqs)) for i in range(n)]
 
 
 def match_ops(ops: pd.DataFrame, events: list[tuple[str, float]]) -> pd.DataFrame:

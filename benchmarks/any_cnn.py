@@ -26,7 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT / "carb_nas" / "data" / "datasets"
+DATA = ROOT / "carb_nas" / "data" / "zoo"
 DEFAULT_ROWS = DATA / "cpu_torch_fp32_zoo.csv"
 DEFAULT_OPS = DATA / "cpu_torch_fp32_zoo_ops.csv.gz"
 

@@ -15,7 +15,7 @@ then measures each config not yet in CAMPAIGN in a fresh forked process
 (``carb_nas.measure._ops.run_ops_campaign``). Kill it at any time; the same command continues.
 A second pass (``--remeasure-from``) measures the rows whose CV is above ``--cv-above`` again;
 ``export`` keeps each config's lowest-CV row among the passes and writes
-``carb_nas/data/datasets/cpu_torch_fp32_zoo.csv`` (one row per config, the dataset schema) and ``..._ops.csv.gz`` (one row per operator).
+``carb_nas/data/zoo/cpu_torch_fp32_zoo.csv`` (one row per config, the dataset schema) and ``..._ops.csv.gz`` (one row per operator).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "carb_nas" / "data" / "datasets"
 SHIPPED = DATA / "cpu_torch_fp32.csv"
-OUT_ROWS = DATA / "cpu_torch_fp32_zoo.csv"
-OUT_OPS = DATA / "cpu_torch_fp32_zoo_ops.csv.gz"
+OUT_ROWS = ROOT / "carb_nas" / "data" / "zoo" / "cpu_torch_fp32_zoo.csv"
+OUT_OPS = ROOT / "carb_nas" / "data" / "zoo" / "cpu_torch_fp32_zoo_ops.csv.gz"
 RESNET = ("basic", "bottleneck")
 BATCHES = (1, 2, 3, 4, 6, 8, 12, 16)
 RESOLUTIONS = (32, 40, 48, 56, 64, 80, 96, 112, 128)

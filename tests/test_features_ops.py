@@ -120,12 +120,11 @@ class _DataDependent(nn.Module):
         return -x
 
 
-def test_a_module_that_cannot_run_on_meta_names_the_op_and_the_way_out():
-    with pytest.raises(ConfigError) as e:
+def test_a_module_that_cannot_run_on_meta_raises_its_own_error():
+    # the spec layer (scoring._trace_error) turns it into one line naming the op and the way
+    # out; the tracer itself neither hides nor rewrites it
+    with pytest.raises(RuntimeError, match="meta"):
         trace_ops(_DataDependent(), (1, 3, 8, 8), cache=False)
-    msg = str(e.value)
-    assert "meta device" in msg and "'is_nonzero'" in msg and "measure" in msg
-    assert "\n" not in msg
 
 
 def test_bad_shape_is_refused():

@@ -641,7 +641,7 @@ def profile_spec(
     spec: Any,
     device: str = "cpu",
     threads: int | None = None,
-    protocol: str = "adaptive",
+    protocol: Any = "adaptive",
 ) -> dict[str, Any]:
     """Measure any :class:`carb_nas.models.ModelSpec` for real on this machine (eager
     PyTorch): latency under the timing protocol and the tensor peak, with this platform's

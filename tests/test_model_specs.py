@@ -199,3 +199,36 @@ def test_optuna_constrain_a_users_module() -> None:
     assert t.state == optuna.trial.TrialState.PRUNED
     assert t.user_attrs["carb_nas.predicted.latency_ms"] > 0
     assert t.constraints["carb_nas.latency_ms"] > 0
+
+
+def test_small_batch_forest_predict_is_exact() -> None:
+    # predict_costs' speed rests on predicting a few rows without joblib: the same numbers
+    import numpy as np
+    from sklearn.ensemble import ExtraTreesRegressor
+
+    from carb_nas.costmodel._learners import _forest_predict_small, _predict
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 6))
+    y = X[:, 0] * 3 + rng.normal(size=300)
+    forest = ExtraTreesRegressor(40, random_state=0, n_jobs=1).fit(X, y)
+    F = rng.normal(size=(7, 6))
+    assert np.array_equal(forest.predict(F), _forest_predict_small(forest, F))
+
+    class Threads:
+        forest = 1
+
+    assert np.array_equal(_predict("et", forest, F, Threads()), forest.predict(F))
+
+
+def test_cli_search_over_a_family_space(tmp_path) -> None:
+    space = tmp_path / "fam.toml"
+    space.write_text('[knobs]\nfamily = ["mobilenet_v3_small", "vgg"]\nwidth = [0.25]\n'
+                     "resolution = [32]\nbatch_size = [1, 2]\n[family.mobilenet_v3_small]\n"
+                     "depth = [6, 11]\n[family.vgg]\ndepth = [11]\n")  # fmt: skip
+    res = CliRunner().invoke(cli, ["search", str(space), "--model", PLATFORM, "--trials", "6",
+                                   "--budget", "latency_ms=1000", "--json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "never saw family ['mobilenet_v3_small', 'vgg']" in res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["pareto"] and {r["family"] for r in doc["pareto"]} <= {"mobilenet_v3_small", "vgg"}

@@ -230,9 +230,6 @@ def profile_cmd(
             f"{'both' if configs else 'neither'}. Pass a configs table/space or a factory."
         )
     spec = resolve_model_spec(model_spec, factory_kwargs, input_shape, precision)
-    if spec is not None:
-        _profile_spec(spec, device, runtime, threads, protocol, out_dir, as_json)
-        return
     check_campaign_args(
         threads=threads,
         max_attempts=max_attempts,
@@ -250,6 +247,11 @@ def profile_cmd(
             f"protocol's minimum timing window), got {time_cap_s:g}. Use --time-cap-s "
             f"{max(window_s, 0.15):g} or more, or drop it (default 2 s)."
         )
+    overrides = {"target_ci_rel": target_ci, "time_cap_s": time_cap_s, "cooldown_s": cooldown_s}
+    if spec is not None:
+        proto = Protocol.named(protocol, **overrides)
+        _profile_spec(spec, device, runtime, threads, proto, out_dir, as_json)
+        return
     heartbeat_s, grace_s = check_heartbeat(heartbeat_s, grace_s)
     url = resolve_storage_url(storage)
     if url:  # its form (and a PostgreSQL server), before a space is read or anything is made
@@ -262,7 +264,6 @@ def profile_cmd(
         source = f"space:{load_space(configs).fingerprint}"
     else:
         source = None  # the configs' own fingerprint
-    overrides = {"target_ci_rel": target_ci, "time_cap_s": time_cap_s, "cooldown_s": cooldown_s}
     summary = run_campaign(
         frame,
         out_dir,

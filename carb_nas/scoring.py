@@ -469,6 +469,10 @@ def predict_spec(model: Any, spec: Any, alpha: float = 0.1) -> tuple[pd.DataFram
     """Predictions (one row: ``<target>``, ``_lower``, ``_upper``) of ``spec`` by ``model``
     and whether the model never saw its family. The one place where a spec's costs are
     predicted (a kernel-level predictor plugs in here)."""
+    from carb_nas.costmodel import ModuleCostModel
+
+    if isinstance(model, ModuleCostModel):  # per-operator models + network cascade
+        return model.predict_spec(spec, alpha)
     model_targets(model)
     X = spec_inputs(spec)
     family = str(X["family"].iloc[0])

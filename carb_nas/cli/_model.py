@@ -311,7 +311,7 @@ def train_cmd(
 
 @click.command("evaluate")
 @click.argument("model", metavar="MODEL")
-@click.argument("dataset", type=click.Path(dir_okay=False))
+@click.argument("dataset", type=click.Path(dir_okay=False), required=False)
 @report_option("Write evaluation.json and parity plots (PNG) into this directory.")
 @json_option("Print the evaluation as JSON.")
 @click.option(
@@ -332,20 +332,64 @@ def train_cmd(
     is_flag=True,
     help="Also run leave-one-batch-tier-out and the telemetry ablation (retrains).",
 )
+@click.option(
+    "--leave-one-family-out",
+    "lofo",
+    is_flag=True,
+    help="Train on all family groups but one and test on it, for each group: the "
+    "kernel-level predictor on a multi-family dataset with its per-operator table. "
+    "Then the only argument is that DATASET (e.g. carb_nas/data/datasets/"
+    "cpu_torch_fp32_zoo.csv; its ops table beside it, or --ops).",
+)
+@click.option(
+    "--ops",
+    "ops_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="With --leave-one-family-out: the per-operator table (default: DATASET's "
+    "<stem>_ops.csv.gz).",
+)
+@click.option(
+    "--mode",
+    "modes",
+    multiple=True,
+    type=click.Choice(["kernel", "network", "feature", "both"]),
+    help="With --leave-one-family-out: the modelling choices to compare (repeatable; "
+    "default all): kernel sum alone, network cascade alone, the sum as a feature, or as "
+    "feature and offset (both).",
+)
 @example("carb-nas evaluate cpu/torch/fp32 carb_nas/data/datasets/cpu_torch_fp32.csv --json")
 def evaluate_cmd(
     model: str,
-    dataset: str,
+    dataset: str | None,
     report_dir: str | None,
     as_json: bool,
     alpha: float,
     budgets: tuple[str, ...],
     studies: bool,
+    lofo: bool,
+    ops_path: str | None,
+    modes: tuple[str, ...],
 ) -> None:
     """Score MODEL (a model directory or a shipped platform name such as cpu/torch/fp32) on
-    the measured rows of DATASET."""
+    the measured rows of DATASET; or, with --leave-one-family-out, the kernel-level
+    predictor family by family on DATASET (the only argument)."""
     from carb_nas.costmodel import evaluate, leave_one_batch_tier_out
 
+    if lofo:
+        _evaluate_lofo(model, ops_path, modes, as_json, dataset)
+        return
+    if dataset is None:
+        raise ModelError(
+            "missing DATASET: expected `carb-nas evaluate MODEL DATASET` (or "
+            "`carb-nas evaluate --leave-one-family-out DATASET`), got only MODEL "
+            f"{model!r}. Name the measured table to score on."
+        )
+    if ops_path or modes:
+        raise ModelError(
+            "--ops and --mode belong to --leave-one-family-out: expected them with that flag, "
+            "got them without it. Add --leave-one-family-out or drop them."
+        )
     _check_alpha(alpha)
     budget_limits = _per_batch_budgets(budgets) or None
     if report_dir:
@@ -394,6 +438,62 @@ def evaluate_cmd(
     click.echo(f"model {model} on {report['n_rows']} rows of {dataset}:")
     for line in _summary(report):
         click.echo(line)
+
+
+def _evaluate_lofo(
+    dataset: str,
+    ops_path: str | None,
+    modes: tuple[str, ...],
+    as_json: bool,
+    second: str | None,
+) -> None:
+    from carb_nas.costmodel import MODES, lofo_report
+
+    if second is not None:
+        raise ModelError(
+            "--leave-one-family-out takes one argument: expected DATASET only (it trains its "
+            f"own models), got MODEL {dataset!r}... and DATASET {second!r}. Drop MODEL."
+        )
+    path = Path(dataset)
+    ops_file = Path(ops_path) if ops_path else path.with_name(f"{path.stem}_ops.csv.gz")
+    for p, what, fix in (
+        (path, "DATASET", "Name a multi-family dataset such as cpu_torch_fp32_zoo.csv."),
+        (ops_file, "per-operator table", "Pass it with --ops."),
+    ):
+        if not p.is_file():
+            raise ModelError(f"{what} not found: expected a file, got {str(p)!r}. {fix}")
+    try:
+        rows, ops = pd.read_csv(path), pd.read_csv(ops_file)
+    except (OSError, ValueError, pd.errors.ParserError) as e:
+        raise ModelError(
+            f"unreadable table: expected CSV files, got {type(e).__name__}: {e}. Pass the "
+            "dataset and its ops table as shipped."
+        ) from e
+    need = {"key", "family", "depth", "width", "resolution", "batch_size", "latency_ms"}
+    missing = sorted(need - set(rows.columns)) + sorted(
+        {"key", "index", "measured_ms"} - set(ops.columns)
+    )
+    if missing:
+        raise ModelError(
+            f"not a multi-family dataset with its ops table: expected the columns {sorted(need)}"
+            f" and (key, index, measured_ms) in the ops table, got {missing} missing. Pass "
+            "cpu_torch_fp32_zoo.csv and its _ops table (benchmarks/any_cnn_data.py export)."
+        )
+    if "status" in rows:
+        rows = rows[rows["status"] == "ok"]
+    report = lofo_report(rows, ops, modes=list(modes) or list(MODES))
+    if as_json:
+        echo_json(report)
+        return
+    table = pd.DataFrame(report["per_family"])
+    click.echo(f"leave-one-family-out over {report['n_rows']} networks of {dataset}:")
+    click.echo(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    for mode, s in report["summary"].items():
+        click.echo(
+            f"{mode}: latency within 10 % median {s['lofo_latency_within10']:.3f}, worst "
+            f"{s['lofo_latency_min_within10']:.3f}; memory within 10 % median "
+            f"{s['lofo_mem_within10']:.3f}"
+        )
 
 
 def _evaluation_doc(

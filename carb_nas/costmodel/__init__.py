@@ -107,6 +107,17 @@ from carb_nas.costmodel._prepare import (
     physical_offsets,
     prepare_table,
 )
+from carb_nas.costmodel._kernels import (
+    KERNEL_SUM,
+    MODES,
+    NETWORK_COLUMNS,
+    KernelCostModel,
+    ModuleCostModel,
+    family_groups,
+    leave_one_family_out,
+    lofo_report,
+    network_tables,
+)
 from carb_nas.costmodel._schema import HEAVY_TAILED
 
 __all__ = [
@@ -158,4 +169,14 @@ __all__ = [
     "penalized_fit",
     "CALIBRATION_FEATURES",
     "CALIBRATION_METHODS",
+    # any module: per-operator models summed, corrected by the network cascade
+    "KernelCostModel",
+    "ModuleCostModel",
+    "network_tables",
+    "leave_one_family_out",
+    "lofo_report",
+    "family_groups",
+    "MODES",
+    "NETWORK_COLUMNS",
+    "KERNEL_SUM",
 ]

@@ -146,6 +146,10 @@ def load_model(spec: str | Path, role: str = "model") -> CostModel:
     error, e.g. ``"--source-model"``."""
     p = Path(spec)
     if p.is_dir():
+        from carb_nas.costmodel._kernels import ModuleCostModel, is_module_model_dir
+
+        if is_module_model_dir(p):  # a kernel-level predictor (ModuleCostModel.save)
+            return ModuleCostModel.load(p)
         return CostModel.load(p)
     text = str(spec)
     if text.count("/") == 2 and not p.exists():

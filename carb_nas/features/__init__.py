@@ -81,6 +81,15 @@ from __future__ import annotations
 from carb_nas.features import _torch_cpu
 from carb_nas.features._closed_form import clear_cache, compute_features, within_max_gflops
 from carb_nas.features._common import ELEMENT_BYTES, FEATURE_COLUMNS
+from carb_nas.features._ops import (
+    OP_AGGREGATE_COLUMNS,
+    OP_COLUMNS,
+    OP_KINDS,
+    clear_ops_cache,
+    op_aggregates,
+    op_kind,
+    trace_ops,
+)
 from carb_nas.features._trace import trace_features
 
 TORCH_CPU_COLUMNS = _torch_cpu.COLUMNS  # 0 on rows whose runtime is not torch
@@ -93,4 +102,11 @@ __all__ = [
     "trace_features",
     "within_max_gflops",
     "clear_cache",
+    "OP_KINDS",
+    "OP_COLUMNS",
+    "OP_AGGREGATE_COLUMNS",
+    "trace_ops",
+    "op_aggregates",
+    "op_kind",
+    "clear_ops_cache",
 ]

@@ -7,9 +7,10 @@ private APIs the tracer needs come from :mod:`carb_nas._torch_internals`.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -126,6 +127,8 @@ class _ForwardTracer(dispatch_mode_base()):  # type: ignore[misc]
         self.pool_in_bytes = 0
         self.counts = {"conv": 0, "bn": 0, "linear": 0}
         self.residual_shapes: list[tuple[int, ...]] = []
+        self.n_ops = 0  # aten ops seen (the op recorder of ``_ops`` tells real ops by it)
+        self.last_op = ""
         self._known: dict[int, weakref.ref] = {}
         for t in resident:
             st = t.untyped_storage()
@@ -165,6 +168,8 @@ class _ForwardTracer(dispatch_mode_base()):  # type: ignore[misc]
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
         name = op_name(func)
+        self.n_ops += 1
+        self.last_op = name
         out = self._shortcut(name, args, kwargs)
         if out is None:
             out = func(*args, **kwargs)
@@ -248,6 +253,18 @@ def trace_features(
     keys :data:`FEATURE_COLUMNS` (defined in :mod:`carb_nas.features`); ``flops`` are those of
     ``FlopCounterMode`` over the whole batch.
     """
+    return run_trace(module, input_shape, dtype)
+
+
+def run_trace(
+    module: nn.Module,
+    input_shape: Sequence[int],
+    dtype: torch.dtype | str = torch.float32,
+    extra_mode: Callable[[Any, int, set[int]], Any] | None = None,
+) -> dict[str, float | int]:
+    """:func:`trace_features`, optionally under one more (torch function) mode entered
+    outermost: ``extra_mode(dispatch_tracer, element_bytes, ids_of_weight_tensors)`` makes it
+    (the per-operator recorder of :mod:`._ops`)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     if not isinstance(module, nn.Module):
@@ -255,11 +272,14 @@ def trace_features(
             f"trace_features needs a torch.nn.Module: expected a module, got "
             f"{type(module).__name__}. Pass the model object."
         )
-    shape = tuple(int(s) for s in input_shape)
+    try:
+        shape = tuple(int(s) for s in input_shape)
+    except (TypeError, ValueError):
+        shape = ()
     if not shape or any(s <= 0 for s in shape):
         raise ConfigError(
             f"invalid input shape: expected positive sizes such as (batch, 3, 224, 224), got "
-            f"{tuple(input_shape)!r}. Pass the shape of one input batch."
+            f"{input_shape!r}. Pass the shape of one input batch."
         )
     cdtype, elem = _resolve_dtype(dtype)
 
@@ -282,8 +302,20 @@ def trace_features(
     try:
         x = torch.empty(shape, device="meta", dtype=cdtype)
         tracer = _ForwardTracer(elem, [x, *swapped.values()])
+        outer = (
+            extra_mode(tracer, elem, {id(t) for t in swapped.values()})
+            if extra_mode is not None
+            else contextlib.nullcontext()
+        )
         # the tracer is entered last, so it sees each op first and passes it on to the counter
-        with torch.inference_mode(), FlopCounterMode(display=False) as counter, tracer:
+        # (a module that cannot run on meta raises its own error: the spec layer maps it to
+        # one line with the user's frame, ``scoring._trace_error``)
+        with (
+            outer,
+            torch.inference_mode(),
+            FlopCounterMode(display=False) as counter,
+            tracer,
+        ):
             out = torch.func.functional_call(module, swapped, (x,))
         del out
         flops = int(counter.get_total_flops())

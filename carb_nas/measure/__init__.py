@@ -36,6 +36,12 @@ from carb_nas.measure._meters import (
     measure_window,
     observe_update_period_s,
 )
+from carb_nas.measure._ops import (
+    match_ops,
+    measure_ops,
+    read_ops_campaign,
+    run_ops_campaign,
+)
 from carb_nas.measure._profiler import Profiler, cpu_model_name, platform_string, profile_config
 from carb_nas.measure._protocol import PROTOCOLS, Protocol, TimingResult, median_ci, time_runs
 from carb_nas.measure._quiet import others_cpu_cores, wait_for_quiet
@@ -106,4 +112,8 @@ __all__ = [
     "time_runs",
     "torch_cpu_peak_bytes",
     "wait_for_quiet",
+    "measure_ops",
+    "match_ops",
+    "run_ops_campaign",
+    "read_ops_campaign",
 ]

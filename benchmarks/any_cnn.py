@@ -1,0 +1,113 @@
+"""Any CNN (issue 14): leave-one-family-out accuracy of the kernel-level predictor, per
+modelling choice, and the cost of featurizing + predicting an arbitrary module.
+
+    PYTHONPATH=$PWD python benchmarks/any_cnn.py [--dataset CSV --ops OPS] [--campaign DIR]
+        [--modes kernel,network,feature,both] [--json OUT]
+
+For each family group (ResNet, ResNeXt, VGG, DenseNet, MobileNetV2, MobileNetV3,
+EfficientNet, RegNet) the per-operator models and the network cascade are trained on all the
+other groups' networks and operators (this machine's measurements only) and tested on it.
+Per family and mode: latency and peak-memory MAPE, share within +-10 %, R2. ``ms_per_model``:
+trace + predict of a module not seen before (no trace cache), warm, median over the
+families' standard models at 1x3x64x64 (this shared machine: see the CV below).
+The last line: ``lofo_latency_within10=<median over families> lofo_latency_min_within10=<worst
+family> lofo_mem_within10=<median> ms_per_model=<ms>`` for the default mode (``both``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "carb_nas" / "data" / "zoo"
+DEFAULT_ROWS = DATA / "cpu_torch_fp32_zoo.csv"
+DEFAULT_OPS = DATA / "cpu_torch_fp32_zoo_ops.csv.gz"
+
+
+def _load(args: argparse.Namespace) -> tuple[pd.DataFrame, pd.DataFrame]:
+    if args.campaign:
+        from carb_nas.measure import read_ops_campaign
+
+        rows, ops = read_ops_campaign(args.campaign)
+        rows = rows[rows.status == "ok"].drop_duplicates("key", keep="last")
+        return rows, ops
+    return pd.read_csv(args.dataset), pd.read_csv(args.ops)
+
+
+def ms_per_model(model, repeats: int = 5) -> tuple[float, float]:
+    """Median ms (and CV) of trace + predict of each family's standard model, uncached."""
+    from carb_nas.features import clear_ops_cache
+    from carb_nas.models import build_model
+    from carb_nas.space import ZOO_FAMILIES, Config
+
+    names = ["basic", "bottleneck", *ZOO_FAMILIES]
+    depth = {"basic": 18, "bottleneck": 50, **ZOO_FAMILIES}
+    modules = [build_model(Config(f, depth[f], 1.0, 64, 1), "meta") for f in names]
+    model.predict_module(modules[0], (1, 3, 64, 64))  # warm: imports, first predict
+    times = []
+    for _ in range(repeats):
+        for m in modules:
+            clear_ops_cache()
+            t0 = time.perf_counter()
+            model.predict_module(m, (1, 3, 64, 64))
+            times.append((time.perf_counter() - t0) * 1e3)
+    med = statistics.median(times)
+    return med, statistics.pstdev(times) / statistics.mean(times)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--dataset", default=str(DEFAULT_ROWS))
+    p.add_argument("--ops", default=str(DEFAULT_OPS))
+    p.add_argument("--campaign", default=None, help="an ops campaign directory instead")
+    p.add_argument("--modes", default="kernel,network,feature,both")
+    p.add_argument("--preset", default="fast")
+    p.add_argument("--json", default=None, help="write the full report here")
+    args = p.parse_args()
+
+    from carb_nas.costmodel import ModuleCostModel, lofo_report, network_tables
+
+    rows, ops = _load(args)
+    modes = args.modes.split(",")
+    t0 = time.perf_counter()
+    report = lofo_report(rows, ops, modes=modes, preset=args.preset)
+    print(
+        f"lofo over {report['n_rows']} networks in {time.perf_counter() - t0:.0f} s",
+        file=sys.stderr,
+    )
+    table = pd.DataFrame(report["per_family"])
+    pd.set_option("display.width", 200)
+    for mode in modes:
+        t = table[table["mode"] == mode].drop(columns="mode")
+        print(f"\n## mode={mode}")
+        print(t.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print("\nsummary:", json.dumps(report["summary"], indent=1))
+    cv = rows["latency_cv"].astype(float)
+    print(
+        f"measurement latency_cv: median {cv.median():.3f}, p90 {cv.quantile(0.9):.3f} "
+        f"over {len(rows)} rows (shared 2-core machine, other helpers running)"
+    )
+
+    net, tab = network_tables(rows, ops)
+    model = ModuleCostModel(mode="both", preset=args.preset).fit(net, tab)
+    ms, ms_cv = ms_per_model(model)
+    print(f"ms_per_model: median {ms:.1f} ms (CV {ms_cv:.2f}) over the families' standard models")
+    if args.json:
+        Path(args.json).write_text(json.dumps({**report, "ms_per_model": ms}, indent=1))
+    s = report["summary"]["both" if "both" in report["summary"] else modes[-1]]
+    print(
+        f"lofo_latency_within10={s['lofo_latency_within10']:.3f} "
+        f"lofo_latency_min_within10={s['lofo_latency_min_within10']:.3f} "
+        f"lofo_mem_within10={s['lofo_mem_within10']:.3f} ms_per_model={ms:.1f}"
+    )
+
+
+if __name__ == "__main__":
+    main()

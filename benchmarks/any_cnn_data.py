@@ -1,0 +1,224 @@
+"""Measure the multi-family dataset of issue 14 on this machine (torch fp32, one thread, fresh
+processes), with the per-operator table of the same runs; resumable.
+
+    PYTHONPATH=$PWD python benchmarks/any_cnn_data.py measure --out CAMPAIGN [--resnet 300]
+        [--per-family 80] [--max-gflops 2]
+    PYTHONPATH=$PWD python benchmarks/any_cnn_data.py measure --out CAMPAIGN_RE
+        --remeasure-from CAMPAIGN --cv-above 0.10
+    PYTHONPATH=$PWD python benchmarks/any_cnn_data.py export CAMPAIGN [CAMPAIGN_RE ...]
+
+``measure`` draws the configs (seeded): ``--resnet`` ResNet configs among the shipped
+``cpu_torch_fp32`` ones at batch <= 16 (same keys, so the two machines pair up), and
+``--per-family`` configs of each built-in family of :mod:`carb_nas.models` (a space-filling
+draw over width, depth, resolution 32-128 and batch 1-16, under ``--max-gflops`` per batch),
+then measures each config not yet in CAMPAIGN in a fresh forked process
+(``carb_nas.measure._ops.run_ops_campaign``). Kill it at any time; the same command continues.
+A second pass (``--remeasure-from``) measures the rows whose CV is above ``--cv-above`` again;
+``export`` keeps each config's lowest-CV row among the passes and writes
+``carb_nas/data/zoo/cpu_torch_fp32_zoo.csv`` (one row per config, the dataset schema) and ``..._ops.csv.gz`` (one row per operator).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "carb_nas" / "data" / "datasets"
+SHIPPED = DATA / "cpu_torch_fp32.csv"
+OUT_ROWS = ROOT / "carb_nas" / "data" / "zoo" / "cpu_torch_fp32_zoo.csv"
+OUT_OPS = ROOT / "carb_nas" / "data" / "zoo" / "cpu_torch_fp32_zoo_ops.csv.gz"
+RESNET = ("basic", "bottleneck")
+BATCHES = (1, 2, 3, 4, 6, 8, 12, 16)
+RESOLUTIONS = (32, 40, 48, 56, 64, 80, 96, 112, 128)
+
+
+def _config(spec: dict):
+    from carb_nas.space import Config
+
+    return Config(
+        spec["family"],
+        int(spec["depth"]),
+        float(spec["width"]),
+        int(spec["resolution"]),
+        int(spec["batch_size"]),
+    )
+
+
+def build(spec: dict):
+    """(module, input shape) of a spec: a config of :mod:`carb_nas.models`."""
+    from carb_nas.models import build_model
+
+    c = _config(spec)
+    return build_model(c), (c.batch_size, 3, c.resolution, c.resolution)
+
+
+def resnet_specs(n: int, seed: int = 0) -> list[dict]:
+    d = pd.read_csv(SHIPPED)
+    d = d[(d.status == "ok") & (d.batch_size <= 16)]
+    d = d.sample(n=min(n, len(d)), random_state=seed) if n < len(d) else d
+    cols = ["key", "family", "depth", "width", "resolution", "batch_size"]
+    return [dict(zip(cols, r)) for r in d[cols].itertuples(index=False)]
+
+
+WIDTHS = (0.25, 0.35, 0.5, 0.75, 1.0, 1.25, 1.5)
+
+
+def _depths(family: str, standard: int) -> list[int]:
+    """The depths of ``family`` between ~0.4x and ~1.3x its standard one that it accepts."""
+    from carb_nas.space import stage_layout
+
+    out = []
+    for d in range(max(2, int(standard * 0.4)), int(standard * 1.3) + 2):
+        try:
+            stage_layout(family, d)
+        except Exception:  # noqa: BLE001 - a depth the family refuses
+            continue
+        out.append(d)
+    return out or [standard]
+
+
+def family_specs(per_family: int, max_gflops: float, seed: int = 0) -> list[dict]:
+    """``per_family`` configs of each built-in family group beyond ResNet, interleaved across
+    groups (a stopped campaign still covers every group): variant, depth and width drawn
+    uniformly, resolution stratified over 32-128, batch drawn among those under
+    ``max_gflops`` per batch (FLOPs from the meta-device trace of batch 1)."""
+    from carb_nas.features import trace_features
+    from carb_nas.models import build_model
+    from carb_nas.space import ZOO_FAMILIES, Config, family_group
+
+    rng = np.random.default_rng(seed)
+    groups: dict[str, list[str]] = {}
+    for f in ZOO_FAMILIES:
+        groups.setdefault(family_group(f), []).append(f)
+    depths = {f: _depths(f, d) for f, d in ZOO_FAMILIES.items()}
+    per_group: dict[str, list[dict]] = {g: [] for g in groups}
+    seen: set[str] = set()
+    for g, fams in groups.items():
+        tries = 0
+        while len(per_group[g]) < per_family and tries < per_family * 10:
+            tries += 1
+            f = fams[rng.integers(len(fams))]
+            d = int(depths[f][rng.integers(len(depths[f]))])
+            w = float(WIDTHS[rng.integers(len(WIDTHS))])
+            res = int(RESOLUTIONS[(len(per_group[g]) + rng.integers(2)) % len(RESOLUTIONS)])
+            try:
+                one = Config(f, d, w, res, 1)
+                gf1 = trace_features(build_model(one, "meta"), (1, 3, res, res))["flops"] / 1e9
+            except Exception:  # noqa: BLE001 - a combination the family refuses
+                continue
+            ok = [b for b in BATCHES if b * gf1 <= max_gflops]
+            if not ok:
+                continue
+            b = int(ok[rng.integers(len(ok))])
+            c = Config(f, d, w, res, b)
+            if c.key in seen:
+                continue
+            seen.add(c.key)
+            per_group[g].append(
+                {
+                    "key": c.key,
+                    "family": f,
+                    "depth": d,
+                    "width": w,
+                    "resolution": res,
+                    "batch_size": b,
+                }
+            )
+    out = []
+    for i in range(per_family):
+        out += [v[i] for v in per_group.values() if i < len(v)]
+    return out
+
+
+def measure(args: argparse.Namespace) -> None:
+    import json
+
+    from carb_nas.measure._ops import run_ops_campaign
+
+    cached = Path(args.out) / "specs.json"  # the draw, kept so a resume does not redo it
+    if args.remeasure_from:
+        from carb_nas.measure import read_ops_campaign
+
+        rows, _ = read_ops_campaign(args.remeasure_from)
+        rows = rows[(rows.status == "ok") & (rows.latency_cv > args.cv_above)]
+        cols = ["key", "family", "depth", "width", "resolution", "batch_size"]
+        specs = [dict(zip(cols, r)) for r in rows[cols].itertuples(index=False)]
+        specs = [
+            {
+                **sp,
+                "depth": int(sp["depth"]),
+                "width": float(sp["width"]),
+                "resolution": int(sp["resolution"]),
+                "batch_size": int(sp["batch_size"]),
+            }
+            for sp in specs
+        ]
+    elif cached.exists():
+        specs = json.loads(cached.read_text())
+    else:
+        specs = family_specs(args.per_family, args.max_gflops) + resnet_specs(args.resnet)
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        cached.write_text(json.dumps(specs))
+    print(f"{len(specs)} specs", file=sys.stderr, flush=True)
+    n = run_ops_campaign(
+        specs, build, args.out, progress=lambda s: print(s, file=sys.stderr, flush=True)
+    )
+    print(f"measured {n} now", file=sys.stderr)
+
+
+def export(args: argparse.Namespace) -> None:
+    import json
+
+    from carb_nas.datasets import SCHEMA
+    from carb_nas.measure._ops import read_ops_campaign
+
+    parts = [read_ops_campaign(c) for c in args.campaign]
+    rows = pd.concat([r.assign(_part=i) for i, (r, _) in enumerate(parts)], ignore_index=True)
+    ops = pd.concat([o.assign(_part=i) for i, (_, o) in enumerate(parts)], ignore_index=True)
+    # one row per config: the lowest-CV measurement among the passes, with its own ops
+    rows = rows[rows.status == "ok"].sort_values("latency_cv").drop_duplicates("key")
+    ops = ops.merge(rows[["key", "_part"]], on=["key", "_part"]).drop(columns="_part")
+    rows = rows.drop(columns="_part").sort_values(["family", "key"])
+    rows = rows.assign(
+        precision="fp32",
+        runtime="torch",
+        platform="cpu/torch/fp32",
+        device="cpu",
+        threads=1,
+        meter="none",
+        energy_reason="meter=none: no energy counter readable (no NVML, no powercap)",
+    )
+    rows["device_name"] = rows.fingerprint.map(lambda s: json.loads(s)["device_name"])
+    extra = ["op_sum_ms", "n_ops", "n_events", "n_unmatched", "minor_faults_per_run"]
+    cols = [c for c in SCHEMA if c in rows.columns] + [c for c in extra if c in rows.columns]
+    out = rows.reindex(columns=list(dict.fromkeys([*SCHEMA, *cols])))
+    out.to_csv(OUT_ROWS, index=False)
+    ops = ops[ops.key.isin(set(out.key))]
+    ops = ops[["key", "index", "kind", "op", "event", "measured_ms", "signature"]]
+    ops.to_csv(OUT_OPS, index=False, float_format="%.6g")
+    print(f"wrote {OUT_ROWS} ({len(out)} rows), {OUT_OPS} ({len(ops)} op rows)", file=sys.stderr)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("measure")
+    m.add_argument("--out", required=True)
+    m.add_argument("--resnet", type=int, default=300)
+    m.add_argument("--per-family", type=int, default=80)
+    m.add_argument("--max-gflops", type=float, default=2.0)
+    m.add_argument("--remeasure-from", default=None, help="re-measure this campaign's rows...")
+    m.add_argument("--cv-above", type=float, default=0.10, help="...whose latency CV is above")
+    e = sub.add_parser("export")
+    e.add_argument("campaign", nargs="+", help="campaign directories (passes)")
+    a = p.parse_args()
+    measure(a) if a.cmd == "measure" else export(a)
+
+
+if __name__ == "__main__":
+    main()

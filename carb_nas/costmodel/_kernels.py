@@ -1,0 +1,661 @@
+"""The kernel-level predictor: per-operator cost models summed per network, then corrected by
+the network-level CARB cascade.
+
+:class:`KernelCostModel` learns the time of one operator (a row of
+:func:`carb_nas.features.trace_ops`' table) from real per-operator measurements
+(:mod:`carb_nas.measure`'s profiler events of whole-network runs): one XGBoost regressor on
+``log(ms)`` over the op's kind and aten name (one-hot) and its geometry and traffic (log FLOPs,
+log bytes read / written / of weights, channels, spatial size, kernel, stride, groups, the
+native-kernel flag). Training rows are the median time of each op *signature* (identical ops
+of many networks count once, so the thousands of repeated blocks of a dataset cost nothing).
+An op whose (kind, name) was never measured is never dropped: it gets a roofline estimate
+(the training ops' median milliseconds per MB moved and per GFLOP), is listed in the result
+as unmodelled, and widens the network's interval by that estimate.
+
+:class:`ModuleCostModel` is the network-level part: a :class:`~carb_nas.costmodel.CostModel`
+over the network features (:data:`FEATURE_COLUMNS` + :data:`OP_AGGREGATE_COLUMNS`) with the
+kernel sum ``kernel_sum_ms`` as a feature (``mode="feature"``), or as a feature and the
+latency offset through ``target_offsets`` (``mode="both"``, the default: the offset is the
+fitted non-negative sum of ``kernel_sum_ms`` and ``n_ops``, a per-op framework overhead; a
+``target_offsets`` column is always a feature of ``X`` too, so "offset alone" is not a
+separate choice); ``mode="network"`` ignores the kernel sum (the CARB cascade alone, on the
+physical offsets plus ``n_ops``) and ``mode="kernel"`` is the fitted non-negative
+``a x kernel sum + b x n_ops`` (the per-operator models alone). Peak memory is fitted
+relative to the traced ``tensor_peak_mb`` plus oneDNN's reordered weights
+(``onednn_weight_mb``, fitted cost). Training rows get the kernel sums of a kernel model
+that never saw their network (grouped K-fold), as the cascade's own downstream features are
+out-of-fold, so the network model does not over-trust the sum.
+
+Both persist without pickle: XGBoost JSON plus a manifest with the feature levels, the
+roofline costs, the format version and the SHA-256 of every file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import nnls
+
+from carb_nas._io import atomic_directory
+from carb_nas.costmodel._common import err, package_version, sha256_file
+from carb_nas.costmodel._estimator import CostModel
+from carb_nas.costmodel._prepare import PHYSICAL_OFFSETS
+from carb_nas.errors import ModelError
+from carb_nas.features import FEATURE_COLUMNS, OP_AGGREGATE_COLUMNS, trace_ops
+
+__all__ = [
+    "KernelCostModel",
+    "ModuleCostModel",
+    "MODES",
+    "NETWORK_COLUMNS",
+    "KERNEL_SUM",
+    "network_tables",
+    "leave_one_family_out",
+    "lofo_report",
+    "family_groups",
+]
+
+KERNEL_FORMAT = "carb-nas-kernel-model"
+MODULE_FORMAT = "carb-nas-module-model"
+FORMAT_VERSION = 1
+MODES = ("kernel", "network", "feature", "both")
+KERNEL_SUM = "kernel_sum_ms"
+NETWORK_COLUMNS = (*FEATURE_COLUMNS, *OP_AGGREGATE_COLUMNS)
+_NUMERIC = (
+    "batch",
+    "c_in",
+    "h_in",
+    "w_in",
+    "c_out",
+    "h_out",
+    "w_out",
+    "kernel",
+    "stride",
+    "groups",
+    "native",
+)
+_LOGGED = ("flops", "read_bytes", "write_bytes", "weight_bytes")
+_CONV = ("conv", "dwconv", "gconv", "linear")
+_XGB = {
+    "n_estimators": 300,
+    "max_depth": 8,
+    "learning_rate": 0.05,
+    "subsample": 0.9,
+    "colsample_bytree": 0.9,
+    "min_child_weight": 2,
+}
+
+
+def _signature_table(ops: pd.DataFrame) -> pd.DataFrame:
+    """One row per op signature: its features and the median measured time."""
+    keep = ops[ops["measured_ms"].notna() & (ops["measured_ms"] > 0)]
+    agg = {c: "first" for c in ("kind", "op", *_NUMERIC, *_LOGGED)}
+    agg["measured_ms"] = "median"
+    return keep.groupby("signature", sort=True).agg(agg).reset_index()
+
+
+class KernelCostModel:
+    """Per-operator latency of eager PyTorch ops (see the module docstring).
+
+    ``fit(ops)`` takes op rows (:data:`carb_nas.features.OP_COLUMNS` plus ``measured_ms``);
+    ``predict_ops(ops)`` returns ``(ms, modelled)`` per row. Learned attributes end in ``_``.
+    """
+
+    def __init__(self, xgb_params: Mapping[str, Any] | None = None, random_state: int = 0) -> None:
+        self.xgb_params = xgb_params
+        self.random_state = random_state
+
+    # -- features ---------------------------------------------------------------------------
+    def _matrix(self, table: pd.DataFrame) -> np.ndarray:
+        cols = [np.log1p(table[c].to_numpy(dtype=float)) for c in _LOGGED]
+        cols += [table[c].to_numpy(dtype=float) for c in _NUMERIC]
+        moved = table["read_bytes"].to_numpy(float) + table["write_bytes"].to_numpy(float)
+        cols.append(np.log1p(moved))
+        cols.append(np.log1p(table["flops"].to_numpy(float)) - np.log1p(moved))
+        kinds = table["kind"].to_numpy()
+        names = table["op"].to_numpy()
+        cols += [(kinds == k).astype(float) for k in self.kinds_]
+        cols += [(names == n).astype(float) for n in self.ops_]
+        return np.column_stack(cols)
+
+    # -- fitting ----------------------------------------------------------------------------
+    def fit(self, ops: pd.DataFrame) -> KernelCostModel:
+        import xgboost as xgb
+
+        missing = [c for c in ("kind", "op", "measured_ms", *_NUMERIC, *_LOGGED) if c not in ops]
+        if missing:
+            raise err(
+                "op rows lack columns",
+                "the trace_ops columns plus measured_ms",
+                f"missing {missing}",
+                "Pass the op table of a measured campaign (measure_ops / run_ops_campaign).",
+            )
+        if "signature" not in ops:
+            ops = ops.assign(signature=_row_signatures(ops))
+        table = _signature_table(ops)
+        if len(table) < 10:
+            raise err(
+                "too few measured ops",
+                "at least 10 distinct measured op signatures",
+                f"{len(table)}",
+                "Measure more networks (run_ops_campaign).",
+            )
+        self.kinds_ = sorted(table["kind"].unique())
+        self.ops_ = sorted(table["op"].unique())
+        self.seen_ = sorted({f"{k}:{o}" for k, o in zip(table["kind"], table["op"])})
+        # per kind, a physical prior fitted by non-negative least squares of the relative
+        # error (ms per op, per GFLOP, per MB moved, per weight MB); the trees fit the log-ratio
+        # to it, so a larger op than any measured one extrapolates along the prior
+        self.prior_ = {}
+        ms_all = table["measured_ms"].to_numpy(float)
+        for k in self.kinds_:
+            sel = (table["kind"] == k).to_numpy()
+            A = _prior_terms(table[sel])
+            w = 1.0 / ms_all[sel]
+            coef, _ = nnls(A * w[:, None], np.ones(sel.sum()))
+            if not (A @ coef > 0).all():
+                coef = np.array([float(np.median(ms_all[sel])), 0.0, 0.0, 0.0])
+            self.prior_[k] = [float(v) for v in coef]
+        y = np.log(table["measured_ms"].to_numpy(float)) - np.log(self._prior(table))
+        params = {**_XGB, **dict(self.xgb_params or {})}
+        self.booster_ = xgb.XGBRegressor(
+            **params, random_state=self.random_state, n_jobs=1, tree_method="hist"
+        ).fit(self._matrix(table), y)
+        # roofline fallback for unmodelled ops: median ms per MB moved (memory-bound kinds)
+        # and per GFLOP (convolutions, linear)
+        ms = table["measured_ms"].to_numpy(float)
+        mb = (table["read_bytes"] + table["write_bytes"] + table["weight_bytes"]).to_numpy(
+            float
+        ) / 1e6
+        gf = table["flops"].to_numpy(float) / 1e9
+        comp = table["kind"].isin(_CONV).to_numpy() & (gf > 0)
+        mem = ~comp & (mb > 0)
+        self.ms_per_mb_ = float(np.median(ms[mem] / mb[mem])) if mem.any() else 1.0
+        self.ms_per_gflop_ = float(np.median(ms[comp] / gf[comp])) if comp.any() else 20.0
+        self.n_signatures_ = len(table)
+        return self
+
+    def _prior(self, table: pd.DataFrame) -> np.ndarray:
+        """The per-kind physical prior (ms) of op rows of seen kinds (1 ms elsewhere)."""
+        A = _prior_terms(table)
+        coef = np.array([self.prior_.get(k, [1.0, 0.0, 0.0, 0.0]) for k in table["kind"]])
+        return np.maximum((A * coef).sum(axis=1), 1e-6)
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "booster_"):
+            raise ModelError(
+                "KernelCostModel is not fitted: expected fit(ops) or load(dir) first, got an "
+                "unfitted model. Fit it on measured op rows."
+            )
+
+    def predict_ops(self, ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        """Per op row: predicted ms, and whether its (kind, name) was ever measured (False:
+        the roofline estimate, see the module docstring)."""
+        self._check_fitted()
+        if not len(ops):
+            return np.zeros(0), np.zeros(0, dtype=bool)
+        if "signature" not in ops:
+            ops = ops.assign(signature=_row_signatures(ops))
+        # one prediction per distinct signature: repeated blocks cost nothing
+        codes, uniq = pd.factorize(ops["signature"])
+        first = ops.iloc[np.unique(codes, return_index=True)[1]]
+        pred = np.exp(self.booster_.predict(self._matrix(first))) * self._prior(first)
+        seen = np.array([f"{k}:{o}" in self._seen_set for k, o in zip(first["kind"], first["op"])])
+        mb = (first["read_bytes"] + first["write_bytes"] + first["weight_bytes"]).to_numpy(
+            float
+        ) / 1e6
+        gf = first["flops"].to_numpy(float) / 1e9
+        roof = mb * self.ms_per_mb_ + gf * self.ms_per_gflop_
+        pred = np.where(seen, pred, roof)
+        return pred[codes], seen[codes]
+
+    @property
+    def _seen_set(self) -> set[str]:
+        s = getattr(self, "_seen_cache", None)
+        if s is None:
+            s = self._seen_cache = set(self.seen_)
+        return s
+
+    def predict_network(self, ops: pd.DataFrame) -> dict[str, Any]:
+        """``{"kernel_sum_ms", "unmodelled_ms", "unmodelled": [op names], "n_ops"}`` of one
+        network's op table."""
+        ms, seen = self.predict_ops(ops)
+        names = sorted(set(ops.loc[~seen, "op"])) if len(ops) else []
+        return {
+            KERNEL_SUM: float(ms.sum()),
+            "unmodelled_ms": float(ms[~seen].sum()),
+            "unmodelled": names,
+            "n_ops": len(ops),
+        }
+
+    # -- persistence ------------------------------------------------------------------------
+    def _manifest(self) -> dict[str, Any]:
+        return {
+            "format": KERNEL_FORMAT,
+            "format_version": FORMAT_VERSION,
+            "carb_nas": package_version(),
+            "kinds": self.kinds_,
+            "ops": self.ops_,
+            "seen": self.seen_,
+            "ms_per_mb": self.ms_per_mb_,
+            "ms_per_gflop": self.ms_per_gflop_,
+            "prior": self.prior_,
+            "n_signatures": self.n_signatures_,
+            "random_state": self.random_state,
+        }
+
+    def save_to(self, d: Path, prefix: str = "kernel") -> dict[str, Any]:
+        """Write the booster into ``d`` (an existing directory); returns the manifest part."""
+        self._check_fitted()
+        path = d / f"{prefix}_xgb.json"
+        self.booster_.get_booster().save_model(str(path))
+        return {**self._manifest(), "file": path.name, "sha256": sha256_file(path)}
+
+    @classmethod
+    def load_from(cls, d: Path, part: Mapping[str, Any]) -> KernelCostModel:
+        import xgboost as xgb
+
+        if part.get("format") != KERNEL_FORMAT or part.get("format_version") != FORMAT_VERSION:
+            raise ModelError(
+                f"not a kernel model: expected format {KERNEL_FORMAT!r} version "
+                f"{FORMAT_VERSION}, got {part.get('format')!r} version "
+                f"{part.get('format_version')!r}. Save it again with this carb_nas."
+            )
+        path = d / part["file"]
+        if not path.is_file() or sha256_file(path) != part["sha256"]:
+            raise ModelError(
+                f"kernel model file changed or missing: expected {path} with SHA-256 "
+                f"{part['sha256'][:12]}..., got {'a different file' if path.is_file() else 'none'}"
+                ". Restore the saved directory or fit the model again."
+            )
+        m = cls(random_state=int(part["random_state"]))
+        m.kinds_, m.ops_, m.seen_ = list(part["kinds"]), list(part["ops"]), list(part["seen"])
+        m.ms_per_mb_, m.ms_per_gflop_ = float(part["ms_per_mb"]), float(part["ms_per_gflop"])
+        m.n_signatures_ = int(part["n_signatures"])
+        m.prior_ = {k: [float(x) for x in v] for k, v in part["prior"].items()}
+        booster = xgb.XGBRegressor()
+        booster.load_model(str(path))
+        m.booster_ = booster
+        return m
+
+
+def is_module_model_dir(path: str | Path) -> bool:
+    """Whether ``path`` is a directory :meth:`ModuleCostModel.save` wrote."""
+    p = Path(path) / "manifest.json"
+    try:
+        return p.is_file() and json.loads(p.read_text()).get("format") == MODULE_FORMAT
+    except (OSError, json.JSONDecodeError):
+        return False
+
+
+def _prior_terms(table: pd.DataFrame) -> np.ndarray:
+    """Columns of the per-kind prior: 1 (per-op overhead), GFLOPs, MB moved, weight MB."""
+    moved = (table["read_bytes"] + table["write_bytes"]).to_numpy(float) / 1e6
+    return np.column_stack(
+        [
+            np.ones(len(table)),
+            table["flops"].to_numpy(float) / 1e9,
+            moved,
+            table["weight_bytes"].to_numpy(float) / 1e6,
+        ]
+    )
+
+
+def _row_signatures(ops: pd.DataFrame) -> np.ndarray:
+    cols = ["kind", "op", *_NUMERIC, *_LOGGED]
+    text = ops[cols].astype(str).agg("|".join, axis=1)
+    return np.array([hashlib.sha1(t.encode()).hexdigest()[:12] for t in text])
+
+
+class ModuleCostModel:
+    """Latency and peak memory of any module: kernel sum + CARB cascade (module docstring).
+
+    ``fit(rows, ops)``: ``rows`` one per network with ``key``, :data:`NETWORK_COLUMNS`,
+    ``batch_size``, ``latency_ms`` and ``peak_mem_mb``; ``ops`` the op rows of the same networks
+    (``key`` + op columns + ``measured_ms``). ``predict_module(module, input_shape)`` traces and
+    predicts one module; ``predict(rows, ops)`` many traced networks.
+    """
+
+    def __init__(
+        self,
+        mode: str = "both",
+        preset: str = "fast",
+        kernel_folds: int = 3,
+        random_state: int = 0,
+        n_jobs: int | None = 1,
+    ) -> None:
+        self.mode = mode
+        self.preset = preset
+        self.kernel_folds = kernel_folds
+        self.random_state = random_state
+        self.n_jobs = n_jobs
+
+    def _check_mode(self) -> None:
+        if self.mode not in MODES:
+            raise err("invalid mode", f"one of {list(MODES)}", repr(self.mode), "Use 'both'.")
+
+    def _X(self, rows: pd.DataFrame, ksum: np.ndarray | None) -> pd.DataFrame:
+        X = rows[list(NETWORK_COLUMNS)].astype(float).copy()
+        X["batch_size"] = rows["batch_size"].to_numpy(dtype=float)
+        if self.mode in ("feature", "both") and ksum is not None:
+            X[KERNEL_SUM] = ksum
+        return X
+
+    def _offsets(self) -> dict[str, Any]:
+        # memory: the traced tensor peak plus oneDNN's reordered weight copies; latency: the
+        # kernel sum (or the physical resources) plus a per-op overhead (``n_ops``: framework
+        # time between kernels, which the profiler's op events do not cover)
+        off: dict[str, Any] = {"peak_mem_mb": ["tensor_peak_mb", "onednn_weight_mb"]}
+        physical = [*PHYSICAL_OFFSETS["latency_ms"], "n_ops"]
+        off["latency_ms"] = [KERNEL_SUM, "n_ops"] if self.mode == "both" else physical
+        return off
+
+    def _network_sums(
+        self, km: KernelCostModel, rows: pd.DataFrame, ops: pd.DataFrame
+    ) -> pd.DataFrame:
+        ms, seen = km.predict_ops(ops)
+        per = pd.DataFrame({"key": ops["key"].to_numpy(), "ms": ms, "un": np.where(seen, 0.0, ms)})
+        g = per.groupby("key").sum()
+        return g.reindex(rows["key"]).fillna(0.0)
+
+    def kernel_part(
+        self, rows: pd.DataFrame, ops: pd.DataFrame
+    ) -> tuple[KernelCostModel, np.ndarray]:
+        """The kernel model on all ``ops`` and the out-of-fold kernel sums of ``rows``
+        (what :meth:`fit` computes first; pass it as ``kernel=`` to fit several modes on
+        the same rows without refitting it)."""
+        from sklearn.model_selection import GroupKFold
+
+        rows = rows.reset_index(drop=True)
+        ops = ops[ops["key"].isin(set(rows["key"]))]
+        km = KernelCostModel(random_state=self.random_state).fit(ops)
+        oof = np.zeros(len(rows))
+        keys = rows["key"].to_numpy()
+        folds = GroupKFold(n_splits=min(self.kernel_folds, len(rows)))
+        for tr, te in folds.split(rows, groups=keys):
+            fold = KernelCostModel(random_state=self.random_state).fit(
+                ops[ops["key"].isin(set(keys[tr]))]
+            )
+            test_ops = ops[ops["key"].isin(set(keys[te]))]
+            oof[te] = self._network_sums(fold, rows.iloc[te], test_ops)["ms"].to_numpy()
+        return km, oof
+
+    def fit(
+        self,
+        rows: pd.DataFrame,
+        ops: pd.DataFrame,
+        kernel: tuple[KernelCostModel, np.ndarray] | None = None,
+        platform: Mapping[str, Any] | None = None,
+    ) -> ModuleCostModel:
+        """Fit on measured networks and their ops; ``platform`` the fingerprint of the rows
+        (default: the ``fingerprint`` column's first value, if any)."""
+        self._check_mode()
+        if platform is None and "fingerprint" in rows and rows["fingerprint"].notna().any():
+            try:
+                platform = json.loads(str(rows["fingerprint"].dropna().iloc[0]))
+            except json.JSONDecodeError:
+                platform = None
+        self.platform_ = dict(platform) if platform else {"platform": "cpu/torch/fp32"}
+        self.targets_ = ["peak_mem_mb", "latency_ms"]
+        rows = rows.reset_index(drop=True)
+        self.kernel_, oof = kernel if kernel is not None else self.kernel_part(rows, ops)
+        y_lat = rows["latency_ms"].to_numpy(float)
+        self.scale_ = float(np.median(y_lat / np.maximum(oof, 1e-9))) if oof.any() else 1.0
+        # kernel mode: latency = a x kernel sum + b x n_ops (non-negative, relative error)
+        A = np.column_stack([oof, rows["n_ops"].to_numpy(float)]) / y_lat[:, None]
+        coef, _ = nnls(A, np.ones(len(rows)))
+        self.kernel_coefs_ = [float(c) for c in coef] if coef.any() else [self.scale_, 0.0]
+        if self.mode == "network":
+            oof = np.zeros(len(rows))
+        if self.mode == "kernel":
+            mem = CostModel(
+                preset=self.preset,
+                targets=["peak_mem_mb"],
+                target_offsets={"peak_mem_mb": ["tensor_peak_mb", "onednn_weight_mb"]},
+                random_state=self.random_state,
+                n_jobs=self.n_jobs,
+            )
+            self.network_ = mem.fit(self._X(rows, None), rows[["peak_mem_mb"]])
+        else:
+            X = self._X(rows, oof * self.scale_)
+            self.network_ = CostModel(
+                preset=self.preset,
+                targets=["peak_mem_mb", "latency_ms"],
+                target_offsets=self._offsets(),
+                random_state=self.random_state,
+                n_jobs=self.n_jobs,
+            ).fit(X, rows[["peak_mem_mb", "latency_ms"]])
+        return self
+
+    def predict(
+        self, rows: pd.DataFrame, ops: pd.DataFrame, alpha: float | None = 0.1
+    ) -> pd.DataFrame:
+        """Per network row: ``latency_ms``, ``peak_mem_mb`` (with ``_lower``/``_upper`` when
+        ``alpha``), ``kernel_sum_ms``, ``unmodelled_ms`` and ``unmodelled_ops``."""
+        if not hasattr(self, "network_"):
+            raise ModelError(
+                "ModuleCostModel is not fitted: expected fit(rows, ops) or load(dir) first, "
+                "got an unfitted model. Fit it on a measured ops campaign."
+            )
+        rows = rows.reset_index(drop=True)
+        sums = self._network_sums(self.kernel_, rows, ops)
+        ksum = sums["ms"].to_numpy() * self.scale_
+        un = sums["un"].to_numpy() * self.scale_
+        X = self._X(rows, ksum)
+        out = self.network_.predict(X, alpha=alpha) if alpha else self.network_.predict(X)
+        out = out.reset_index(drop=True)
+        if self.mode == "kernel":
+            a, b = self.kernel_coefs_
+            lat = a * sums["ms"].to_numpy() + b * rows["n_ops"].to_numpy(float)
+            out["latency_ms"] = lat
+            ksum_lat = lat
+            if alpha:
+                out["latency_ms_lower"], out["latency_ms_upper"] = ksum_lat * 0.8, ksum_lat * 1.25
+        out[KERNEL_SUM] = ksum
+        out["unmodelled_ms"] = un
+        if alpha and "latency_ms_upper" in out:
+            # ops never measured: their roofline estimate is a guess; widen by it both ways
+            out["latency_ms_upper"] = out["latency_ms_upper"] + un
+            out["latency_ms_lower"] = np.maximum(out["latency_ms_lower"] - un, 0.0)
+        names = ops.assign(_seen=self.kernel_.predict_ops(ops)[1])
+        un_names = names[~names["_seen"]].groupby("key")["op"].agg(lambda s: sorted(set(s)))
+        out["unmodelled_ops"] = [un_names.get(k, []) for k in rows["key"]]
+        return out
+
+    def predict_module(
+        self,
+        module: Any,
+        input_shape: Sequence[int],
+        precision: str = "fp32",
+        alpha: float | None = 0.1,
+    ) -> dict[str, Any]:
+        """Trace ``module`` for ``input_shape`` and predict it (one dict, see
+        :meth:`predict`)."""
+        ops, feats = trace_ops(module, input_shape, precision)
+        row = pd.DataFrame([{**feats, "key": "module", "batch_size": int(input_shape[0])}])
+        pred = self.predict(row, ops.assign(key="module"), alpha=alpha)
+        return pred.iloc[0].to_dict()
+
+    def predict_spec(self, spec: Any, alpha: float | None = 0.1) -> tuple[pd.DataFrame, bool]:
+        """What ``carb_nas.scoring.predict_spec`` returns for a
+        :class:`carb_nas.models.ModelSpec`: one row (targets, ``_lower``/``_upper``,
+        ``kernel_sum_ms``, ``unmodelled_ops``) and whether any op was unmodelled."""
+        module = spec.module if spec.kind == "module" else spec.build("meta")
+        pred = self.predict_module(module, spec.input_shape, spec.precision, alpha=alpha)
+        return pd.DataFrame([pred]), bool(pred["unmodelled_ops"])
+
+    # -- persistence ------------------------------------------------------------------------
+    def save(self, directory: str | Path) -> Path:
+        """A directory: the kernel booster (XGBoost JSON), the network CostModel (its own
+        pickle-free format) and ``manifest.json`` with the SHA-256 of the kernel file."""
+        d = Path(directory)
+        with atomic_directory(d) as tmp:
+            part = self.kernel_.save_to(tmp)
+            self.network_.save(tmp / "network")
+            manifest = {
+                "format": MODULE_FORMAT,
+                "format_version": FORMAT_VERSION,
+                "mode": self.mode,
+                "preset": self.preset,
+                "scale": self.scale_,
+                "kernel_coefs": self.kernel_coefs_,
+                "platform": self.platform_,
+                "kernel": part,
+            }
+            (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
+        return d
+
+    @classmethod
+    def load(cls, directory: str | Path) -> ModuleCostModel:
+        d = Path(directory)
+        try:
+            manifest = json.loads((d / "manifest.json").read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise ModelError(
+                f"cannot read a module cost model: expected {d / 'manifest.json'}, got "
+                f"{type(e).__name__}: {e}. Pass a directory ModuleCostModel.save wrote."
+            ) from e
+        if (
+            manifest.get("format") != MODULE_FORMAT
+            or manifest.get("format_version") != FORMAT_VERSION
+        ):
+            raise ModelError(
+                f"not a module cost model: expected format {MODULE_FORMAT!r} version "
+                f"{FORMAT_VERSION}, got {manifest.get('format')!r}. Save it again."
+            )
+        m = cls(mode=manifest["mode"], preset=manifest["preset"])
+        m.scale_ = float(manifest["scale"])
+        m.kernel_coefs_ = [float(v) for v in manifest["kernel_coefs"]]
+        m.platform_ = dict(manifest.get("platform") or {"platform": "cpu/torch/fp32"})
+        m.targets_ = ["peak_mem_mb", "latency_ms"]
+        m.kernel_ = KernelCostModel.load_from(d, manifest["kernel"])
+        m.network_ = CostModel.load(d / "network")
+        return m
+
+
+# -- tables of a measured campaign and the leave-one-family-out evaluation -------------------
+def network_tables(
+    rows: pd.DataFrame, measured_ops: pd.DataFrame | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(networks, ops)`` of measured config rows: each config's module (built on the meta
+    device) traced by :func:`trace_ops` into :data:`NETWORK_COLUMNS` and its op table, with
+    ``measured_ms`` joined from ``measured_ops`` (``key``, ``index``, ``measured_ms``) where
+    given. Each architecture is traced once per batch size (the trace's own cache)."""
+    from carb_nas.models import build_model
+    from carb_nas.space import Config
+
+    nets, tables = [], []
+    for r in rows.itertuples(index=False):
+        c = Config(r.family, int(r.depth), float(r.width), int(r.resolution), int(r.batch_size))
+        module = build_model(c, device="meta")
+        ops, feats = trace_ops(module, (c.batch_size, 3, c.resolution, c.resolution))
+        nets.append({"key": r.key, **feats})
+        tables.append(ops.assign(key=r.key))
+    net = pd.DataFrame(nets)
+    ops = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+    out = rows.drop(columns=[c for c in NETWORK_COLUMNS if c in rows.columns]).merge(
+        net, on="key", how="left"
+    )
+    if measured_ops is not None and len(ops):
+        m = measured_ops[["key", "index", "measured_ms"]]
+        ops = ops.merge(m, on=["key", "index"], how="left")
+    return out, ops
+
+
+def within(y: np.ndarray, p: np.ndarray, tol: float = 0.10) -> float:
+    """Share of predictions within ``tol`` (relative) of the measurement."""
+    return float(np.mean(np.abs(p / y - 1) <= tol))
+
+
+def leave_one_family_out(
+    rows: pd.DataFrame,
+    ops: pd.DataFrame,
+    groups: Sequence[str],
+    modes: Sequence[str] = MODES,
+    preset: str = "fast",
+    random_state: int = 0,
+) -> pd.DataFrame:
+    """Per held-out family group and mode: train on the other groups' networks and ops,
+    test on it. Columns: ``family``, ``mode``, ``n``, ``latency_mape``,
+    ``latency_within10``, ``latency_r2``, ``mem_mape``, ``mem_within10``, ``mem_r2``."""
+    from sklearn.metrics import mean_absolute_percentage_error, r2_score
+
+    rows = rows.reset_index(drop=True)
+    g = np.asarray(groups)
+    out = []
+    for fam in sorted(set(g)):
+        tr, te = rows[g != fam], rows[g == fam]
+        ops_tr = ops[ops["key"].isin(set(tr["key"]))]
+        ops_te = ops[ops["key"].isin(set(te["key"]))]
+        kernel = ModuleCostModel(random_state=random_state).kernel_part(tr, ops_tr)
+        for mode in modes:
+            m = ModuleCostModel(mode=mode, preset=preset, random_state=random_state).fit(
+                tr, ops_tr, kernel=kernel
+            )
+            p = m.predict(te, ops_te, alpha=None)
+            y_l, y_m = te["latency_ms"].to_numpy(float), te["peak_mem_mb"].to_numpy(float)
+            p_l, p_m = p["latency_ms"].to_numpy(float), p["peak_mem_mb"].to_numpy(float)
+            out.append(
+                {
+                    "family": fam,
+                    "mode": mode,
+                    "n": len(te),
+                    "latency_mape": mean_absolute_percentage_error(y_l, p_l),
+                    "latency_within10": within(y_l, p_l),
+                    "latency_r2": r2_score(y_l, p_l) if len(te) > 1 else float("nan"),
+                    "mem_mape": mean_absolute_percentage_error(y_m, p_m),
+                    "mem_within10": within(y_m, p_m),
+                    "mem_r2": r2_score(y_m, p_m) if len(te) > 1 else float("nan"),
+                }
+            )
+    return pd.DataFrame(out)
+
+
+def family_groups(families: Sequence[str]) -> np.ndarray:
+    """The held-out unit of :func:`leave_one_family_out` per row: the family group of
+    :func:`carb_nas.space.family_group` (``resnet`` for basic and bottleneck, one group for
+    all RegNets, ...)."""
+    from carb_nas.space import family_group
+
+    return np.array([family_group(str(f)) for f in families], dtype=object)
+
+
+def lofo_report(
+    rows: pd.DataFrame,
+    measured_ops: pd.DataFrame,
+    modes: Sequence[str] = MODES,
+    preset: str = "fast",
+    random_state: int = 0,
+) -> dict[str, Any]:
+    """Leave-one-family-out over the measured ``rows`` (config columns, ``key``,
+    ``latency_ms``, ``peak_mem_mb``) and their per-op times: per family group and mode the
+    metrics of :func:`leave_one_family_out`, and per mode the median over families and the
+    worst family of ``latency_within10`` and the median ``mem_within10``."""
+    for m in modes:
+        if m not in MODES:
+            raise err("invalid mode", f"one of {list(MODES)}", repr(m), "Use e.g. 'both'.")
+    rows = rows[rows["latency_ms"].notna() & rows["peak_mem_mb"].notna()]
+    net, ops = network_tables(rows, measured_ops)
+    table = leave_one_family_out(
+        net, ops, family_groups(net["family"]), modes, preset, random_state
+    )
+    summary = {}
+    for m, t in table.groupby("mode", sort=False):
+        summary[m] = {
+            "lofo_latency_within10": float(t["latency_within10"].median()),
+            "lofo_latency_min_within10": float(t["latency_within10"].min()),
+            "lofo_mem_within10": float(t["mem_within10"].median()),
+            "lofo_latency_mape": float(t["latency_mape"].median()),
+        }
+    return {
+        "n_rows": len(net),
+        "families": sorted(set(table["family"])),
+        "per_family": table.to_dict(orient="records"),
+        "summary": summary,
+    }

@@ -1,0 +1,59 @@
+"""``carb-nas evaluate --leave-one-family-out``: its bad inputs (one line, exit 1, nothing
+written); the evaluation itself is tested in test_costmodel_kernels.py."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from carb_nas.cli import cli
+
+
+def _run(args, tmp_path):
+    before = sorted(p.name for p in tmp_path.iterdir())
+    r = CliRunner().invoke(cli, args)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written
+    return r
+
+
+def _one_line_error(r, *words):
+    assert r.exit_code == 1, r.output
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in r.output
+    for w in words:
+        assert w in lines[0]
+
+
+@pytest.fixture
+def tables(tmp_path):
+    rows = tmp_path / "zoo.csv"
+    pd.DataFrame({"key": ["a"], "family": ["vgg"]}).to_csv(rows, index=False)
+    return rows
+
+
+def test_missing_ops_table(tables, tmp_path):
+    r = _run(["evaluate", "--leave-one-family-out", str(tables)], tmp_path)
+    _one_line_error(r, "per-operator table not found", "--ops")
+
+
+def test_missing_columns(tables, tmp_path):
+    ops = tmp_path / "zoo_ops.csv.gz"
+    pd.DataFrame({"key": ["a"]}).to_csv(ops, index=False)
+    r = _run(["evaluate", "--leave-one-family-out", str(tables)], tmp_path)
+    _one_line_error(r, "not a multi-family dataset", "measured_ms")
+
+
+def test_two_arguments_with_lofo(tables, tmp_path):
+    r = _run(["evaluate", "--leave-one-family-out", "cpu/torch/fp32", str(tables)], tmp_path)
+    _one_line_error(r, "takes one argument", "Drop MODEL")
+
+
+def test_lofo_options_without_the_flag(tables, tmp_path):
+    r = _run(["evaluate", "cpu/torch/fp32", str(tables), "--mode", "both"], tmp_path)
+    _one_line_error(r, "--leave-one-family-out")
+
+
+def test_evaluate_still_needs_a_dataset(tmp_path):
+    r = _run(["evaluate", "cpu/torch/fp32"], tmp_path)
+    _one_line_error(r, "missing DATASET")

@@ -1,0 +1,145 @@
+"""The kernel-level predictor (costmodel._kernels) on traced tiny networks with FAKE per-op
+times (a made-up roofline; never a measurement, never shipped)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from torch import nn
+
+from carb_nas.costmodel import KernelCostModel, ModuleCostModel, leave_one_family_out
+from carb_nas.errors import ModelError
+from carb_nas.features import trace_ops
+
+
+def _net(c: int, depth: int, act: type[nn.Module] = nn.ReLU, dw: bool = False) -> nn.Module:
+    layers: list[nn.Module] = [nn.Conv2d(3, c, 3, 1, 1), nn.BatchNorm2d(c), act()]
+    for _ in range(depth):
+        layers += [nn.Conv2d(c, c, 3, 1, 1, groups=c if dw else 1), nn.BatchNorm2d(c), act()]
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c, 10)]
+    return nn.Sequential(*layers)
+
+
+def _fake_ms(ops: pd.DataFrame) -> np.ndarray:
+    """FAKE: 0.01 ms per op + 1 ms per GFLOP x (3 if depthwise) + 0.5 ms per MB moved."""
+    mb = (ops["read_bytes"] + ops["write_bytes"] + ops["weight_bytes"]) / 1e6
+    slow = np.where(ops["kind"] == "dwconv", 3.0, 1.0)
+    return 0.01 + ops["flops"] / 1e9 * slow + 0.5 * mb
+
+
+def _fake_dataset(n: int = 105, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    rng = np.random.default_rng(seed)
+    rows, tables = [], []
+    for i in range(n):
+        fam = ("plain", "dw", "wide")[i % 3]
+        c = int(rng.choice([8, 16, 24])) * (2 if fam == "wide" else 1)
+        depth, b, r = int(rng.integers(1, 5)), int(rng.choice([1, 2, 4])), int(rng.choice([8, 16]))
+        ops, feats = trace_ops(_net(c, depth, dw=fam == "dw"), (b, 3, r, r))
+        ops = ops.assign(key=f"k{i}", measured_ms=_fake_ms(ops))
+        lat = float(ops["measured_ms"].sum() * 1.1)
+        rows.append(
+            {
+                **feats,
+                "key": f"k{i}",
+                "family": fam,
+                "batch_size": b,
+                "latency_ms": lat,
+                "peak_mem_mb": feats["tensor_peak_mb"] * 1.05,
+            }
+        )
+        tables.append(ops)
+    return pd.DataFrame(rows), pd.concat(tables, ignore_index=True)
+
+
+@pytest.fixture(scope="module")
+def fake_data():
+    return _fake_dataset()
+
+
+def test_kernel_model_learns_per_op_times_and_flags_unseen_ops(fake_data, tmp_path):
+    rows, ops = fake_data
+    km = KernelCostModel().fit(ops)
+    pred, seen = km.predict_ops(ops)
+    assert seen.all()
+    rel = np.abs(pred / ops["measured_ms"].to_numpy() - 1)
+    assert np.median(rel) < 0.05
+    # an op never measured (GELU): predicted by the roofline, flagged, never dropped
+    new, _ = trace_ops(_net(8, 2, act=nn.GELU), (1, 3, 8, 8))
+    res = km.predict_network(new)
+    assert res["unmodelled"] == ["gelu"]
+    assert 0 < res["unmodelled_ms"] < res["kernel_sum_ms"]
+    p2, s2 = km.predict_ops(new)
+    assert (~s2).sum() == (new["op"] == "gelu").sum() and np.isfinite(p2).all()
+
+
+def test_module_model_predicts_any_module_and_widens_for_unmodelled_ops(fake_data):
+    rows, ops = fake_data
+    m = ModuleCostModel(mode="both").fit(rows, ops)
+    known = m.predict_module(_net(16, 3), (2, 3, 16, 16))
+    unknown = m.predict_module(_net(16, 3, act=nn.GELU), (2, 3, 16, 16))
+    assert known["unmodelled_ops"] == [] and known["unmodelled_ms"] == 0
+    assert unknown["unmodelled_ops"] == ["gelu"] and unknown["unmodelled_ms"] > 0
+    width = lambda p: p["latency_ms_upper"] - p["latency_ms_lower"]  # noqa: E731
+    assert width(unknown) > width(known)
+    assert known["latency_ms_lower"] <= known["latency_ms"] <= known["latency_ms_upper"]
+    assert known["peak_mem_mb"] > 0
+
+
+def test_save_load_round_trip_without_pickle_and_tampering_is_refused(fake_data, tmp_path):
+    rows, ops = fake_data
+    m = ModuleCostModel(mode="feature").fit(rows, ops)
+    m.save(tmp_path / "m")
+    files = {p.name for p in (tmp_path / "m").iterdir()}
+    assert "manifest.json" in files and "kernel_xgb.json" in files
+    assert not any(f.endswith((".pkl", ".pickle", ".joblib")) for f in files)
+    back = ModuleCostModel.load(tmp_path / "m")
+    a = m.predict(rows.head(5), ops[ops["key"].isin(rows.head(5)["key"])], alpha=None)
+    b = back.predict(rows.head(5), ops[ops["key"].isin(rows.head(5)["key"])], alpha=None)
+    np.testing.assert_allclose(a["latency_ms"], b["latency_ms"], rtol=1e-6)
+    path = tmp_path / "m" / "kernel_xgb.json"
+    doc = json.loads(path.read_text())
+    path.write_text(json.dumps(doc) + " ")
+    with pytest.raises(ModelError, match="changed or missing"):
+        ModuleCostModel.load(tmp_path / "m")
+
+
+def test_leave_one_family_out_reports_every_family_and_mode(fake_data):
+    rows, ops = fake_data
+    res = leave_one_family_out(rows, ops, rows["family"], modes=("kernel", "both"))
+    assert sorted(set(res["family"])) == ["dw", "plain", "wide"]
+    assert set(res["mode"]) == {"kernel", "both"}
+    assert res["n"].sum() == 2 * len(rows)
+    # the FAKE latency is 1.1 x the kernel sum: the kernel model alone transfers to "wide"
+    wide = res[(res["family"] == "wide") & (res["mode"] == "kernel")].iloc[0]
+    assert wide["latency_within10"] > 0.8
+
+
+def test_unfitted_and_bad_mode_are_refused(fake_data):
+    rows, ops = fake_data
+    with pytest.raises(ModelError, match="not fitted"):
+        KernelCostModel().predict_ops(ops)
+    with pytest.raises(ModelError, match="invalid mode"):
+        ModuleCostModel(mode="magic").fit(rows, ops)
+
+
+def test_predict_costs_uses_the_kernel_level_predictor(fake_data, tmp_path):
+    import warnings
+
+    import carb_nas
+
+    rows, ops = fake_data
+    m = ModuleCostModel(mode="both").fit(rows, ops)
+    m.save(tmp_path / "km")
+    for platform in (m, str(tmp_path / "km")):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # every op is modelled: no unseen warning
+            costs = carb_nas.predict_costs(_net(16, 2), (2, 3, 16, 16), platform=platform)
+        direct = m.predict_module(_net(16, 2), (2, 3, 16, 16))
+        lat = costs.values["latency_ms"]
+        assert lat[0] == pytest.approx(direct["latency_ms"])
+        assert lat[1] <= lat[0] <= lat[2]
+    with pytest.warns(UserWarning):  # a GELU was never measured: said, and widened
+        carb_nas.predict_costs(_net(16, 2, act=nn.GELU), (2, 3, 16, 16), platform=m)

@@ -39,6 +39,10 @@ __all__ = [
     "Space",
     "load_space",
     "FAMILIES",
+    "RESNET_FAMILIES",
+    "ZOO_FAMILIES",
+    "family_group",
+    "regnet_layout",
     "PRECISIONS",
     "RUNTIMES",
     "CONFIG_COLUMNS",
@@ -66,7 +70,29 @@ __all__ = [
     "bundled_space_path",
 ]
 
-FAMILIES = ("basic", "bottleneck")
+RESNET_FAMILIES = ("basic", "bottleneck")
+# The built-in families beyond ResNet and their standard depth (see "built-in families" below).
+ZOO_FAMILIES: dict[str, int] = {
+    "resnext32x4d": 50,
+    "resnext32x8d": 101,
+    "resnext64x4d": 101,
+    "vgg": 16,
+    "vgg_bn": 16,
+    "densenet": 121,
+    "mobilenet_v2": 17,
+    "mobilenet_v3_large": 15,
+    "mobilenet_v3_small": 11,
+    "efficientnet": 16,
+    "regnet_x_400mf": 22,
+    "regnet_x_800mf": 16,
+    "regnet_x_1_6gf": 18,
+    "regnet_x_3_2gf": 25,
+    "regnet_y_400mf": 16,
+    "regnet_y_800mf": 14,
+    "regnet_y_1_6gf": 27,
+    "regnet_y_3_2gf": 21,
+}
+FAMILIES = RESNET_FAMILIES + tuple(ZOO_FAMILIES)
 PRECISIONS = ("fp32", "fp16", "bf16", "int8", "int8-dynamic")  # int8: static; see measure
 RUNTIMES = ("torch", "onnxruntime", "openvino", "litert")
 # The columns of a configs table, in order; a space file's knobs have the same names.
@@ -131,11 +157,15 @@ def stage_layout(family: str, depth: int) -> tuple[int, ...]:
     (every stage at least one block, ties to the earlier stage); with fewer than four blocks
     the network has that many stages of one block each (basic depth 8 → 3 stages). Depths
     above :data:`MAX_DEPTH` are refused.
+
+    For the other built-in families (:data:`ZOO_FAMILIES`) see :func:`_zoo_layout`.
     """
+    if family in ZOO_FAMILIES:
+        return _zoo_layout(family, depth)
     if family not in _LAYERS_PER_BLOCK:
         raise ConfigError(
             f"unknown family: expected one of {list(FAMILIES)}, got {family!r}. "
-            "Use 'basic' or 'bottleneck'."
+            "Use 'basic', 'bottleneck' or a built-in family (docs/spaces.md)."
         )
     if (family, depth) in _STANDARD_LAYOUTS:
         return _STANDARD_LAYOUTS[(family, depth)]
@@ -447,7 +477,7 @@ class Space:
             if fam not in FAMILIES:
                 raise SpaceError(
                     f"{where}: unknown family {fam!r}: expected one of {list(FAMILIES)}. "
-                    "Use 'basic' or 'bottleneck'."
+                    "Use 'basic', 'bottleneck' or a built-in family (docs/spaces.md)."
                 )
             if fam in per_family and not isinstance(per_family[fam], dict):
                 raise SpaceError(
@@ -500,6 +530,11 @@ class Space:
                             stage_layout(fam, v)
                     except ConfigError as e:
                         raise SpaceError(f"{where}: {e}") from None
+            if self.carb_ranges and fam not in RESNET_FAMILIES:
+                raise SpaceError(
+                    f"{where}: carb_ranges = true covers ResNets only: expected families among "
+                    f"{list(RESNET_FAMILIES)}, got {fam!r}. Set carb_ranges = false."
+                )
             if self.carb_ranges:
                 for knob in ("depth", "width", "resolution", "batch_size"):
                     lo, hi = CARB_RANGES.get(f"{knob}.{fam}", CARB_RANGES.get(knob, (None, None)))
@@ -774,3 +809,149 @@ def normalize_config_frame(frame: pd.DataFrame, source: str = "<table>") -> pd.D
 
 def config_fields() -> list[str]:
     return [f.name for f in fields(Config)]
+
+
+# -- built-in families beyond ResNet ----------------------------------------------------------
+# Each family keeps the seven config columns: ``family`` names the variant (VGG with or without
+# BN, ResNeXt's cardinality x group width, RegNet's generator), ``width`` multiplies channels and
+# ``depth`` is the number the family's papers use for depth: weighted layers where the model's
+# name carries one (ResNeXt-50, VGG-16, DenseNet-121), blocks elsewhere (MobileNet, EfficientNet,
+# RegNet's d). The standard depth at width 1 is the torchvision model (docs/spaces.md).
+_GROUPS = {
+    "resnext": ("resnext32x4d", "resnext32x8d", "resnext64x4d"),
+    "vgg": ("vgg", "vgg_bn"),
+    "densenet": ("densenet",),
+    "mobilenet_v2": ("mobilenet_v2",),
+    "mobilenet_v3": ("mobilenet_v3_large", "mobilenet_v3_small"),
+    "efficientnet": ("efficientnet",),
+    "regnet": tuple(f for f in ZOO_FAMILIES if f.startswith("regnet_")),
+}
+# Per-stage proportions that spread a non-standard depth's units over the stages (largest
+# remainder, at least one per stage); at the standard count they give the standard network.
+_STAGE_UNITS = {
+    "vgg": (2, 2, 4, 4, 4),  # convs per stage (VGG-19's proportions)
+    "densenet": (6, 12, 24, 16),  # layers per dense block (DenseNet-121's)
+    "mobilenet_v2": (1, 2, 3, 4, 3, 3, 1),
+    "mobilenet_v3_large": (1, 2, 3, 4, 2, 3),
+    "mobilenet_v3_small": (1, 2, 3, 2, 3),
+    "efficientnet": (1, 2, 2, 3, 3, 4, 1),
+}
+_STANDARD_ZOO_LAYOUTS = {
+    ("vgg", 11): (1, 1, 2, 2, 2),
+    ("vgg", 13): (2, 2, 2, 2, 2),
+    ("vgg", 16): (2, 2, 3, 3, 3),
+    ("vgg", 19): (2, 2, 4, 4, 4),
+    ("densenet", 121): (6, 12, 24, 16),
+    ("densenet", 161): (6, 12, 36, 24),
+    ("densenet", 169): (6, 12, 32, 32),
+    ("densenet", 201): (6, 12, 48, 32),
+    # EfficientNet-B1..B7's depth multipliers (ceil per stage): 1.1/1.2, 1.4, 1.8, 2.2, 2.6, 3.1
+    ("efficientnet", 23): (2, 3, 3, 4, 4, 5, 2),
+    ("efficientnet", 26): (2, 3, 3, 5, 5, 6, 2),
+    ("efficientnet", 32): (2, 4, 4, 6, 6, 8, 2),
+    ("efficientnet", 39): (3, 5, 5, 7, 7, 9, 3),
+    ("efficientnet", 45): (3, 6, 6, 8, 8, 11, 3),
+    ("efficientnet", 55): (4, 7, 7, 10, 10, 13, 4),
+}
+# RegNet generators (Radosavovic et al. 2020; torchvision's): w_0, w_a, w_m, group width,
+# squeeze-excitation ratio (RegNetY).
+REGNET_PARAMS: dict[str, tuple[int, float, float, int, float]] = {
+    "regnet_x_400mf": (24, 24.48, 2.54, 16, 0.0),
+    "regnet_x_800mf": (56, 35.73, 2.28, 16, 0.0),
+    "regnet_x_1_6gf": (80, 34.01, 2.25, 24, 0.0),
+    "regnet_x_3_2gf": (88, 26.31, 2.25, 48, 0.0),
+    "regnet_y_400mf": (48, 27.89, 2.09, 8, 0.25),
+    "regnet_y_800mf": (56, 38.84, 2.4, 16, 0.25),
+    "regnet_y_1_6gf": (48, 20.71, 2.65, 24, 0.25),
+    "regnet_y_3_2gf": (80, 42.63, 2.66, 24, 0.25),
+}
+_DEPTH_FORMS = {  # family group -> (offset, units per step, what a unit is)
+    "vgg": (3, 1, "conv"),
+    "densenet": (5, 2, "dense layer"),
+}
+
+
+def family_group(family: str) -> str:
+    """The builder a family belongs to: ``resnet`` (basic, bottleneck), ``resnext``, ``vgg``,
+    ``densenet``, ``mobilenet_v2``, ``mobilenet_v3``, ``efficientnet`` or ``regnet``."""
+    if family in RESNET_FAMILIES:
+        return "resnet"
+    for group, members in _GROUPS.items():
+        if family in members:
+            return group
+    raise ConfigError(
+        f"unknown family: expected one of {list(FAMILIES)}, got {family!r}. "
+        "Use 'basic', 'bottleneck' or a built-in family (docs/spaces.md)."
+    )
+
+
+def _spread(units: int, weights: Sequence[int]) -> tuple[int, ...]:
+    """``units`` over ``len(weights)`` stages in proportion to ``weights`` (largest remainder,
+    ties to the earlier stage, every stage at least one)."""
+    total = sum(weights)
+    raw = [units * w / total for w in weights]
+    alloc = [max(1, math.floor(r)) for r in raw]
+    while sum(alloc) < units:
+        i = max(range(len(raw)), key=lambda j: (raw[j] - alloc[j], -j))
+        alloc[i] += 1
+    while sum(alloc) > units:
+        i = min((j for j in range(len(raw)) if alloc[j] > 1), key=lambda j: (raw[j] - alloc[j], j))
+        alloc[i] -= 1
+    return tuple(alloc)
+
+
+def regnet_block_widths(family: str, depth: int, width: float = 1.0) -> list[int]:
+    """Per-block output widths of a RegNet (torchvision's ``BlockParams.from_init_params``,
+    in float32 as there), before the group-width adjustment. ``width`` scales ``w_0``'s
+    widths (quantized to multiples of 8, at least 8); the block capacities, hence the stage
+    depths, depend on ``depth`` only."""
+    w_0, w_a, w_m, _, _ = REGNET_PARAMS[family]
+    f32 = np.float32
+    cont = np.arange(depth).astype(f32) * f32(w_a) + f32(w_0)
+    capacity = np.round(np.log(cont / f32(w_0)) / f32(math.log(w_m)))
+    scaled = f32(w_0) * np.power(f32(w_m), capacity.astype(f32)) * f32(width)
+    return [max(8, int(v)) for v in (np.round(scaled / f32(8)) * 8).tolist()]
+
+
+def regnet_layout(family: str, depth: int) -> tuple[int, ...]:
+    """Blocks per stage of a RegNet of ``depth`` blocks (a stage per distinct width)."""
+    widths = regnet_block_widths(family, depth)
+    stages = [1]
+    for prev, cur in zip(widths, widths[1:]):
+        if cur == prev:
+            stages[-1] += 1
+        else:
+            stages.append(1)
+    return tuple(stages)
+
+
+def _zoo_layout(family: str, depth: int) -> tuple[int, ...]:
+    """Units per stage of a built-in non-ResNet family: blocks per stage (ResNeXt as the
+    bottleneck ResNet; MobileNets, EfficientNet, RegNet), convs per stage (VGG), layers per
+    dense block (DenseNet). Standard depths have their published layouts; other depths spread
+    over the stages in the family's proportions (:data:`_STAGE_UNITS`)."""
+    group = family_group(family)
+    if depth > MAX_DEPTH:
+        raise ConfigError(
+            f"invalid depth for the {family} family: expected depth <= {MAX_DEPTH}, got "
+            f"{depth!r}. Pick a smaller depth."
+        )
+    if group == "resnext":
+        return stage_layout("bottleneck", depth)
+    if group == "regnet":
+        return regnet_layout(family, depth)
+    key = "vgg" if group == "vgg" else family
+    if (key, depth) in _STANDARD_ZOO_LAYOUTS:
+        return _STANDARD_ZOO_LAYOUTS[(key, depth)]
+    weights = _STAGE_UNITS[key]
+    offset, per, unit = _DEPTH_FORMS.get(group, (0, 1, "block"))
+    units, rest = divmod(depth - offset, per)
+    if rest or units < len(weights):
+        first = offset + per * len(weights)
+        form = f"depth = {offset} + {per} x {unit}s" if per > 1 or offset else "depth = blocks"
+        raise ConfigError(
+            f"invalid depth for the {family} family: expected {form} with at least "
+            f"{len(weights)} {unit}s (e.g. {[first + per * i for i in range(3)]}...), got "
+            f"{depth}. Pick a depth of that form (standard: {ZOO_FAMILIES[family]})."
+        )
+    return _spread(units, weights)

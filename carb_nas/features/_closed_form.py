@@ -23,8 +23,15 @@ from carb_nas.features._common import (
     MB,
     derive,
 )
-from carb_nas.models import EXPANSION, NUM_CLASSES, stage_channels
-from carb_nas.space import canonical_width, factorize_configs, stage_layout
+from carb_nas.features._trace import trace_features
+from carb_nas.models import EXPANSION, NUM_CLASSES, build_model, stage_channels
+from carb_nas.space import (
+    RESNET_FAMILIES,
+    Config,
+    canonical_width,
+    factorize_configs,
+    stage_layout,
+)
 
 
 class _ArchSim:
@@ -264,8 +271,67 @@ def compute_features(frame: pd.DataFrame) -> pd.DataFrame:
     ``flops``, ``params``, the ``n_*`` counts are int64, the rest float64).
     Raises :class:`~carb_nas.errors.ConfigError` on any value :mod:`carb_nas.space` refuses
     (:func:`~carb_nas.space.factorize_configs`), before any work.
+
+    Rows of the other built-in families (MobileNet, VGG, ...) have no closed form: their
+    module (:func:`carb_nas.models.build_model`) is traced on the meta device
+    (:func:`trace_features`), once per distinct config, cached.
     """
     encoded = factorize_configs(frame)
+    families = encoded["family"][1]
+    if any(f not in RESNET_FAMILIES for f in families):
+        return _mixed_features(frame, encoded)
+    return _resnet_features(frame, encoded)
+
+
+_TRACED_CACHE: dict[tuple, dict[str, Any]] = {}
+_TRACED_CACHE_MAX = 20_000
+_INT_COLUMNS = ("flops", "native_conv_flops", "params", "n_conv", "n_bn", "n_linear",
+                "n_blocks", "n_stages")  # fmt: skip
+
+
+def _traced_row(config: Config) -> dict[str, Any]:
+    key = (config.family, config.depth, config.width, config.resolution, config.batch_size,
+           config.precision)  # fmt: skip
+    row = _TRACED_CACHE.get(key)
+    if row is None:
+        model = build_model(config, "meta")
+        shape = (config.batch_size, 3, config.resolution, config.resolution)
+        row = trace_features(model, shape, config.precision)
+        if len(_TRACED_CACHE) >= _TRACED_CACHE_MAX:
+            _TRACED_CACHE.clear()
+        _TRACED_CACHE[key] = row
+    return row
+
+
+def _mixed_features(frame: pd.DataFrame, encoded: dict) -> pd.DataFrame:
+    """ResNet rows in closed form, the other families' rows traced; ``frame``'s row order."""
+    fam_c, fam_u = encoded["family"]
+    resnet = np.array([f in RESNET_FAMILIES for f in fam_u], dtype=bool)[fam_c]
+    positions = np.arange(len(frame))
+    parts = []
+    if resnet.any():
+        sub = frame.iloc[np.flatnonzero(resnet)]
+        parts.append(_resnet_features(sub, factorize_configs(sub)).set_axis(positions[resnet]))
+    # one traced row per distinct config
+    codes = {k: (c[~resnet], v) for k, (c, v) in encoded.items()}
+    names = list(codes)
+    rows = [
+        _traced_row(Config(**dict(zip(names, values))))
+        for values in zip(*[[v[i] for i in c.tolist()] for c, v in codes.values()])
+    ]
+    traced = pd.DataFrame(rows, columns=list(FEATURE_COLUMNS), index=positions[~resnet])
+    if "runtime" in codes:
+        run_c, run_u = codes["runtime"]
+        other = np.array([r != torch_cpu.RUNTIME for r in run_u], dtype=bool)[run_c]
+        traced.loc[other, list(torch_cpu.COLUMNS)] = 0
+    parts.append(traced.astype({c: np.int64 for c in _INT_COLUMNS}))
+    out = pd.concat(parts).sort_index()
+    out = out.astype({c: np.float64 for c in FEATURE_COLUMNS if c not in _INT_COLUMNS})
+    out.index = frame.index
+    return out[list(FEATURE_COLUMNS)]
+
+
+def _resnet_features(frame: pd.DataFrame, encoded: dict) -> pd.DataFrame:
     n = len(frame)
     fam_c, fam_u = encoded["family"]
     dep_c, dep_u = encoded["depth"]
@@ -356,3 +422,4 @@ def within_max_gflops(frame: pd.DataFrame, max_gflops_per_batch: float) -> np.nd
 def clear_cache() -> None:
     """Forget the per-architecture results (a cold start, e.g. for a benchmark)."""
     _ARCH_CACHE.clear()
+    _TRACED_CACHE.clear()

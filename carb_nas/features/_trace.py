@@ -35,6 +35,10 @@ _BN_OPS = {
 _LINEAR_OPS = {"linear", "addmm", "mm", "matmul", "bmm"}
 _ADD_OPS = {"add", "add_"}
 _MAX_POOL_OPS = {"max_pool2d", "max_pool2d_with_indices"}
+# Elementwise activations of the built-in families (ReLU6 is hardtanh): their meta results
+# without the slow Python decompositions (a MobileNetV2 traces ~10x faster).
+_INPLACE_UNARY = {"hardtanh_", "hardswish_", "silu_", "sigmoid_", "hardsigmoid_", "relu6_"}
+_UNARY = {"hardtanh", "hardswish", "silu", "sigmoid", "hardsigmoid", "relu", "relu6", "gelu"}
 
 
 def _conv2d_geometry(name: str, args: tuple, kwargs: dict, out: Any) -> dict[str, Any] | None:
@@ -144,8 +148,10 @@ class _ForwardTracer(dispatch_mode_base()):  # type: ignore[misc]
             return None
         if name == "batch_norm" and not _arg(args, kwargs, 5, "training", False):
             return torch.empty_like(x)
-        if name == "relu_":
+        if name == "relu_" or name in _INPLACE_UNARY:
             return x
+        if name in _UNARY and x.is_floating_point():
+            return torch.empty_like(x)
         if name == "add_" and not kwargs and len(args) == 2:
             other = args[1]
             if (

@@ -1,4 +1,4 @@
-"""Build the PyTorch ``nn.Module`` of a config (torchvision-compatible ResNets).
+"""ResNets and ResNeXts (torchvision-compatible).
 
 Layout: a 7x7/2 stem conv + BN + ReLU + 3x3/2 max-pool, then stages of basic or bottleneck
 blocks (stride 2 at the first block of every stage but the first; bottlenecks stride in the
@@ -8,6 +8,10 @@ At width 1.0 and the standard depths this is exactly torchvision's resnet18/34/5
 Width rounding: every stage's base channels ``64 * 2**i * width`` are rounded to the nearest
 multiple of 8, never below 8 and never more than 10% below the exact value (the
 ``make_divisible`` rule of MobileNet); the stem uses stage 0's channels.
+
+ResNeXt (Xie et al. 2017) is the bottleneck ResNet with a grouped 3x3 conv of
+``int(planes * group_width / 64) * groups`` channels: ``resnext32x4d`` at depth 50 is
+torchvision's resnext50_32x4d.
 """
 
 from __future__ import annotations
@@ -15,20 +19,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from carb_nas.models._layers import NUM_CLASSES, round_channels
 from carb_nas.space import Config, stage_layout
 
-__all__ = ["build_model", "stage_channels", "round_channels", "NUM_CLASSES", "EXPANSION"]
-
-NUM_CLASSES = 1000
 EXPANSION = {"basic": 1, "bottleneck": 4}
-TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-
-
-def round_channels(value: float, divisor: int = 8) -> int:
-    rounded = max(divisor, int(value + divisor / 2) // divisor * divisor)
-    if rounded < 0.9 * value:
-        rounded += divisor
-    return rounded
+# ResNeXt: cardinality (groups) and width per group
+RESNEXT = {"resnext32x4d": (32, 4), "resnext32x8d": (32, 8), "resnext64x4d": (64, 4)}
 
 
 def stage_channels(width: float, n_stages: int) -> list[int]:
@@ -59,14 +55,17 @@ class BasicBlock(nn.Module):
 class Bottleneck(nn.Module):
     expansion = 4
 
-    def __init__(self, inplanes: int, planes: int, stride: int) -> None:
+    def __init__(
+        self, inplanes: int, planes: int, stride: int, groups: int = 1, group_width: int = 64
+    ) -> None:
         super().__init__()
         out_ch = planes * self.expansion
-        self.conv1 = nn.Conv2d(inplanes, planes, 1, 1, 0, bias=False)
-        self.bn1 = nn.BatchNorm2d(planes)
-        self.conv2 = nn.Conv2d(planes, planes, 3, stride, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(planes)
-        self.conv3 = nn.Conv2d(planes, out_ch, 1, 1, 0, bias=False)
+        inner = int(planes * (group_width / 64.0)) * groups
+        self.conv1 = nn.Conv2d(inplanes, inner, 1, 1, 0, bias=False)
+        self.bn1 = nn.BatchNorm2d(inner)
+        self.conv2 = nn.Conv2d(inner, inner, 3, stride, 1, groups=groups, bias=False)
+        self.bn2 = nn.BatchNorm2d(inner)
+        self.conv3 = nn.Conv2d(inner, out_ch, 1, 1, 0, bias=False)
         self.bn3 = nn.BatchNorm2d(out_ch)
         self.relu = nn.ReLU(inplace=True)
         self.downsample = _downsample(inplanes, out_ch, stride)
@@ -92,6 +91,10 @@ class ResNet(nn.Module):
     def __init__(self, family: str, layout: tuple[int, ...], width: float) -> None:
         super().__init__()
         block = BasicBlock if family == "basic" else Bottleneck
+        extra = {}
+        if family in RESNEXT:
+            groups, group_width = RESNEXT[family]
+            extra = {"groups": groups, "group_width": group_width}
         chans = stage_channels(width, len(layout))
         self.conv1 = nn.Conv2d(3, chans[0], 7, 2, 3, bias=False)
         self.bn1 = nn.BatchNorm2d(chans[0])
@@ -103,7 +106,7 @@ class ResNet(nn.Module):
             blocks = []
             for b in range(n_blocks):
                 stride = 2 if (i > 0 and b == 0) else 1
-                blocks.append(block(inplanes, planes, stride))
+                blocks.append(block(inplanes, planes, stride, **extra))
                 inplanes = planes * block.expansion
             stages.append(nn.Sequential(*blocks))
         self.stages = nn.Sequential(*stages)
@@ -116,19 +119,5 @@ class ResNet(nn.Module):
         return self.fc(torch.flatten(self.avgpool(x), 1))
 
 
-def build_model(config: Config, device: str | torch.device = "cpu") -> nn.Module:
-    """The eval-mode module of ``config`` on ``device``, cast to its precision.
-
-    ``int8`` configs build the fp32 module (quantization happens in the runtime).
-    ``device="meta"`` builds it without allocating memory.
-    """
-    dtype = TORCH_DTYPES.get(config.precision, torch.float32)
-    with torch.device(device):
-        model = ResNet(config.family, stage_layout(config.family, config.depth), config.width)
-    return model.to(dtype=dtype).eval()
-
-
-def example_input(config: Config, device: str | torch.device = "cpu") -> torch.Tensor:
-    dtype = TORCH_DTYPES.get(config.precision, torch.float32)
-    shape = (config.batch_size, 3, config.resolution, config.resolution)
-    return torch.randn(shape, device=device, dtype=torch.float32).to(dtype)
+def build_resnet(config: Config) -> nn.Module:
+    return ResNet(config.family, stage_layout(config.family, config.depth), config.width)

@@ -446,12 +446,15 @@ def run_loadgen_campaign(
     out_dir: str | Path,
     runtime: str,
     precision: str,
-    settings: LoadGenSettings,
+    settings: LoadGenSettings | list[LoadGenSettings],
     threads: int | None = None,
     calibration: Any = None,
     progress: Callable[[str], None] | None = None,
 ) -> LoadGenSummary:
-    """Run ``settings`` on every workload into ``out_dir``; resumable.
+    """Run ``settings`` (one scenario or several) on every workload into ``out_dir``; resumable.
+
+    A workload is prepared (converted, quantized, checked for agreement) once for all its
+    scenarios.
 
     ``out_dir/results/<run>.json`` (one row, written atomically) and ``out_dir/logs/<run>/``
     (LoadGen's summary and detail logs, moved in whole) per run; a run whose result exists is
@@ -469,58 +472,78 @@ def run_loadgen_campaign(
     done = measured = 0
     invalid: list[str] = []
     errors: list[str] = []
+    all_settings = [settings] if isinstance(settings, LoadGenSettings) else list(settings)
     for w in workloads:
-        run = _run_id(w, runtime, precision, settings)
-        res = results / f"{run}.json"
-        if res.exists():
-            prev = json.loads(res.read_text())
-            if prev.get("status") == "ok":
+        todo = []
+        for st in all_settings:
+            run = _run_id(w, runtime, precision, st)
+            res = results / f"{run}.json"
+            if res.exists() and json.loads(res.read_text()).get("status") == "ok":
                 done += 1
-                continue
-        base = {
-            "run": run,
-            "model": w.name,
-            "key": w.key,
-            "input_shape": list(w.input_shape),
-            "runtime": runtime,
-            "precision": precision,
-            "platform": fp["platform"],
-            "device": "cpu",
-            "threads": rt.threads,
-            "fingerprint": json.dumps(fp, sort_keys=True),
-            "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
-            "scenario": settings.scenario,
-            "rules": settings.rules,
-        }
-        if w.config is not None:
-            base.update(w.config.as_dict())
+            else:
+                todo.append((st, run, res))
+        if not todo:
+            continue
         if progress:
-            progress(f"{w.name} {runtime}/{precision} {settings.scenario}")
+            progress(f"{w.name} {runtime}/{precision}: {', '.join(t[0].scenario for t in todo)}")
         try:
             prepared = rt.prepare_module(w.build(), w.input_shape, (w.key, precision))
-            try:
-                with atomic_directory(logs / run) as tmp:
-                    row = run_scenario(rt, prepared, settings, tmp)
-            finally:
-                rt.release(prepared)
-            row.update(
-                {k: prepared.info.get(k) for k in ("output_rel_error", "top1_agreement")},
-                log_dir=str((logs / run).relative_to(out)),
-                status="ok",
-            )
+            prepare_error = None
         except (KeyboardInterrupt, ConfigError):
             raise
         except Exception as e:  # noqa: BLE001 - a failed workload is a row, the rest go on
-            row = {"status": "error", "error": f"{type(e).__name__}: {e}"[:500]}
-            errors.append(f"{w.name}: {row['error']}")
-        row = {**base, **row}
-        atomic_write_json(res, row)
-        measured += 1
-        if row["status"] == "ok":
-            done += 1
-            if not row.get("valid"):
-                invalid.append(f"{w.name} {settings.scenario}: " + _why_invalid(row))
-    return LoadGenSummary(str(out), len(workloads), done, measured, invalid, errors)
+            prepared, prepare_error = None, f"{type(e).__name__}: {e}"[:500]
+        try:
+            for st, run, res in todo:
+                base = {
+                    "run": run,
+                    "model": w.name,
+                    "key": w.key,
+                    "input_shape": list(w.input_shape),
+                    "runtime": runtime,
+                    "precision": precision,
+                    "platform": fp["platform"],
+                    "device": "cpu",
+                    "threads": rt.threads,
+                    "fingerprint": json.dumps(fp, sort_keys=True),
+                    "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
+                    "scenario": st.scenario,
+                    "rules": st.rules,
+                }
+                if w.config is not None:  # the config's knobs; the platform's names win
+                    base = {**w.config.as_dict(), **base}
+                if prepared is None:
+                    row = {"status": "error", "error": prepare_error}
+                else:
+                    try:
+                        with atomic_directory(logs / run) as tmp:
+                            row = run_scenario(rt, prepared, st, tmp)
+                        row.update(
+                            {
+                                k: prepared.info.get(k)
+                                for k in ("output_rel_error", "top1_agreement")
+                            },
+                            log_dir=str((logs / run).relative_to(out)),
+                            status="ok",
+                        )
+                    except (KeyboardInterrupt, ConfigError):
+                        raise
+                    except Exception as e:  # noqa: BLE001
+                        row = {"status": "error", "error": f"{type(e).__name__}: {e}"[:500]}
+                row = {**base, **row}
+                atomic_write_json(res, row)
+                measured += 1
+                if row["status"] == "ok":
+                    done += 1
+                    if not row.get("valid"):
+                        invalid.append(f"{w.name} {st.scenario}: " + _why_invalid(row))
+                else:
+                    errors.append(f"{w.name} {st.scenario}: {row['error']}")
+        finally:
+            if prepared is not None:
+                rt.release(prepared)
+    total = len(workloads) * len(all_settings)
+    return LoadGenSummary(str(out), total, done, measured, invalid, errors)
 
 
 def _why_invalid(row: dict) -> str:

@@ -29,6 +29,7 @@ live in ``_openvino`` and ``_litert``.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import sys
@@ -285,20 +286,25 @@ def _build_seeded(config: Config, device: str = "cpu") -> torch.nn.Module:
 
 
 @contextlib.contextmanager
-def _quiet_stderr():
-    """Silence the profiler backend's start/stop lines (written by C++ to fd 2)."""
+def _quiet_stderr(fd: int = 2):
+    """Silence what C++ writes to a file descriptor (the profiler backend's start/stop lines
+    on fd 2, the ONNX exporter's graph dump on fd 1)."""
     try:
+        sys.stdout.flush()
         sys.stderr.flush()
-        saved = os.dup(2)
+        saved = os.dup(fd)
     except (OSError, ValueError):
         yield
         return
     devnull = os.open(os.devnull, os.O_WRONLY)
     try:
-        os.dup2(devnull, 2)
+        os.dup2(devnull, fd)
         yield
     finally:
-        os.dup2(saved, 2)
+        for stream in {sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__} - {None}:
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()  # what was buffered goes to /dev/null too
+        os.dup2(saved, fd)
         os.close(saved)
         os.close(devnull)
 
@@ -417,11 +423,26 @@ def _calibration_record(calibration: Any) -> dict[str, Any]:
     return {"inputs": f"user array of shape {tuple(np.shape(calibration))}"}
 
 
+def _first_sentence(e: BaseException) -> str:
+    """An exception's message up to its first sentence (exporters append pages of graph)."""
+    text = " ".join(str(e).split())
+    for stop in (" Please ", " [Caused by", ". "):
+        if stop in text:
+            text = text[: text.index(stop)]
+    return text.rstrip(".")[:300]
+
+
 def export_onnx(module: torch.nn.Module, input_shape: tuple[int, ...], path: Path) -> None:
     """``torch.onnx.export`` (TorchScript exporter, opset 17, dynamic batch axis)."""
     x1 = _seeded_randn((1, *input_shape), INPUT_SEED)
     try:
-        with warnings.catch_warnings():  # TorchScript exporter: deprecated, still exact
+        with (
+            warnings.catch_warnings(),  # TorchScript exporter: deprecated, still exact
+            contextlib.redirect_stdout(io.StringIO()),
+            contextlib.redirect_stderr(io.StringIO()),  # on failure the exporter prints the
+            _quiet_stderr(2),  # whole graph, from Python and from C++
+            _quiet_stderr(1),
+        ):
             warnings.simplefilter("ignore", DeprecationWarning)
             torch.onnx.export(
                 module,
@@ -436,8 +457,9 @@ def export_onnx(module: torch.nn.Module, input_shape: tuple[int, ...], path: Pat
     except Exception as e:  # noqa: BLE001 - exporter errors have many types
         raise MeasurementError(
             f"ONNX export failed for {type(module).__name__}: expected torch.onnx.export "
-            f"(opset {ONNX_OPSET}) to succeed, got {type(e).__name__}: {str(e)[:300]}. The model "
-            "holds an op the exporter cannot write; use --runtime torch."
+            f"(opset {ONNX_OPSET}) to succeed, got {type(e).__name__}: {_first_sentence(e)}. The "
+            "model holds an op the exporter cannot write; change the model (e.g. its resolution) "
+            "or use --runtime torch."
         ) from e
 
 
@@ -668,8 +690,7 @@ class OnnxRuntime(Runtime):
             for t in onnx.load(str(path), load_external_data=False).graph.initializer
         )
         prepared = Prepared(group, sess, info)
-        if self.precision != "fp32":
-            self._agreement(prepared, module, input_shape)
+        self._agreement(prepared, module, input_shape)
         return prepared
 
     def _convert(self, fp32_path: Path, batches: list[np.ndarray]) -> Path:

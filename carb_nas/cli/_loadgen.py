@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
+
+from carb_nas._io import check_writable_dir
 
 from carb_nas.cli._options import echo_json, example, info, json_option, threads_option
 
@@ -147,6 +147,7 @@ def loadgen_cmd(
         check_platform,
         import_loadgen,
         run_loadgen_campaign,
+        usable_cpus,
     )
     from carb_nas.space import frame_to_configs
 
@@ -165,6 +166,11 @@ def loadgen_cmd(
         )
         for s in scenarios
     ]
+    if threads is not None and not 1 <= threads <= usable_cpus():
+        raise ConfigError(
+            f"invalid --threads: expected 1 to {usable_cpus()} (the CPUs this process may use), "
+            f"got {threads}. More threads than cores measure oversubscription."
+        )
     if limit is not None and limit < 1:
         raise ConfigError(f"invalid --limit: expected >= 1, got {limit}. Use e.g. --limit 5.")
     import_loadgen()
@@ -185,9 +191,7 @@ def loadgen_cmd(
     if calibration is not None:
         for w in workloads:
             calibration_batches(calibration, w.input_shape)
-    p = Path(out_dir)
-    if p.exists() and not p.is_dir():
-        raise ConfigError(f"-o is a file: expected a directory, got {out_dir!r}. Choose another.")
+    check_writable_dir(out_dir)  # creatable and writable, before anything is measured
     summary = run_loadgen_campaign(
         workloads,
         out_dir,

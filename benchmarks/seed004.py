@@ -106,13 +106,15 @@ def part_p90(out: Path) -> list[dict]:
     return rows
 
 
-def part_table(out: Path, runtimes: list[str]) -> None:
+def part_table(out: Path, runtimes: list[str], families: list[str] | None = None) -> None:
     quick = [
         LoadGenSettings("single-stream", "quick"),
         LoadGenSettings("multi-stream", "quick", min_query_count=16),
         LoadGenSettings("offline", "quick"),
     ]
     for c in MODELS:
+        if families and c.family not in families:
+            continue
         w = Workload.from_config(c)
         for (kind, runtime), precisions in SUPPORTED.items():
             if kind != "cpu" or runtime not in runtimes:
@@ -141,11 +143,12 @@ def main() -> None:
     ap.add_argument("--part", choices=["p90", "table"], required=True)
     ap.add_argument("--out", default="docs/characterization/seed004_runs")
     ap.add_argument("--runtimes", default="torch,onnxruntime,openvino,litert")
+    ap.add_argument("--families", default=None, help="e.g. vgg,densenet (default: all four)")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     if a.part == "table":
-        part_table(out, a.runtimes.split(","))
+        part_table(out, a.runtimes.split(","), a.families.split(",") if a.families else None)
         rows = loadgen_rows(out)
         ok = [r for r in rows if r.get("status") == "ok"]
         print(f"runs={len(rows)} ok={len(ok)} valid={sum(bool(r.get('valid')) for r in ok)}")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import click
 
 from carb_nas._io import check_writable_dir
-
 from carb_nas.cli._options import echo_json, example, info, json_option, threads_option
 
 __all__ = ["COMMANDS"]

@@ -8,6 +8,7 @@ $CARB_NAS_LITERT_PYTHON), and is skipped without one.
 from __future__ import annotations
 
 import importlib.util
+import json
 
 import numpy as np
 import pytest
@@ -98,6 +99,11 @@ def test_profiler_rows_for_new_platforms(runtime):
     assert row["status"] == "ok", row["error"]
     assert row["platform"] == f"cpu/{runtime}/int8"
     assert row["latency_ms"] > 0 and row["output_rel_error"] is not None
+    fp = json.loads(row["fingerprint"])
+    if runtime == "openvino":  # new platforms record conversion, quantization, calibration
+        assert fp["scheme"]["calibration"]["batches"] == 8 and fp["nncf"]
+    else:  # the shipped platforms' fingerprints stay as they were
+        assert "scheme" not in fp and fp["calibration"]["batches"] == 8
 
 
 def test_torch_int8_dynamic_quantizes_linear_layers_only():

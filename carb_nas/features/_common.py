@@ -28,7 +28,7 @@ FEATURE_COLUMNS = (
     "n_stages",
     "tensor_peak_mb",
 )
-ELEMENT_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1, "int8-dynamic": 1}
+ELEMENT_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}
 E_LEVELS = (4, 2, 1)  # distinct element sizes; per-architecture tables hold one row each
 MB = 1e6
 INT64_BYTES = 8  # BN's num_batches_tracked buffer, max-pool indices

@@ -6,6 +6,14 @@ target's unit, per batch: ``latency_ms=50``, ``peak_mem_mb=200``, ``energy_j=75`
 every budget holds; with a ``confidence`` c, on the upper end of the conformal interval at
 ``alpha = 1 - c`` (see :func:`confidence_alpha`), so the decision is conservative.
 
+Scenario budgets are checked on measurements under an MLPerf LoadGen scenario (``carb-nas
+loadgen``, ``validate --scenario``), never on predictions: ``latency_p90_ms=`` (SingleStream's
+90th-percentile latency of one sample, ms: an upper limit), ``latency_p99_ms=`` (MultiStream's
+99th-percentile latency of one query of 8 samples, ms: an upper limit) and ``throughput_sps=``
+(Offline samples per second: a LOWER limit, the throughput must reach it). Their violations
+are ``value / limit - 1`` for the latencies and ``limit / value - 1`` for throughput, so <= 0
+is within budget for all (:func:`measured_violations`, :func:`accept_measured`).
+
 Violations are relative excesses ``value / limit - 1`` (<= 0 within budget), so budgets in
 different units weigh alike. Pareto sets minimize every column, with pymoo's non-dominated
 sorting (exact duplicates of a non-dominated row are all kept; rows holding NaN never are).
@@ -45,11 +53,19 @@ __all__ = [
     "accept_mask",
     "pareto_mask",
     "pareto_front",
+    "SCENARIO_METRICS",
+    "BUDGET_METRICS",
+    "measured_violations",
+    "accept_measured",
 ]
 
 PER_IMAGE = "_per_image"
 #: every name a budget or objective may use: the targets and their per-image variants
 KNOWN_METRICS = tuple(TARGETS) + tuple(f"{t}{PER_IMAGE}" for t in TARGETS)
+#: measured under a LoadGen scenario only: name -> "max" (an upper limit) or "min" (a lower one)
+SCENARIO_METRICS = {"latency_p90_ms": "max", "latency_p99_ms": "max", "throughput_sps": "min"}
+#: every name a budget may use
+BUDGET_METRICS = KNOWN_METRICS + tuple(SCENARIO_METRICS)
 
 
 # -- budgets ---------------------------------------------------------------------------------
@@ -67,16 +83,16 @@ def parse_budget(text: str) -> tuple[str, float]:
     if not isinstance(text, str) or "=" not in text:
         raise BudgetError(
             f"malformed budget: expected TARGET=LIMIT such as latency_ms=50, got {text!r}. "
-            f"Write the target, '=', then the limit; targets: {', '.join(KNOWN_METRICS)}."
+            f"Write the target, '=', then the limit; targets: {', '.join(BUDGET_METRICS)}."
         )
     name, _, raw = text.partition("=")
     return _check_budget(name.strip(), raw.strip())
 
 
 def _check_budget(name: str, raw: Any) -> tuple[str, float]:
-    if name not in KNOWN_METRICS:
+    if name not in BUDGET_METRICS:
         raise BudgetError(
-            f"unknown budget target: expected one of {', '.join(KNOWN_METRICS)}, got {name!r}. "
+            f"unknown budget target: expected one of {', '.join(BUDGET_METRICS)}, got {name!r}. "
             "Use a target name with its unit suffix, e.g. latency_ms=50."
         )
     try:
@@ -183,6 +199,13 @@ def check_budgets(budgets: Mapping[str, float], model: Any, role: str = "model")
     """Raise BudgetError when a budget names a target ``model`` does not predict."""
     targets = model_targets(model)
     for name in budgets:
+        if name in SCENARIO_METRICS:
+            raise BudgetError(
+                f"budget on a scenario metric the {role} cannot predict: {name!r} is measured "
+                f"under an MLPerf LoadGen scenario, got it with the {role} for "
+                f"{platform_name(model)} (predicting {targets}). Check it on measurements: "
+                "carb-nas loadgen, or validate --scenario."
+            )
         if base_target(name) not in targets:
             why = " (that platform had no energy meter)" if name.startswith("energy") else ""
             raise BudgetError(
@@ -231,6 +254,25 @@ def accept_mask(
     budgets. The one accept/reject rule of screen, search, validate and the plugin."""
     viol = violation_frame(pred, batch_size, budgets, upper)
     return (viol.to_numpy(dtype=float) <= 0).all(axis=1)
+
+
+def measured_violations(values: Mapping[str, Any], budgets: Mapping[str, float]) -> dict:
+    """Relative violation per budget of one measured row (<= 0 within budget; NaN: not
+    measured). Scenario metrics follow their direction (throughput is a lower limit)."""
+    out: dict[str, float] = {}
+    for name, limit in budgets.items():
+        v = values.get(name)
+        v = float("nan") if v is None else float(v)
+        if SCENARIO_METRICS.get(name) == "min":
+            out[name] = limit / v - 1.0 if v > 0 else (math.inf if v == 0 else float("nan"))
+        else:
+            out[name] = v / limit - 1.0
+    return out
+
+
+def accept_measured(values: Mapping[str, Any], budgets: Mapping[str, float]) -> bool:
+    """True when every budget holds on a measured row (a metric not measured fails)."""
+    return all(v <= 0 for v in measured_violations(values, budgets).values())
 
 
 # -- Pareto ----------------------------------------------------------------------------------

@@ -93,8 +93,8 @@ ZOO_FAMILIES: dict[str, int] = {
     "regnet_y_3_2gf": 21,
 }
 FAMILIES = RESNET_FAMILIES + tuple(ZOO_FAMILIES)
-PRECISIONS = ("fp32", "fp16", "bf16", "int8")
-RUNTIMES = ("torch", "onnxruntime")
+PRECISIONS = ("fp32", "fp16", "bf16", "int8", "int8-dynamic")  # int8: static; see measure
+RUNTIMES = ("torch", "onnxruntime", "openvino", "litert")
 # The columns of a configs table, in order; a space file's knobs have the same names.
 CONFIG_COLUMNS = ("family", "depth", "width", "resolution", "batch_size", "precision", "runtime")
 KNOBS = CONFIG_COLUMNS

@@ -310,6 +310,18 @@ VERBS: dict[tuple[str, ...], tuple[list, list]] = {
             ("--quality", _choice(["imagenet"], ["missing.csv", "rows.csv", "a_dir", ""])),
             ("--folds", _number(["2"], ["1", "x"])),
             ("-o", _out()),
+    ("loadgen",): (  # every case has a bad slot (make_case), so none measures
+        [CONFIGS],
+        [
+            ("--scenario", _choice(["single-stream", "offline"], ["server", "", "x"])),
+            ("--runtime", _choice(["torch", "onnxruntime"], ["tensorrt", "", "openvino2"])),
+            ("--precision", _choice(["fp32"], ["fp64", "int4", ""])),
+            ("-o", _outdir()),
+            ("--quick", None),
+            ("--min-duration-ms", _number(["100"], ["-1", "x", "1.5"])),
+            ("--samples-per-query", _number(["8"], ["0", "-2", "x", "3"])),
+            ("--calibration", _choice(["missing.npy"], ["rows.csv", "a_dir"])),
+            ("--threads", _number(["1"], ["0", "1000", "x"])),
             ("--json", None),
         ],
     ),

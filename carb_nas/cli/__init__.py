@@ -78,6 +78,7 @@ def _register() -> None:
     from carb_nas.cli import (
         _calibrate,
         _data,
+        _loadgen,
         _model,
         _profile,
         _published,
@@ -86,7 +87,17 @@ def _register() -> None:
         _space,
     )
 
-    for module in (_space, _profile, _data, _model, _calibrate, _search, _report, _published):
+    for module in (
+        _space,
+        _profile,
+        _loadgen,
+        _data,
+        _model,
+        _calibrate,
+        _search,
+        _report,
+        _published,
+    ):
         for command in module.COMMANDS:
             cli.add_command(command)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import click
@@ -31,19 +32,72 @@ def _parse_sizes(text: str) -> list[int]:
 
 
 @click.command("characterize")
-@click.argument("datasets", nargs=-1, required=True)
+@click.argument("datasets", nargs=-1)
 @report_option("Write README.md, characterization.json and PNG plots into this directory.")
+@click.option(
+    "--loadgen",
+    "loadgen_dir",
+    type=click.Path(file_okay=False, exists=True),
+    default=None,
+    help="Instead of DATASETS: seed 004's runtime x precision x scenario table from a "
+    "`carb-nas loadgen` directory.",
+)
+@click.option(
+    "--markdown",
+    "markdown_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="With --loadgen: write NAME.md, NAME.png and NAME.json here.",
+)
+@click.option(
+    "--reading",
+    type=click.Path(dir_okay=False, exists=True),
+    default=None,
+    help="With --loadgen: a Markdown file appended as the reading.",
+)
 @json_option()
 @example("carb-nas characterize cpu/torch/fp32 cpu/onnxruntime/int8 --report out/char")
-def characterize_command(datasets: tuple[str, ...], report_dir: str | None, as_json: bool) -> None:
+def characterize_command(
+    datasets: tuple[str, ...],
+    report_dir: str | None,
+    loadgen_dir: str | None,
+    markdown_path: str | None,
+    reading: str | None,
+    as_json: bool,
+) -> None:
     """How cost scales with each knob in measured DATASETS.
 
     Each DATASET is a .csv/.parquet rows file or a shipped platform name (cpu/torch/fp32; see
     `carb-nas dataset list`). Only rows with status ok count. Give several datasets (e.g.
     cpu/torch/fp32 and cpu/onnxruntime/int8) to get precision/runtime ratios on the configs
-    they share. Without --report or --json the Markdown summary is printed.
+    they share. Without --report or --json the Markdown summary is printed. With --loadgen
+    DIR: latency, throughput, speedups and agreement per runtime x precision x MLPerf scenario.
     """
     from carb_nas import reports
+
+    if loadgen_dir is not None:
+        if datasets or report_dir:
+            raise ConfigError(
+                "--loadgen reads a LoadGen directory: expected no DATASETS and no --report, "
+                f"got {list(datasets)} / {report_dir!r}. Use --markdown for its output."
+            )
+        if markdown_path:
+            result = reports.write_loadgen_characterization(loadgen_dir, markdown_path, reading)
+        else:
+            result = reports.characterize_loadgen(loadgen_dir)
+        if as_json:
+            echo_json(result)
+        elif markdown_path:
+            info(f"wrote {', '.join(result['files'])} next to {markdown_path}")
+        else:
+            text = Path(reading).read_text() if reading else None
+            click.echo(reports.loadgen_markdown(result, text))
+        return
+    if not datasets:
+        raise ConfigError(
+            "missing DATASETS: expected at least one rows file or platform name (or --loadgen "
+            "DIR), got none. Give e.g. cpu/torch/fp32."
+        )
 
     if report_dir:
         result = reports.write_characterization_report(list(datasets), report_dir)

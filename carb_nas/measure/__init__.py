@@ -2,8 +2,10 @@
 
 A platform is device x runtime x precision x threads. ``profile_config`` measures one config;
 ``Profiler`` measures many and reuses prepared models; campaigns (``run_campaign``, on an
-Optuna study) make it resumable. Hardware sits behind ``Meter`` (energy) and ``Runtime``
-(model execution).
+Optuna study) make it resumable. Runtimes: PyTorch, ONNX Runtime, OpenVINO (``_openvino``)
+and LiteRT (``_litert``), each at the precisions in ``SUPPORTED``; MLPerf LoadGen scenarios
+(``_loadgen``: ``run_loadgen_campaign``, ``Workload``, ``LoadGenSettings``). Hardware sits
+behind ``Meter`` (energy) and ``Runtime`` (model execution).
 """
 
 from carb_nas.measure._campaign import (
@@ -22,6 +24,19 @@ from carb_nas.measure._campaign import (
     run_campaign,
     salvage_rows,
     select_configs,
+)
+from carb_nas.measure._loadgen import (
+    RULES,
+    SCENARIOS,
+    LoadGenSettings,
+    LoadGenSummary,
+    Workload,
+    import_loadgen,
+    loadgen_rows,
+    parse_detail_log,
+    parse_summary,
+    run_loadgen_campaign,
+    run_scenario,
 )
 from carb_nas.measure._meters import (
     METER_NAMES,
@@ -46,7 +61,9 @@ from carb_nas.measure._profiler import Profiler, cpu_model_name, platform_string
 from carb_nas.measure._protocol import PROTOCOLS, Protocol, TimingResult, median_ci, time_runs
 from carb_nas.measure._quiet import others_cpu_cores, wait_for_quiet
 from carb_nas.measure._runtimes import (
+    AGREEMENT,
     CALIBRATION,
+    INSTALL_HINTS,
     ORT_PEAK_METHOD,
     SUPPORTED,
     TORCH_CPU_PEAK_METHOD,
@@ -54,14 +71,33 @@ from carb_nas.measure._runtimes import (
     Prepared,
     Runtime,
     TorchRuntime,
+    calibration_batches,
     check_platform,
+    export_onnx,
     get_runtime,
     group_of,
+    output_agreement,
     torch_cpu_peak_bytes,
     usable_cpus,
 )
 
 __all__ = [
+    "AGREEMENT",
+    "INSTALL_HINTS",
+    "calibration_batches",
+    "export_onnx",
+    "output_agreement",
+    "RULES",
+    "SCENARIOS",
+    "LoadGenSettings",
+    "LoadGenSummary",
+    "Workload",
+    "import_loadgen",
+    "loadgen_rows",
+    "parse_detail_log",
+    "parse_summary",
+    "run_loadgen_campaign",
+    "run_scenario",
     "usable_cpus",
     "CALIBRATION",
     "CampaignSummary",

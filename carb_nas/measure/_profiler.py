@@ -41,6 +41,8 @@ from carb_nas.space import Config
 __all__ = ["Profiler", "profile_config", "cpu_model_name", "platform_string"]
 
 ERROR_MAX_CHARS = 500
+#: platforms whose shipped rows predate ``scheme`` in the fingerprint (kept as they were)
+_FINGERPRINTS_BEFORE_SCHEME = {("torch", "fp32"), ("onnxruntime", "fp32"), ("onnxruntime", "int8")}
 
 
 @functools.cache
@@ -248,6 +250,8 @@ class Profiler:
             fp["providers"] = [p if isinstance(p, str) else p[0] for p in self.runtime.providers]
             if self.precision == "int8":
                 fp["calibration"] = CALIBRATION
+        if (self.runtime.name, self.precision) not in _FINGERPRINTS_BEFORE_SCHEME:
+            fp["scheme"] = self.runtime.scheme()  # conversion, quantization, calibration set
         try:
             from importlib.metadata import version
 

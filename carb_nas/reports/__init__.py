@@ -26,7 +26,13 @@ result is a plain dict (JSON-ready); the ``write_*_report`` functions add a Mark
 and PNG plots.
 """
 
-from carb_nas.reports._characterize import MIN_CHARACTERIZE_ROWS, characterize
+from carb_nas.reports._characterize import (
+    MIN_CHARACTERIZE_ROWS,
+    characterize,
+    characterize_loadgen,
+    loadgen_markdown,
+    write_loadgen_characterization,
+)
 from carb_nas.reports._load import (
     BATCH_TIERS,
     JOIN_COLUMNS,
@@ -51,6 +57,9 @@ from carb_nas.reports._write import (
 )
 
 __all__ = [
+    "characterize_loadgen",
+    "loadgen_markdown",
+    "write_loadgen_characterization",
     "BATCH_TIERS",
     "FEW_SHOT_SIZES",
     "JOIN_COLUMNS",

@@ -27,6 +27,9 @@ from carb_nas.reports._load import (
 from carb_nas.reports._stats import json_key, linear_fit, mean_stats, r2, ratio_stats
 
 __all__ = [
+    "characterize_loadgen",
+    "loadgen_markdown",
+    "write_loadgen_characterization",
     "characterize",
     "characterize_frames",
     "MIN_CHARACTERIZE_ROWS",
@@ -395,3 +398,238 @@ def characterize_frames(
             "several variants but no two share a device and config: no precision/runtime ratios"
         )
     return jsonable(result), pooled
+
+
+# -- runtimes x precisions x MLPerf scenarios (seed 004) -------------------------------------
+SCENARIO_METRIC = {
+    "single-stream": "latency_p90_ms",
+    "multi-stream": "latency_p99_ms",
+    "offline": "throughput_sps",
+}
+PLATFORM_ORDER = {
+    "torch": ("fp32", "bf16", "int8-dynamic"),
+    "onnxruntime": ("fp32", "fp16", "int8", "int8-dynamic"),
+    "openvino": ("fp32", "bf16", "fp16", "int8"),
+    "litert": ("fp32", "fp16", "int8"),
+}
+
+
+def characterize_loadgen(run_dir: str | Path) -> dict[str, Any]:
+    """Seed 004's table from a LoadGen run directory (``carb-nas loadgen`` / the benchmark).
+
+    Per model and platform: SingleStream p90 (ms), MultiStream p99 (ms per query of 8),
+    Offline samples/s, LoadGen's verdict per scenario, agreement with fp32 (relative error,
+    top-1 agreement); per runtime, each precision's speedup over that runtime's fp32 (offline
+    throughput ratio and single-stream p90 ratio); the fastest platform per model and scenario.
+    An INVALID run's figure is kept and flagged.
+    """
+    from carb_nas.measure import loadgen_rows
+
+    rows = loadgen_rows(run_dir)
+    if not rows:
+        raise InputFileError(
+            f"no LoadGen results: expected {str(Path(run_dir) / 'results')!r} to hold run "
+            "rows, got none. Run `carb-nas loadgen ... -o DIR` first."
+        )
+    table: dict[str, dict[str, dict[str, Any]]] = {}
+    errors = []
+    for r in rows:
+        plat = f"{r['runtime']}/{r['precision']}"
+        cell = table.setdefault(r["model"], {}).setdefault(
+            plat, {"runtime": r["runtime"], "precision": r["precision"]}
+        )
+        if r.get("status") != "ok":
+            errors.append(
+                {
+                    "model": r["model"],
+                    "platform": plat,
+                    "scenario": r["scenario"],
+                    "error": r.get("error"),
+                }
+            )
+            continue
+        metric = SCENARIO_METRIC[r["scenario"]]
+        cell[r["scenario"]] = {
+            "value": r.get(metric),
+            "valid": bool(r.get("valid")),
+            "rules": r.get("rules"),
+            "queries": r.get("query_count"),
+            "early_stopping": r.get("early_stopping_result"),
+        }
+        for k in ("output_rel_error", "top1_agreement"):
+            if r.get(k) is not None:
+                cell[k] = r[k]
+    speedups, fastest = [], []
+    for model, plats in table.items():
+        for runtime, precs in PLATFORM_ORDER.items():
+            base = plats.get(f"{runtime}/fp32", {})
+            for p in precs[1:]:
+                cell = plats.get(f"{runtime}/{p}")
+                if not cell:
+                    continue
+                entry = {"model": model, "runtime": runtime, "precision": p}
+                b_off, c_off = (base.get("offline") or {}), (cell.get("offline") or {})
+                if b_off.get("value") and c_off.get("value"):
+                    entry["offline_speedup"] = c_off["value"] / b_off["value"]
+                b_ss, c_ss = (base.get("single-stream") or {}), (cell.get("single-stream") or {})
+                if b_ss.get("value") and c_ss.get("value"):
+                    entry["single_stream_speedup"] = b_ss["value"] / c_ss["value"]
+                speedups.append(entry)
+        for scenario, metric in SCENARIO_METRIC.items():
+            cands = [
+                (p, c[scenario]["value"])
+                for p, c in plats.items()
+                if c.get(scenario, {}).get("value")
+            ]
+            if cands:
+                pick = (max if metric == "throughput_sps" else min)(cands, key=lambda t: t[1])
+                fastest.append(
+                    {
+                        "model": model,
+                        "scenario": scenario,
+                        "platform": pick[0],
+                        "value": pick[1],
+                        "metric": metric,
+                    }
+                )
+    fingerprints = sorted({r.get("fingerprint", "") for r in rows if r.get("status") == "ok"})
+    p90_path = Path(run_dir) / "p90.json"
+    import json as _json
+
+    p90 = _json.loads(p90_path.read_text()) if p90_path.exists() else []
+    return jsonable(
+        {
+            "run_dir": str(run_dir),
+            "runs": len(rows),
+            "ok": sum(r.get("status") == "ok" for r in rows),
+            "valid": sum(bool(r.get("valid")) for r in rows),
+            "rules": sorted({str(r.get("rules")) for r in rows}),
+            "table": table,
+            "speedups": speedups,
+            "fastest": fastest,
+            "errors": errors,
+            "p90_check": p90,
+            "cpu_model": sorted({_json.loads(f).get("cpu_model") for f in fingerprints if f}),
+        }
+    )
+
+
+def _f(v: Any, digits: int = 3) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "—"
+    return f"{v:.{digits}g}"
+
+
+def loadgen_markdown(result: Mapping[str, Any], reading: str | None = None) -> str:
+    """Seed 004's table as Markdown (INVALID runs marked with a dagger)."""
+    out = ["# Seed 004 on this machine: runtimes x precisions x MLPerf scenarios", ""]
+    out.append(
+        f"{result['runs']} LoadGen runs ({result['ok']} measured, {result['valid']} VALID by "
+        f"LoadGen), rules {', '.join(result['rules'])}; CPU: {', '.join(result['cpu_model'])}. "
+        "One thread, batch 1 inputs, seeded N(0,1) samples, random weights (seed 0). "
+        "† = LoadGen said INVALID (figure kept). The machine was shared with other jobs: "
+        "the figures are noisy."
+    )
+    out += ["", "## Latency and throughput", ""]
+    out.append(
+        "| model | platform | SingleStream p90 ms | MultiStream p99 ms (8/query) | "
+        "Offline samples/s | rel. error vs fp32 | top-1 agreement |"
+    )
+    out.append("|---|---|---|---|---|---|---|")
+    for model, plats in result["table"].items():
+        for runtime, precs in PLATFORM_ORDER.items():
+            for p in precs:
+                c = plats.get(f"{runtime}/{p}")
+                if not c:
+                    continue
+                cells = []
+                for s in SCENARIO_METRIC:
+                    v = c.get(s)
+                    cells.append("—" if not v else _f(v["value"]) + ("" if v["valid"] else " †"))
+                out.append(
+                    f"| {model} | {runtime}/{p} | " + " | ".join(cells) + f" | "
+                    f"{_f(c.get('output_rel_error'), 2)} | {_f(c.get('top1_agreement'), 3)} |"
+                )
+    out += ["", "## Speedup over the same runtime's fp32", ""]
+    out.append("| model | runtime | precision | Offline throughput × | SingleStream p90 × |")
+    out.append("|---|---|---|---|---|")
+    for s in result["speedups"]:
+        out.append(
+            f"| {s['model']} | {s['runtime']} | {s['precision']} | "
+            f"{_f(s.get('offline_speedup'))} | {_f(s.get('single_stream_speedup'))} |"
+        )
+    out += ["", "## Fastest platform per model and scenario", ""]
+    out.append("| model | scenario | platform | value |")
+    out.append("|---|---|---|---|")
+    for f in result["fastest"]:
+        out.append(
+            f"| {f['model']} | {f['scenario']} | {f['platform']} | "
+            f"{_f(f['value'])} {f['metric'].split('_')[-1]} |"
+        )
+    if result["errors"]:
+        out += ["", "## Not measured", ""]
+        out += [
+            f"- {e['model']} {e['platform']} {e['scenario']}: {e['error']}"
+            for e in result["errors"]
+        ]
+    if result["p90_check"]:
+        out += ["", "## LoadGen SingleStream p90 against the profiler's p90", ""]
+        out.append("| config | runtime | profiler p90 ms (CV) | LoadGen p90 ms | ratio |")
+        out.append("|---|---|---|---|---|")
+        for r in result["p90_check"]:
+            out.append(
+                f"| {r['model']} | {r['runtime']} | {_f(r['profiler_p90_ms'])} "
+                f"({_f(r['profiler_cv'], 2)}) | {_f(r['loadgen_p90_ms'])} | "
+                f"{_f(r['ratio_p90'])} |"
+            )
+        ratios = [r["ratio_p90"] for r in result["p90_check"]]
+        out.append(
+            f"\nMedian ratio {np.median(ratios):.3f} (min {min(ratios):.3f}, "
+            f"max {max(ratios):.3f})."
+        )
+    if reading:
+        out += ["", reading.strip()]
+    return "\n".join(out) + "\n"
+
+
+def plot_loadgen(result: Mapping[str, Any]) -> bytes:
+    """One PNG: offline throughput and single-stream p90 per model and platform (log axes)."""
+    from carb_nas.reports._plots import _figure, _png
+
+    models = list(result["table"])
+    plats = [f"{r}/{p}" for r, ps in PLATFORM_ORDER.items() for p in ps]
+    fig, axes = _figure(1, 2, (14, 4.5))
+    w = 0.8 / max(1, len(models))
+    for ax, scenario, label in (
+        (axes[0, 0], "offline", "Offline samples/s (higher is better)"),
+        (axes[0, 1], "single-stream", "SingleStream p90 ms (lower is better)"),
+    ):
+        for i, m in enumerate(models):
+            vals = [
+                (result["table"][m].get(p, {}).get(scenario) or {}).get("value") or np.nan
+                for p in plats
+            ]
+            ax.bar(np.arange(len(plats)) + (i - (len(models) - 1) / 2) * w, vals, w, label=m)
+        ax.set_yscale("log")
+        ax.set_xticks(np.arange(len(plats)), plats, rotation=70, fontsize=7)
+        ax.set_title(label, fontsize=9)
+    axes[0, 0].legend(fontsize=7)
+    return _png(fig)
+
+
+def write_loadgen_characterization(
+    run_dir: str | Path, markdown_path: str | Path, reading: str | Path | None = None
+) -> dict[str, Any]:
+    """Write ``<name>.md``, ``<name>.png`` and ``<name>.json`` (``markdown_path`` names them)."""
+    from carb_nas._io import atomic_write, atomic_write_json, atomic_write_text
+
+    md_path = Path(markdown_path)
+    text = Path(reading).read_text() if reading is not None else None
+    result = characterize_loadgen(run_dir)
+    png = plot_loadgen(result)
+    md = loadgen_markdown(result, text) + f"\n![seed 004 on this machine]({md_path.stem}.png)\n"
+    md_path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(md_path.with_suffix(".png"), lambda tmp: tmp.write_bytes(png))
+    atomic_write_json(md_path.with_suffix(".json"), result)
+    atomic_write_text(md_path, md)
+    return dict(result) | {"files": [md_path.name, md_path.stem + ".png", md_path.stem + ".json"]}

@@ -1,0 +1,218 @@
+"""``carb-nas loadgen``: MLPerf LoadGen scenarios on a runtime and precision, resumable."""
+
+from __future__ import annotations
+
+import click
+
+from carb_nas._io import check_writable_dir
+from carb_nas.cli._options import echo_json, example, info, json_option, threads_option
+
+__all__ = ["COMMANDS"]
+
+
+def _parse_config(text: str):
+    from carb_nas.errors import ConfigError
+    from carb_nas.space import Config
+
+    pairs = {}
+    for part in text.split(","):
+        k, sep, v = part.partition("=")
+        if not sep:
+            raise ConfigError(
+                f"malformed --config: expected KEY=VALUE pairs separated by commas such as "
+                f"family=mobilenet_v2,depth=17,width=1,resolution=160, got {text!r}. Fix it."
+            )
+        pairs[k.strip()] = v.strip()
+    try:
+        return Config(
+            pairs.pop("family"),
+            int(pairs.pop("depth")),
+            float(pairs.pop("width", 1.0)),
+            int(pairs.pop("resolution")),
+            int(pairs.pop("batch_size", 1)),
+            **pairs,
+        )
+    except KeyError as e:
+        raise ConfigError(
+            f"incomplete --config: expected family, depth and resolution (width, batch_size "
+            f"optional), got {text!r} without {e}. Add it."
+        ) from None
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"invalid --config {text!r}: {e}") from None
+
+
+@click.command("loadgen")
+@click.argument("configs", required=False, metavar="[CONFIGS.csv|SPACE.toml]")
+@click.option(
+    "--config",
+    "config_texts",
+    multiple=True,
+    help="One config as KEY=VALUE,... (family, depth, width, resolution); repeatable.",
+)
+@click.option(
+    "--runtime", default="torch", show_default=True, help="torch | onnxruntime | openvino | litert."
+)
+@click.option(
+    "--precision",
+    default="fp32",
+    show_default=True,
+    help="fp32 | bf16 | fp16 | int8 (static) | int8-dynamic (see the runtime).",
+)
+@click.option(
+    "--scenario",
+    "scenarios",
+    multiple=True,
+    type=click.Choice(["single-stream", "multi-stream", "offline"]),
+    required=True,
+    help="MLPerf scenario; repeatable (a model is prepared once for all of them).",
+)
+@click.option(  # output_option's -o/--output, plus --out: the name profile uses too
+    "-o",
+    "--output",
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Run directory (created; the same command resumes it).",
+)
+@click.option(
+    "--quick", is_flag=True, help="Shorter runs (>= 1 s, >= 64 queries), recorded as rules=quick."
+)
+@click.option("--min-duration-ms", type=int, default=None, help="Override the rules' minimum.")
+@click.option("--min-query-count", type=int, default=None, help="Override the rules' minimum.")
+@click.option("--max-duration-ms", type=int, default=None, help="Stop a run after this long.")
+@click.option(
+    "--samples-per-query",
+    type=int,
+    default=8,
+    show_default=True,
+    help="multi-stream samples per query.",
+)
+@click.option(
+    "--batch-size", type=int, default=8, show_default=True, help="offline: samples run per batch."
+)
+@click.option(
+    "--sample-count",
+    type=int,
+    default=64,
+    show_default=True,
+    help="Samples in the query sample library (seeded inputs).",
+)
+@click.option(
+    "--calibration",
+    type=click.Path(dir_okay=False, exists=True),
+    default=None,
+    help="int8: a .npy of shape (N, 3, H, W) instead of the seeded set.",
+)
+@click.option("--limit", type=int, default=None, help="Only the first N configs.")
+@threads_option("Intra-op threads of the runtime (default: all this process may use).")
+@json_option("Print the summary as JSON on stdout.")
+@example(
+    "carb-nas loadgen --config family=mobilenet_v2,depth=17,width=1,resolution=160 "
+    "--runtime openvino --precision int8 --scenario single-stream --quick -o runs/lg"
+)
+def loadgen_cmd(
+    configs: str | None,
+    config_texts: tuple[str, ...],
+    runtime: str,
+    precision: str,
+    scenarios: tuple[str, ...],
+    out_dir: str,
+    quick: bool,
+    min_duration_ms: int | None,
+    min_query_count: int | None,
+    max_duration_ms: int | None,
+    samples_per_query: int,
+    batch_size: int,
+    sample_count: int,
+    calibration: str | None,
+    limit: int | None,
+    threads: int | None,
+    as_json: bool,
+) -> None:
+    """Run MLPerf LoadGen scenarios (the real mlperf_loadgen) on CONFIGS and/or --config.
+
+    One system under test per (config, runtime, precision); LoadGen decides the queries and
+    judges the run. Every run keeps LoadGen's summary and detail logs (-o/logs/) and one row
+    (-o/results/); LoadGen's INVALID is reported, never dropped. Killed, the same command
+    continues where it stopped. Everything is checked before anything is created.
+    """
+    from carb_nas.datasets import read_configs
+    from carb_nas.errors import ConfigError
+    from carb_nas.measure import (
+        LoadGenSettings,
+        Workload,
+        calibration_batches,
+        check_platform,
+        import_loadgen,
+        run_loadgen_campaign,
+        usable_cpus,
+    )
+    from carb_nas.space import frame_to_configs
+
+    check_platform("cpu", runtime, precision)
+    rules = "quick" if quick else "loadgen-default"
+    settings = [
+        LoadGenSettings(
+            s,
+            rules,
+            min_duration_ms,
+            min_query_count,
+            max_duration_ms,
+            samples_per_query,
+            batch_size,
+            sample_count,
+        )
+        for s in scenarios
+    ]
+    if threads is not None and not 1 <= threads <= usable_cpus():
+        raise ConfigError(
+            f"invalid --threads: expected 1 to {usable_cpus()} (the CPUs this process may use), "
+            f"got {threads}. More threads than cores measure oversubscription."
+        )
+    if limit is not None and limit < 1:
+        raise ConfigError(f"invalid --limit: expected >= 1, got {limit}. Use e.g. --limit 5.")
+    import_loadgen()
+    found = list(frame_to_configs(read_configs(configs))) if configs else []
+    found += [_parse_config(t) for t in config_texts]
+    if not found:
+        raise ConfigError(
+            "no configs: expected CONFIGS (a table or a space file) or --config, got neither. "
+            "Give one, e.g. --config family=basic,depth=18,width=0.5,resolution=64."
+        )
+    found = found[:limit] if limit else found
+    workloads, seen = [], set()
+    for c in found:
+        w = Workload.from_config(c)
+        if w.key not in seen:  # batch size does not matter: the scenario sets the batches
+            seen.add(w.key)
+            workloads.append(w)
+    if calibration is not None:
+        for w in workloads:
+            calibration_batches(calibration, w.input_shape)
+    check_writable_dir(out_dir)  # creatable and writable, before anything is measured
+    summary = run_loadgen_campaign(
+        workloads,
+        out_dir,
+        runtime,
+        precision,
+        settings,
+        threads=threads,
+        calibration=calibration,
+        progress=info,
+    )
+    for line in summary.invalid:
+        info(f"warning: LoadGen result is INVALID: {line}")
+    for line in summary.errors:
+        info(f"warning: not measured: {line}")
+    if as_json:
+        echo_json(summary.as_dict())
+        return
+    click.echo(
+        f"cpu/{runtime}/{precision}: {summary.done}/{summary.total} runs done "
+        f"({summary.measured_now} now; {len(summary.invalid)} INVALID, {len(summary.errors)} "
+        f"failed), rules {rules}. Rows: {out_dir}/results, LoadGen logs: {out_dir}/logs"
+    )
+
+
+COMMANDS: list = [loadgen_cmd]

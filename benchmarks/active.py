@@ -116,9 +116,11 @@ def main() -> None:
             strat = pool
         curves["stratified"].append({"n": n, **fit_score(strat, test, 0)})
         # active: grow the chosen set to n with the model of the rows chosen so far
-        picks = choose_active(
-            pool, pool.iloc[chosen], model, n=n - len(chosen), seed=args.seed
-        ) if n > len(chosen) else pool.iloc[:0].assign(active_reason="")
+        picks = (
+            choose_active(pool, pool.iloc[chosen], model, n=n - len(chosen), seed=args.seed)
+            if n > len(chosen)
+            else pool.iloc[:0].assign(active_reason="")
+        )
         for r in picks["active_reason"]:
             reasons[r] = reasons.get(r, 0) + 1
         chosen += [index_of[k] for k in config_keys(picks)]
@@ -147,12 +149,9 @@ def main() -> None:
     _plot(curves, ref, n_pool, args.platform, Path(args.png))
     print(f"wrote {args.png}")
     print(
-        f"stratified_rows_to_match={match['stratified']:.4f} "
-        f"(goal: latency MAPE <= {goal:.2f} %)"
+        f"stratified_rows_to_match={match['stratified']:.4f} (goal: latency MAPE <= {goal:.2f} %)"
     )
-    print(
-        f"active_rows_to_match={match['active']:.4f} random_rows_to_match={match['random']:.4f}"
-    )
+    print(f"active_rows_to_match={match['active']:.4f} random_rows_to_match={match['random']:.4f}")
 
 
 def _plot(curves: dict, ref: dict, n_pool: int, platform: str, path: Path) -> None:

@@ -15,7 +15,8 @@ then measures each config not yet in CAMPAIGN in a fresh forked process
 (``carb_nas.measure._ops.run_ops_campaign``). Kill it at any time; the same command continues.
 A second pass (``--remeasure-from``) measures the rows whose CV is above ``--cv-above`` again;
 ``export`` keeps each config's lowest-CV row among the passes and writes
-``carb_nas/data/zoo/cpu_torch_fp32_zoo.csv`` (one row per config, the dataset schema) and ``..._ops.csv.gz`` (one row per operator).
+``carb_nas/data/zoo/cpu_torch_fp32_zoo.csv`` (one row per config, the dataset schema) and
+``..._ops.csv.gz`` (one row per operator).
 """
 
 from __future__ import annotations

@@ -154,8 +154,12 @@ def default_budgets(model) -> dict[str, float]:
 
     rng = np.random.default_rng(0)
     nets = [
-        make_cnn(int(rng.integers(1, 7)), int(rng.choice([16, 32, 64, 128, 256])),
-                 int(rng.choice([3, 5, 7])), bool(rng.integers(0, 2)))  # fmt: skip
+        make_cnn(
+            int(rng.integers(1, 7)),
+            int(rng.choice([16, 32, 64, 128, 256])),
+            int(rng.choice([3, 5, 7])),
+            bool(rng.integers(0, 2)),
+        )  # fmt: skip
         for _ in range(12)
     ]
     with warnings.catch_warnings():

@@ -310,6 +310,9 @@ VERBS: dict[tuple[str, ...], tuple[list, list]] = {
             ("--quality", _choice(["imagenet"], ["missing.csv", "rows.csv", "a_dir", ""])),
             ("--folds", _number(["2"], ["1", "x"])),
             ("-o", _out()),
+            ("--json", None),
+        ],
+    ),
     ("loadgen",): (  # every case has a bad slot (make_case), so none measures
         [CONFIGS],
         [

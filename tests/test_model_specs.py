@@ -82,9 +82,10 @@ def test_cli_predict_model_spec() -> None:
     assert res.exit_code == 0, res.output
     row = json.loads(res.stdout)["predictions"][0]
     assert row["latency_ms_lower"] <= row["latency_ms"] <= row["latency_ms_upper"]
-    assert row["key"] == ModelSpec.from_factory(
-        "tests.user_nets:make_cnn", "2,3,64,64", {"channels": 32}
-    ).key
+    assert (
+        row["key"]
+        == ModelSpec.from_factory("tests.user_nets:make_cnn", "2,3,64,64", {"channels": 32}).key
+    )
 
 
 def test_cli_profile_model_spec_measures_for_real(tmp_path) -> None:
@@ -102,7 +103,8 @@ BAD = {
     "kwargs not JSON": (["--kwargs", "{channels: 8}"], ["not JSON", "double quotes"]),
     "kwargs not an object": (["--kwargs", "[1, 2]"], ["JSON object"]),
     "factory not importable": (
-        ["--model-spec", "no_such_pkg.nets:make"], ["cannot import", "no_such_pkg"]
+        ["--model-spec", "no_such_pkg.nets:make"],
+        ["cannot import", "no_such_pkg"],
     ),
     "factory missing": (["--model-spec", "tests.user_nets:nope"], ["cannot find", "nope"]),
     "not package:function": (["--model-spec", "tests.user_nets"], ["package.module:function"]),

@@ -53,9 +53,9 @@ def n_params(config: Config) -> int:
 
 @pytest.mark.parametrize(("family", "depth", "width"), sorted(TORCHVISION_PARAMS))
 def test_parameter_counts_match_torchvision(family: str, depth: int, width: float) -> None:
-    assert n_params(Config(family, depth, width, 224, 1)) == TORCHVISION_PARAMS[
-        (family, depth, width)
-    ]
+    assert (
+        n_params(Config(family, depth, width, 224, 1)) == TORCHVISION_PARAMS[(family, depth, width)]
+    )
 
 
 def test_every_family_has_a_count_at_its_standard_depth() -> None:

@@ -97,16 +97,6 @@ from carb_nas.costmodel._evaluation import (
     telemetry_ablation,
 )
 from carb_nas.costmodel._intervals import MIN_CONFORMAL
-from carb_nas.costmodel._learners import PRESETS, resolve_preset
-from carb_nas.costmodel._metrics import regression_metrics
-from carb_nas.costmodel._persist import check_output_dir, manifest_sha256
-from carb_nas.costmodel._prepare import (
-    PHYSICAL_OFFSETS,
-    TARGET_LIMITS,
-    model_inputs,
-    physical_offsets,
-    prepare_table,
-)
 from carb_nas.costmodel._kernels import (
     KERNEL_SUM,
     MODES,
@@ -117,6 +107,16 @@ from carb_nas.costmodel._kernels import (
     leave_one_family_out,
     lofo_report,
     network_tables,
+)
+from carb_nas.costmodel._learners import PRESETS, resolve_preset
+from carb_nas.costmodel._metrics import regression_metrics
+from carb_nas.costmodel._persist import check_output_dir, manifest_sha256
+from carb_nas.costmodel._prepare import (
+    PHYSICAL_OFFSETS,
+    TARGET_LIMITS,
+    model_inputs,
+    physical_offsets,
+    prepare_table,
 )
 from carb_nas.costmodel._schema import HEAVY_TAILED
 

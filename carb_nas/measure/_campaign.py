@@ -1099,9 +1099,7 @@ def _measure_queue(
                 beat = _Heartbeat(storage, trial_id, heartbeat_s)
                 beat.start()
             try:
-                row = _clean_row(
-                    {**prof.profile(_trial_config(frozen, configs)), **_fields(trial)}
-                )
+                row = _clean_row({**prof.profile(_trial_config(frozen, configs)), **_fields(trial)})
             finally:
                 if beat is not None:
                     beat.stop_event.set()

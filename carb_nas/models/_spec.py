@@ -231,8 +231,5 @@ class ModelSpec:
     def __repr__(self) -> str:
         shape = "x".join(map(str, self.input_shape))
         return (
-            f"ModelSpec({self.kind}: {self.name}, input {shape}, {self.precision}, "
-            f"key {self.key})"
+            f"ModelSpec({self.kind}: {self.name}, input {shape}, {self.precision}, key {self.key})"
         )
-
-

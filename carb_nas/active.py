@@ -318,6 +318,10 @@ def run_active_campaign(
         torn_bytes_cut=summaries[0].torn_bytes_cut,
         wall_s=time.perf_counter() - t_start,
     )
-    measured_s = [s.mean_s_per_config * s.measured_now for s in summaries if s.measured_now]
+    measured_s = [
+        s.mean_s_per_config * s.measured_now
+        for s in summaries
+        if s.measured_now and s.mean_s_per_config is not None
+    ]
     total.mean_s_per_config = sum(measured_s) / total.measured_now if total.measured_now else None
     return {"summary": total, "rounds": rounds}

@@ -542,7 +542,7 @@ def predict_costs(
         spec = ModelSpec.from_module(model, input_shape, precision)
     pred, unseen = predict_spec(cost_model, spec, alpha)
     if unseen:
-        what = spec.config.family if spec.kind == "config" else "architecture"
+        what = spec.config.family if spec.config is not None else "architecture"
         warnings.warn(
             f"the cost model ({platform_name(cost_model)}) never saw this {what} "
             f"({spec.name}): {_UNSEEN_NOTE}.",

@@ -651,10 +651,10 @@ def predict_cmd(
     if generic:
         pred = cost_model.predict(X, alpha=alpha)
     else:
-        unseen = unseen_families(cost_model, frame["family"].unique())
-        if unseen:
+        unseen_names = unseen_families(cost_model, frame["family"].unique())
+        if unseen_names:
             warnings.warn(
-                f"the model ({model}) never saw family {unseen}: predicting them from their "
+                f"the model ({model}) never saw family {unseen_names}: predicting them from their "
                 "architecture features alone (it was trained on ResNets only: expect poor "
                 "accuracy).",
                 UserWarning,

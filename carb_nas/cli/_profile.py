@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -285,6 +286,7 @@ def profile_cmd(
         check_storage_url(url)
         if url.startswith(("postgresql", "postgres:")):
             check_postgres(url)
+    assert configs is not None  # checked above: exactly one of CONFIGS and --model-spec
     frame = read_configs(configs)
     p = Path(configs)
     if p.suffix == ".toml" or not p.exists():
@@ -292,7 +294,7 @@ def profile_cmd(
     else:
         source = None  # the configs' own fingerprint
     rounds: list[dict] | None = None
-    kw = dict(
+    kw: dict[str, Any] = dict(
         device=device,
         runtime=runtime,
         precision=precision,

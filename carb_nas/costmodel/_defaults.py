@@ -149,7 +149,9 @@ def load_model(spec: str | Path, role: str = "model") -> CostModel:
         from carb_nas.costmodel._kernels import ModuleCostModel, is_module_model_dir
 
         if is_module_model_dir(p):  # a kernel-level predictor (ModuleCostModel.save)
-            return ModuleCostModel.load(p)
+            # Not a CostModel subclass: it answers predict(X, alpha) for the verbs that
+            # predict module specs (predict_costs, predict); screen/search do not take it yet.
+            return ModuleCostModel.load(p)  # type: ignore[return-value]
         return CostModel.load(p)
     text = str(spec)
     if text.count("/") == 2 and not p.exists():

@@ -576,7 +576,7 @@ def within(y: np.ndarray, p: np.ndarray, tol: float = 0.10) -> float:
 def leave_one_family_out(
     rows: pd.DataFrame,
     ops: pd.DataFrame,
-    groups: Sequence[str],
+    groups: Sequence[str] | np.ndarray,
     modes: Sequence[str] = MODES,
     preset: str = "fast",
     random_state: int = 0,

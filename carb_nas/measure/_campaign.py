@@ -882,6 +882,7 @@ def run_campaign(
     src_fp = source_fingerprint(frame)
     proto = Protocol.named(protocol, **(protocol_overrides or {}))
     by_key = {cfg.key: cfg for cfg in frame_to_configs(frame)}
+    fields: dict[str, dict[str, Any]]
     if queue is None:
         selected, fields = order_configs(select_configs(frame, limit, seed), seed), {}
     else:

@@ -179,7 +179,7 @@ class LiteRtRuntime(Runtime):
                 return {"error": f"{type(e).__name__}: {' '.join(str(e).split())[:1500]}"}
         try:
             proc = subprocess.run(
-                [self.converter, _litert_convert.__file__, json.dumps(spec)],
+                [str(self.converter), _litert_convert.__file__, json.dumps(spec)],
                 capture_output=True,
                 text=True,
                 timeout=CONVERT_TIMEOUT_S,

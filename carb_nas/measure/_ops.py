@@ -78,7 +78,7 @@ def profiled_op_times(
             for i in range(runs):
                 with record_function(f"{_MARKER}{i}"):
                     module(x)
-    per_run: dict[str, list[tuple[str, float]]] = {}
+    per_run: dict[str, list[tuple[float, str, float]]] = {}
     for ev in prof.events():
         parent = ev.cpu_parent
         if parent is not None and parent.name.startswith(_MARKER):

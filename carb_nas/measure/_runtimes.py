@@ -174,7 +174,7 @@ def check_platform(device: str, runtime: str, precision: str) -> str:
 class Prepared:
     """A model ready to run at any batch size of one architecture and resolution."""
 
-    group: tuple
+    group: tuple | None  # None: a module prepared directly (prepare_module), not a config
     model: Any
     info: dict = field(default_factory=dict)  # e.g. output_rel_error, param bytes
 
@@ -301,9 +301,9 @@ def _quiet_stderr(fd: int = 2):
         os.dup2(devnull, fd)
         yield
     finally:
-        for stream in {sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__} - {None}:
-            with contextlib.suppress(OSError, ValueError):
-                stream.flush()  # what was buffered goes to /dev/null too
+        for stream in {sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__}:
+            with contextlib.suppress(OSError, ValueError, AttributeError):  # None: no stream
+                stream.flush()  # type: ignore[union-attr]  # what was buffered goes to /dev/null too
         os.dup2(saved, fd)
         os.close(saved)
         os.close(devnull)

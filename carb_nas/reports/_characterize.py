@@ -464,9 +464,10 @@ def characterize_loadgen(run_dir: str | Path) -> dict[str, Any]:
         for runtime, precs in PLATFORM_ORDER.items():
             base = plats.get(f"{runtime}/fp32", {})
             for p in precs[1:]:
-                cell = plats.get(f"{runtime}/{p}")
-                if not cell:
+                other = plats.get(f"{runtime}/{p}")
+                if not other:
                     continue
+                cell = other
                 entry = {"model": model, "runtime": runtime, "precision": p}
                 b_off, c_off = (base.get("offline") or {}), (cell.get("offline") or {})
                 if b_off.get("value") and c_off.get("value"):

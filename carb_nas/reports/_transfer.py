@@ -537,8 +537,8 @@ def published_transfer(
         kinds = ("source_only", "calibrated", "target_only", "target_only_linear")
         for n in sizes:
             say(f"few-shot N={n}: {repeats} draws")
-            rec = {kind: [] for kind in kinds}
-            logs = {kind: [] for kind in kinds}
+            rec: dict[str, list] = {kind: [] for kind in kinds}
+            logs: dict[str, list] = {kind: [] for kind in kinds}
             methods: dict[str, int] = {}
             errors: list[str] = []
             if n < MIN_TRAIN_ROWS:
@@ -755,7 +755,11 @@ def write_published_transfer_report(
     result["meta"] = dict(result["meta"]) | {"files": ["README.md", "transfer.json", *pngs]}
     d.mkdir(parents=True, exist_ok=True)
     for name, data in pngs.items():
-        atomic_write(d / name, lambda tmp, data=data: tmp.write_bytes(data))
+
+        def write_png(tmp: Path, data: bytes = data) -> None:
+            tmp.write_bytes(data)
+
+        atomic_write(d / name, write_png)
     atomic_write_text(d / "README.md", md)
     atomic_write_json(d / "transfer.json", result)
     return result

@@ -92,7 +92,7 @@ def main() -> None:
     cv = rows["latency_cv"].astype(float)
     print(
         f"measurement latency_cv: median {cv.median():.3f}, p90 {cv.quantile(0.9):.3f} "
-        f"over {len(rows)} rows (shared 2-core machine, other helpers running)"
+        f"over {len(rows)} rows (this machine)"
     )
 
     net, tab = network_tables(rows, ops)

@@ -139,7 +139,7 @@ def family_specs(per_family: int, max_gflops: float, seed: int = 0) -> list[dict
 def measure(args: argparse.Namespace) -> None:
     import json
 
-    from carb_nas.measure._ops import run_ops_campaign
+    from carb_nas.measure import run_ops_campaign
 
     cached = Path(args.out) / "specs.json"  # the draw, kept so a resume does not redo it
     if args.remeasure_from:

@@ -108,6 +108,7 @@ def _trials(url: str):
 
 
 # -- campaigns -------------------------------------------------------------------------------
+@pytest.mark.slow  # real workers on a real cluster (~14 s); CI runs them as 'postgres and slow'
 def test_three_workers_measure_each_config_once(pg_url, tmp_path):
     csv = _configs_csv(tmp_path / "c.csv", depths=(8, 10, 14), batches=(1, 2))
     procs = [_worker(csv, tmp_path / f"host{i}", pg_url) for i in range(3)]
@@ -124,6 +125,7 @@ def test_three_workers_measure_each_config_once(pg_url, tmp_path):
         assert sorted(p.name for p in (tmp_path / f"host{i}").iterdir()) == ["manifest.json"]
 
 
+@pytest.mark.slow  # real workers on a real cluster (~14 s); CI runs them as 'postgres and slow'
 def test_a_worker_killed_mid_config_is_retried_by_a_survivor(pg_url, tmp_path):
     from optuna.trial import TrialState
 

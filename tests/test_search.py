@@ -629,6 +629,7 @@ def test_default_objectives_keep_per_batch_latency_for_a_fixed_batch(torch_model
     assert default_objectives(torch_model) == ["peak_mem_mb", "latency_ms", "quality"]
 
 
+@pytest.mark.slow
 def test_pymoo_evaluates_exactly_the_budget_and_never_a_config_twice(torch_model, monkeypatch):
     import carb_nas.search._evaluator as evaluator_module
 

@@ -14,11 +14,12 @@ as unmodelled, and widens the network's interval by that estimate.
 
 :class:`ModuleCostModel` is the network-level part: a :class:`~carb_nas.costmodel.CostModel`
 over the network features (:data:`FEATURE_COLUMNS` + :data:`OP_AGGREGATE_COLUMNS`) with the
-kernel sum ``kernel_sum_ms`` as a feature (``mode="feature"``), or as a feature and the
-latency offset through ``target_offsets`` (``mode="both"``, the default: the offset is the
-fitted non-negative sum of ``kernel_sum_ms`` and ``n_ops``, a per-op framework overhead; a
-``target_offsets`` column is always a feature of ``X`` too, so "offset alone" is not a
-separate choice); ``mode="network"`` ignores the kernel sum (the CARB cascade alone, on the
+kernel sum ``kernel_sum_ms`` as a feature (``mode="feature"``, the default: best median
+and worst-family share within +-10 % in the leave-one-family-out table of docs/costmodel.md),
+or as a feature and the latency offset through ``target_offsets`` (``mode="both"``: the
+offset is the fitted non-negative sum of ``kernel_sum_ms`` and ``n_ops``, a per-op framework
+overhead; a ``target_offsets`` column is always a feature of ``X`` too, so "offset alone" is
+not a separate choice); ``mode="network"`` ignores the kernel sum (the CARB cascade alone, on the
 physical offsets plus ``n_ops``) and ``mode="kernel"`` is the fitted non-negative
 ``a x kernel sum + b x n_ops`` (the per-operator models alone). Peak memory is fitted
 relative to the traced ``tensor_peak_mb`` plus oneDNN's reordered weights
@@ -324,7 +325,7 @@ class ModuleCostModel:
 
     def __init__(
         self,
-        mode: str = "both",
+        mode: str = "feature",
         preset: str = "fast",
         kernel_folds: int = 3,
         random_state: int = 0,

@@ -51,13 +51,14 @@ __all__ = [
 ]
 
 
-def resolve_model(model: Any, role: str = "cost model") -> Any:
+def resolve_model(model: Any, role: str = "cost model", specs: bool = False) -> Any:
     """A fitted cost model from a CostModel, a saved model directory or a shipped platform name
-    (``cpu/torch/fp32``); MissingFileError / ModelError naming ``role`` otherwise."""
+    (``cpu/torch/fp32``); MissingFileError / ModelError naming ``role`` otherwise. ``specs``:
+    the caller predicts model specs, so a kernel-level ModuleCostModel directory is accepted."""
     if isinstance(model, (str, Path)):
-        from carb_nas.costmodel import load_model
+        from carb_nas.costmodel import load_model, load_predictor
 
-        return load_model(model, role)
+        return (load_predictor if specs else load_model)(model, role)
     if not callable(getattr(model, "predict", None)) or getattr(model, "targets_", None) is None:
         raise ModelError(
             f"unusable {role}: expected a fitted carb_nas.costmodel.CostModel (with predict "
@@ -361,14 +362,14 @@ def _cached_model(platform: Any) -> Any:
     """:func:`resolve_model`, loading a named or saved model once per process (a model
     directory is loaded again when it changes)."""
     if not isinstance(platform, (str, Path)):
-        return resolve_model(platform, "cost model")
+        return resolve_model(platform, "cost model", specs=True)
     p = Path(platform)
     stamp = p.stat().st_mtime if p.exists() else 0.0
     key = (str(platform), stamp)
     if key not in _MODELS:
         if len(_MODELS) > 16:
             _MODELS.clear()
-        _MODELS[key] = resolve_model(platform, "cost model")
+        _MODELS[key] = resolve_model(platform, "cost model", specs=True)
     return _MODELS[key]
 
 

@@ -34,6 +34,7 @@ from carb_nas.cli._options import (
 from carb_nas.costmodel import (
     check_output_dir,
     load_model,
+    load_predictor,
     prepare_table,
 )
 from carb_nas.costmodel import (
@@ -607,7 +608,7 @@ def predict_cmd(
     spec = resolve_model_spec(model_spec, factory_kwargs, input_shape, "fp32")
     if spec is not None:
         spec_inputs(spec)  # traced (and cached) before the model loads: bad specs fail fast
-        cost_model = load_model(model, "MODEL")
+        cost_model = load_predictor(model, "MODEL")
         pred, unseen = predict_spec(cost_model, spec, alpha if alpha is not None else 0.1)
         if unseen:
             warnings.warn(

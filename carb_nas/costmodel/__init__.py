@@ -79,6 +79,7 @@ from carb_nas.costmodel._defaults import (
     default_model_dir,
     load_default_model,
     load_model,
+    load_predictor,
 )
 from carb_nas.costmodel._estimator import CostModel
 from carb_nas.costmodel._evaluation import (
@@ -140,6 +141,7 @@ __all__ = [
     "manifest_sha256",
     "check_output_dir",
     "load_model",
+    "load_predictor",
     "load_default_model",
     "default_model_dir",
     "default_model_cache_dir",

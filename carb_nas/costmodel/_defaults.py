@@ -146,12 +146,15 @@ def load_model(spec: str | Path, role: str = "model") -> CostModel:
     error, e.g. ``"--source-model"``."""
     p = Path(spec)
     if p.is_dir():
-        from carb_nas.costmodel._kernels import ModuleCostModel, is_module_model_dir
+        from carb_nas.costmodel._kernels import is_module_model_dir
 
-        if is_module_model_dir(p):  # a kernel-level predictor (ModuleCostModel.save)
-            # Not a CostModel subclass: it answers predict(X, alpha) for the verbs that
-            # predict module specs (predict_costs, predict); screen/search do not take it yet.
-            return ModuleCostModel.load(p)  # type: ignore[return-value]
+        if is_module_model_dir(p):  # predicts traced modules (rows + ops), not config frames
+            raise ModelError(
+                f"unusable {role}: expected a CostModel directory (written by `carb-nas "
+                f"train`), got the kernel-level ModuleCostModel in {str(p)!r}, which predicts "
+                "model specs only. Use it with `carb-nas predict --model-spec` or "
+                "carb_nas.predict_costs, or pass a CostModel here."
+            )
         return CostModel.load(p)
     text = str(spec)
     if text.count("/") == 2 and not p.exists():
@@ -161,3 +164,14 @@ def load_model(spec: str | Path, role: str = "model") -> CostModel:
         f"CostModel.save) or a shipped platform name such as cpu/torch/fp32, got {text!r}. "
         "Check the path."
     )
+
+
+def load_predictor(spec: str | Path, role: str = "model") -> Any:
+    """:func:`load_model`, or the kernel-level ``ModuleCostModel`` a directory holds: for the
+    callers that predict model specs (``predict_costs``, ``predict --model-spec``)."""
+    from carb_nas.costmodel._kernels import ModuleCostModel, is_module_model_dir
+
+    p = Path(spec)
+    if p.is_dir() and is_module_model_dir(p):
+        return ModuleCostModel.load(p)
+    return load_model(spec, role)

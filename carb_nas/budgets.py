@@ -12,7 +12,8 @@ loadgen``, ``validate --scenario``), never on predictions: ``latency_p90_ms=`` (
 99th-percentile latency of one query of 8 samples, ms: an upper limit) and ``throughput_sps=``
 (Offline samples per second: a LOWER limit, the throughput must reach it). Their violations
 are ``value / limit - 1`` for the latencies and ``limit / value - 1`` for throughput, so <= 0
-is within budget for all (:func:`measured_violations`, :func:`accept_measured`).
+is within budget for all (:func:`measured_violations`, :func:`accept_measured`). Each belongs
+to one scenario (:data:`SCENARIO_BUDGETS`, checked by :func:`check_scenario_budgets`).
 
 Violations are relative excesses ``value / limit - 1`` (<= 0 within budget), so budgets in
 different units weigh alike. Pareto sets minimize every column, with pymoo's non-dominated
@@ -57,6 +58,8 @@ __all__ = [
     "BUDGET_METRICS",
     "measured_violations",
     "accept_measured",
+    "SCENARIO_BUDGETS",
+    "check_scenario_budgets",
 ]
 
 PER_IMAGE = "_per_image"
@@ -66,6 +69,18 @@ KNOWN_METRICS = tuple(TARGETS) + tuple(f"{t}{PER_IMAGE}" for t in TARGETS)
 SCENARIO_METRICS = {"latency_p90_ms": "max", "latency_p99_ms": "max", "throughput_sps": "min"}
 #: every name a budget may use
 BUDGET_METRICS = KNOWN_METRICS + tuple(SCENARIO_METRICS)
+#: the one budget each MLPerf LoadGen scenario measures (its headline figure)
+SCENARIO_BUDGETS = {
+    "single-stream": "latency_p90_ms",
+    "multi-stream": "latency_p99_ms",
+    "offline": "throughput_sps",
+}
+_SCENARIO_OF = {metric: scenario for scenario, metric in SCENARIO_BUDGETS.items()}
+_SCENARIO_WHAT = {
+    "latency_p90_ms": "LoadGen's 90th-percentile latency of one sample, ms",
+    "latency_p99_ms": "LoadGen's 99th-percentile latency of one query, ms",
+    "throughput_sps": "samples per second, a lower limit",
+}
 
 
 # -- budgets ---------------------------------------------------------------------------------
@@ -204,7 +219,7 @@ def check_budgets(budgets: Mapping[str, float], model: Any, role: str = "model")
                 f"budget on a scenario metric the {role} cannot predict: {name!r} is measured "
                 f"under an MLPerf LoadGen scenario, got it with the {role} for "
                 f"{platform_name(model)} (predicting {targets}). Check it on measurements: "
-                "carb-nas loadgen, or validate --scenario."
+                f"carb-nas loadgen, or validate --scenario {_SCENARIO_OF[name]}."
             )
         if base_target(name) not in targets:
             why = " (that platform had no energy meter)" if name.startswith("energy") else ""
@@ -213,6 +228,29 @@ def check_budgets(budgets: Mapping[str, float], model: Any, role: str = "model")
                 f"{platform_name(model)} predicts {targets}{why}, got a budget on {name!r}. "
                 "Drop that budget or use a model trained with that target."
             )
+
+
+def check_scenario_budgets(budgets: Mapping[str, float], scenario: str) -> None:
+    """BudgetError unless every budget is the one ``scenario`` measures
+    (:data:`SCENARIO_BUDGETS`): single-stream ``latency_p90_ms``, multi-stream
+    ``latency_p99_ms``, offline ``throughput_sps``."""
+    if scenario not in SCENARIO_BUDGETS:
+        raise BudgetError(
+            f"unknown scenario: expected one of {list(SCENARIO_BUDGETS)}, got {scenario!r}. "
+            "Use --scenario single-stream, multi-stream or offline."
+        )
+    own = SCENARIO_BUDGETS[scenario]
+    for name in budgets:
+        if name == own:
+            continue
+        if name in _SCENARIO_OF:
+            fix = f"use --scenario {_SCENARIO_OF[name]} for {name}"
+        else:
+            fix = f"drop --scenario to check {name} with the profiler"
+        raise BudgetError(
+            f"budget {name} does not belong to scenario {scenario}: expected {own} "
+            f"({_SCENARIO_WHAT[own]}), got {name}. Budget {own}=LIMIT, or {fix}."
+        )
 
 
 def budget_column(name: str, upper: bool) -> str:

@@ -39,6 +39,8 @@ model, so its prediction columns are not trusted.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import time
 import warnings
 from collections.abc import Iterable, Mapping
@@ -61,9 +63,9 @@ from carb_nas.budgets import (
     platform_name,
 )
 from carb_nas.datasets import SCHEMA, append_rows, check_appendable, write_table
-from carb_nas.errors import InputFileError, ModelError
+from carb_nas.errors import ConfigError, InputFileError, MeasurementError, ModelError
 from carb_nas.scoring import Scored, candidate_frame, same_configs, score_configs
-from carb_nas.space import CONFIG_COLUMNS, REQUIRED_COLUMNS, frame_to_configs
+from carb_nas.space import ARCH_COLUMNS, CONFIG_COLUMNS, REQUIRED_COLUMNS, frame_to_configs
 
 __all__ = [
     "validate",
@@ -75,6 +77,10 @@ __all__ = [
     "RATIO_ALPHA",
     "median_ratios",
     "profile_spec",
+    "validate_scenario",
+    "ScenarioValidationResult",
+    "check_calibration",
+    "SCENARIO_PREDICTIONS",
 ]
 
 RATIO_ALPHA = 0.1  # the intervals the ratio check uses without a confidence
@@ -344,8 +350,15 @@ def validate(
     progress: Any = None,
     fresh_process: bool = False,
     scored: Scored | None = None,
-) -> ValidationResult:
+    calibration: Any = None,
+    scenario: Any = None,
+    loadgen_dir: str | Path | None = None,
+) -> ValidationResult | ScenarioValidationResult:
     """Profile every config of ``pareto_frame`` and score ``model``'s predictions.
+
+    With ``scenario`` (a name of ``measure.SCENARIOS`` or a ``measure.LoadGenSettings``) every
+    config is measured under that MLPerf LoadGen scenario instead: see
+    :func:`validate_scenario`, which gets the arguments and returns its result.
 
     Args:
         pareto_frame: configs (a DataFrame or a CSV/Parquet/TOML path); extra columns ignored.
@@ -359,12 +372,50 @@ def validate(
             ``threads=None`` means the thread count recorded in the model's platform.
         report_dir: where to write validation.json/.csv and the PNG plots (checked first).
         profiler: an existing Profiler (tests pass one with a short protocol).
-        progress: optional callable(i, n, config) called before each measurement.
+        progress: optional callable(i, n, config) called before each measurement (with a
+            scenario: callable(message), see :func:`validate_scenario`).
         fresh_process: CPU: measure each config in a process of its own (``Profiler``), as
             fresh as the processes that measured the shipped data.
         scored: the predictions a search made for exactly these configs (row for row, e.g.
             ``SearchResult.scored``): used as they are instead of predicting again.
+        calibration: static int8 only: the calibration set, an ``(N, 3, H, W)`` array or a
+            ``.npy`` path, checked against every config's resolution before any work (None:
+            the runtime's seeded set).
+        scenario / loadgen_dir: measure under an MLPerf LoadGen scenario
+            (:func:`validate_scenario`).
     """
+    if scenario is not None:
+        if append is not None or confidence is not None or fresh_process or scored is not None:
+            given = [
+                n
+                for n, v in (
+                    ("append", append),
+                    ("confidence", confidence),
+                    ("fresh_process", fresh_process or None),
+                    ("scored", scored),
+                )
+                if v is not None
+            ]
+            raise ConfigError(
+                f"options of the profiler's validation given with a LoadGen scenario: expected "
+                f"none of append, confidence, fresh_process, scored with scenario=, got "
+                f"{given}. LoadGen rows are kept in the run directory, decided on measurements "
+                "only and predicted here; drop those options (or the scenario)."
+            )
+        return validate_scenario(
+            pareto_frame,
+            scenario,
+            runtime=runtime,
+            precision=precision,
+            model=model,
+            budgets=budgets,
+            threads=threads,
+            calibration=calibration,
+            device=device,
+            report_dir=report_dir,
+            loadgen_dir=loadgen_dir,
+            progress=progress,
+        )
     t0 = time.perf_counter()
     if model is None:
         raise ModelError(
@@ -384,6 +435,11 @@ def validate(
     frame["runtime"] = runtime
     frame["precision"] = precision
     frame = frame.drop_duplicates().reset_index(drop=True)
+    if profiler is None:
+        from carb_nas.measure import check_runtime
+
+        check_runtime(device, runtime, precision)  # supported, and its extra installed
+    check_calibration(calibration, precision, frame)
     if report_dir is not None:
         check_writable_dir(report_dir)
     old_rows = None
@@ -400,7 +456,14 @@ def validate(
         # at 1 thread validated at all cores would look ~2x pessimistic on latency.
         threads = _model_threads(model)
     prof = profiler or Profiler(
-        device, runtime, precision, threads, protocol, meter, fresh_process=fresh_process
+        device,
+        runtime,
+        precision,
+        threads,
+        protocol,
+        meter,
+        fresh_process=fresh_process,
+        calibration=calibration,
     )
     try:
         warn = fingerprint_mismatch(model, prof.device_name, prof.runtime.name, prof.kind)
@@ -417,9 +480,14 @@ def validate(
         if profiler is None:
             prof.close()
     meas = pd.DataFrame(measured, columns=list(SCHEMA))
+    warn += _not_measured(frame_to_configs(frame), measured)  # raises when nothing was
     # the features of the configs as measured; the scored ones when the model ran them so
     mmap_mb = scored.X["mmap_mb"] if same_configs(scored.configs, frame) else None
-    for w in page_fault_shortfall(frame, meas, mmap_mb):
+    from carb_nas.features import ELEMENT_BYTES
+
+    # the mmap_mb page faults are eager PyTorch's; int8-dynamic has no element size to price
+    eager = prof.runtime.name == "torch" and precision in ELEMENT_BYTES
+    for w in page_fault_shortfall(frame, meas, mmap_mb) if eager else []:
         warnings.warn(w, stacklevel=2)
         warn.append(w)
 
@@ -498,6 +566,416 @@ def validate(
     if report_dir is not None:
         atomic_write_json(Path(report_dir) / "validation.json", result.to_dict(), indent=2)
     return result
+
+
+def _config_name(c: Any) -> str:
+    return f"{c.family}-{c.depth} w{c.width:g} r{c.resolution} b{c.batch_size}"
+
+
+def _not_measured(configs: list, rows: list[Mapping[str, Any]]) -> list[str]:
+    """One warning per config the runtime could not run (status ``error``: a failed
+    conversion names its op); MeasurementError when no config was measured at all."""
+    failed = [(c, r) for c, r in zip(configs, rows) if r.get("status") == "error"]
+    if failed and len(failed) == len(rows):
+        c, r = failed[0]
+        raise MeasurementError(
+            f"nothing measured: expected at least one config to run, got {len(rows)} "
+            f"failure(s), e.g. {_config_name(c)}: {r.get('error')}"
+        )
+    return [f"not measured: {_config_name(c)}: {r.get('error')}" for c, r in failed]
+
+
+#: int8 (static) is the only precision a calibration set applies to
+CALIBRATED_PRECISIONS = ("int8",)
+
+
+def check_calibration(calibration: Any, precision: str, frame: pd.DataFrame) -> None:
+    """ConfigError, before any work, for a calibration set given to a precision that takes
+    none or whose sample shape is not every config's ``(3, resolution, resolution)``."""
+    if calibration is None:
+        return
+    if precision not in CALIBRATED_PRECISIONS:
+        raise ConfigError(
+            f"a calibration set was given for precision {precision!r}: expected one only with "
+            f"static quantization ({', '.join(CALIBRATED_PRECISIONS)}), got "
+            f"{str(calibration) if isinstance(calibration, (str, Path)) else 'an array'}. Drop "
+            "--calibration or use --precision int8."
+        )
+    from carb_nas.measure import calibration_batches
+
+    for r in sorted({int(v) for v in frame["resolution"]}):
+        calibration_batches(calibration, (3, r, r))
+
+
+# -- under a LoadGen scenario ----------------------------------------------------------------
+#: what the model predicts for each scenario's figure: the median latency of the batch the
+#: scenario runs (single-stream 1 sample, multi-stream one query of samples_per_query,
+#: offline batch_size samples per batch -> samples per second)
+SCENARIO_PREDICTIONS = {
+    "single-stream": "latency_ms at batch 1 (a median; LoadGen reports the 90th percentile)",
+    "multi-stream": "latency_ms at batch samples_per_query (a median; LoadGen: the 99th "
+    "percentile of a query)",
+    "offline": "batch_size * 1000 / latency_ms at batch batch_size (samples per second)",
+}
+
+
+@dataclass
+class ScenarioValidationResult:
+    """Per config: LoadGen's figure of the scenario, the budget, pass, VALID/INVALID, and the
+    model's prediction of the same quantity (:data:`SCENARIO_PREDICTIONS`).
+
+    ``rows``: one row per architecture (config columns, ``batch_size`` = the batch the
+    scenario runs), ``key``, ``status``, ``measured_<metric>``, ``predicted_<metric>``,
+    ``ratio`` (measured / predicted), ``budget``, ``within_budget`` (None: no budget or not
+    measured), ``result_validity``, ``valid``, ``error``, ``run``. ``measurements``: LoadGen's
+    rows as :func:`carb_nas.measure.run_loadgen_campaign` wrote them. Same reporting interface
+    as :class:`ValidationResult`.
+    """
+
+    rows: pd.DataFrame
+    measurements: pd.DataFrame
+    scenario: str
+    metric: str
+    settings: dict[str, Any]
+    budgets: dict[str, float]
+    platform: str
+    model_platform: str
+    metrics: dict[str, dict[str, float]]
+    ratio_median: float | None
+    warnings: list[str] = field(default_factory=list)
+    invalid: list[str] = field(default_factory=list)
+    loadgen_dir: str | None = None
+    seconds: float = 0.0
+    appended_to: str | None = None
+    replaced_keys: list[str] = field(default_factory=list)
+    report_files: list[str] = field(default_factory=list)
+
+    @property
+    def targets(self) -> list[str]:
+        return [self.metric]
+
+    def validated_items(self) -> list[dict[str, Any]]:
+        items = []
+        for _, r in self.rows.iterrows():
+            item = {c: r[c] for c in CONFIG_COLUMNS}
+            for k in ("key", "status", "result_validity", "error", "run"):
+                item[k] = None if pd.isna(r.get(k)) else r.get(k)
+            item["scenario"] = self.scenario
+            item["metric"] = self.metric
+            item["measured"] = _num(r[f"measured_{self.metric}"])
+            item["predicted"] = _num(r[f"predicted_{self.metric}"])
+            item["ratio"] = _num(r["ratio"])
+            item["budget"] = _num(r["budget"])
+            wb = r["within_budget"]
+            item["within_budget"] = None if wb is None or pd.isna(wb) else bool(wb)
+            v = r["valid"]
+            item["valid"] = None if v is None or pd.isna(v) else bool(v)
+            items.append(item)
+        return items
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "platform": self.platform,
+            "model_platform": self.model_platform,
+            "scenario": self.scenario,
+            "metric": self.metric,
+            "prediction": SCENARIO_PREDICTIONS[self.scenario],
+            "settings": self.settings,
+            "n": len(self.rows),
+            "metrics": self.metrics,
+            "ratio_median": self.ratio_median,
+            "budgets": self.budgets,
+            "passed": int((self.rows["within_budget"] == True).sum()),  # noqa: E712
+            "invalid": self.invalid,
+            "warnings": self.warnings,
+            "loadgen_dir": self.loadgen_dir,
+            "seconds": self.seconds,
+            "report_files": self.report_files,
+            "validated": self.validated_items(),
+        }
+
+    def summary(self) -> str:
+        rules = self.settings.get("rules")
+        lines = [
+            f"validated {len(self.rows)} configs under LoadGen {self.scenario} (rules {rules}) "
+            f"on {self.platform} (model: {self.model_platform}) in {self.seconds:.1f} s"
+        ]
+        lines += [f"warning: {w}" for w in self.warnings]
+        m = self.metrics[self.metric]
+        lines.append(
+            f"  {self.metric}: measured by LoadGen; predicted = "
+            f"{SCENARIO_PREDICTIONS[self.scenario]}"
+        )
+        if m["n"]:
+            ratio = f"  measured/predicted x{self.ratio_median:.2f}" if self.ratio_median else ""
+            lines.append(
+                f"  predicted vs measured: n={m['n']} MAE={m['mae']:.4g}  "
+                f"MAPE={m['mape_pct']:.1f}%{ratio}"
+            )
+        if self.budgets:
+            limit = self.budgets[self.metric]
+            sense = ">=" if self.metric == "throughput_sps" else "<="
+            ok = int((self.rows["within_budget"] == True).sum())  # noqa: E712
+            lines.append(f"  budget {self.metric} {sense} {limit:g}: {ok}/{len(self.rows)} pass")
+        cols = list(ARCH_COLUMNS) + ["batch_size"]
+        header = cols + ["measured", "predicted", "budget", "pass", "LoadGen"]
+        table = [header]
+        for _, r in self.rows.iterrows():
+            wb = r["within_budget"]
+            vals = [str(r[c]) for c in cols] + [
+                _fmt(r[f"measured_{self.metric}"]),
+                _fmt(r[f"predicted_{self.metric}"]),
+                _fmt(r["budget"]),
+                "-" if wb is None or pd.isna(wb) else ("yes" if wb else "NO"),
+                str(r["result_validity"]) if r["status"] == "ok" else "error",
+            ]
+            table.append(vals)
+        widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+        lines += ["  " + "  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in table]
+        return "\n".join(lines)
+
+
+def _scenario_settings(scenario: Any) -> Any:
+    from carb_nas.measure import LoadGenSettings
+
+    if isinstance(scenario, LoadGenSettings):
+        return scenario
+    return LoadGenSettings(scenario)  # checks the name: one line for an unknown one
+
+
+def _scenario_batch(settings: Any) -> int:
+    if settings.scenario == "multi-stream":
+        return int(settings.samples_per_query)
+    if settings.scenario == "offline":
+        return int(settings.batch_size)
+    return 1
+
+
+def validate_scenario(
+    pareto_frame: pd.DataFrame | str | Path,
+    scenario: Any,
+    runtime: str = "torch",
+    precision: str = "fp32",
+    model: Any = None,
+    budgets: Iterable[str] | Mapping[str, Any] | None = None,
+    threads: int | None = None,
+    calibration: Any = None,
+    device: str = "cpu",
+    report_dir: str | Path | None = None,
+    loadgen_dir: str | Path | None = None,
+    progress: Any = None,
+) -> ScenarioValidationResult:
+    """Measure every architecture of ``pareto_frame`` under an MLPerf LoadGen scenario (the real
+    ``mlperf_loadgen``, through :func:`carb_nas.measure.run_loadgen_campaign`) and compare with
+    ``model``'s prediction of the same quantity.
+
+    ``scenario``: ``"single-stream"``, ``"multi-stream"``, ``"offline"`` or a
+    ``measure.LoadGenSettings`` (``rules="quick"`` for short runs, recorded as such). The
+    scenario sets the batches, so configs that differ only in batch size are one architecture,
+    measured once. Budgets: only the scenario's own (``budgets.SCENARIO_BUDGETS``:
+    single-stream ``latency_p90_ms``, multi-stream ``latency_p99_ms``, offline
+    ``throughput_sps``, a lower limit), decided on the measurement alone; any other budget is
+    refused before anything runs. LoadGen's INVALID is a warning and a column, never dropped.
+
+    The runs (one JSON row and LoadGen's summary and detail logs each) go to ``loadgen_dir``,
+    else ``report_dir/loadgen``, else a temporary directory removed afterwards; a kept
+    directory resumes: a run already there is not measured again. When no architecture could
+    be run (e.g. every conversion failed) it raises MeasurementError naming the first failure,
+    and a run directory this call created is removed. ``progress``: optional callable(message)
+    called before each architecture is run.
+
+    Raises ConfigError / BudgetError / DeviceUnavailableError before any work for an unknown
+    scenario, impossible settings, a budget of another scenario, a platform the runtime cannot
+    run, a missing extra (the runtime's or LoadGen's) or a calibration set of the wrong shape.
+    """
+    import shutil
+    import tempfile
+
+    from carb_nas.budgets import SCENARIO_BUDGETS, accept_measured, check_scenario_budgets
+    from carb_nas.measure import (
+        Workload,
+        check_runtime,
+        cpu_model_name,
+        import_loadgen,
+        platform_string,
+        run_loadgen_campaign,
+        why_invalid,
+    )
+
+    t0 = time.perf_counter()
+    settings = _scenario_settings(scenario)
+    metric = SCENARIO_BUDGETS[settings.scenario]
+    if model is None:
+        raise ModelError(
+            "no cost model: expected a fitted CostModel (or --model DIR) whose predictions are "
+            "compared with LoadGen's figures, got None. Pass the model trained for this platform."
+        )
+    budgets = parse_budgets(budgets)
+    check_scenario_budgets(budgets, settings.scenario)
+    model_targets(model)
+    if device != "cpu":
+        raise ConfigError(
+            f"LoadGen scenarios run on the CPU here: expected --device cpu with --scenario, got "
+            f"{device!r}. Drop --scenario to profile on {device}."
+        )
+    check_runtime(device, runtime, precision)
+    import_loadgen()
+    frame = candidate_frame(pareto_frame)
+    if len(frame) == 0:
+        raise InputFileError(
+            "nothing to validate: expected at least one config, got an empty table. Run "
+            "carb-nas search or screen first."
+        )
+    check_calibration(calibration, precision, frame)
+    if report_dir is not None:
+        check_writable_dir(report_dir)
+    if loadgen_dir is not None:
+        check_writable_dir(loadgen_dir, "LoadGen run directory", "--loadgen-dir")
+    if threads is None:
+        threads = _model_threads(model)
+
+    # one architecture per workload, at the batch the scenario runs
+    batch = _scenario_batch(settings)
+    frame = frame.assign(batch_size=batch, runtime=runtime, precision=precision)
+    frame = frame.drop_duplicates().reset_index(drop=True)
+    configs = frame_to_configs(frame)
+    workloads = [Workload.from_config(c) for c in configs]
+    pred = None
+    if "latency_ms" in model_targets(model):
+        pred = score_configs(model, frame, role="model").pred["latency_ms"].to_numpy(float)
+
+    tmp = None
+    if loadgen_dir is None and report_dir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="carb-nas-loadgen-")
+        run_dir = Path(tmp.name)
+    else:
+        run_dir = Path(loadgen_dir) if loadgen_dir is not None else Path(report_dir) / "loadgen"
+    created = [d for d in (run_dir, *run_dir.parents) if not d.exists()]
+    try:
+        summary = run_loadgen_campaign(
+            workloads,
+            run_dir,
+            runtime,
+            precision,
+            settings,
+            threads=threads,
+            calibration=calibration,
+            progress=progress,
+        )
+        results = [
+            json.loads((run_dir / "results" / f"{run}.json").read_text()) for run in summary.runs
+        ]
+        try:
+            warn = _not_measured(configs, results)
+        except MeasurementError:
+            if tmp is None:
+                for d in created:  # innermost first: only what this call made
+                    shutil.rmtree(d, ignore_errors=True)
+            raise
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    meas = pd.DataFrame(results)
+    measured = np.array(
+        [_num(r.get(metric)) if r.get("status") == "ok" else None for r in results], dtype=float
+    )
+    if pred is None:
+        predicted = np.full(len(frame), np.nan)
+    elif settings.scenario == "offline":
+        predicted = batch * 1000.0 / pred
+    else:
+        predicted = pred
+    rows = frame.copy()
+    rows["key"] = [w.key for w in workloads]
+    rows["status"] = [r.get("status") for r in results]
+    rows["scenario"] = settings.scenario
+    rows["rules"] = settings.rules
+    rows[f"measured_{metric}"] = measured
+    rows[f"predicted_{metric}"] = predicted
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rows["ratio"] = np.where(predicted > 0, measured / predicted, np.nan)
+    limit = budgets.get(metric)
+    rows["budget"] = np.nan if limit is None else limit
+    rows["within_budget"] = pd.Series(
+        [
+            None if limit is None or not np.isfinite(v) else accept_measured({metric: v}, budgets)
+            for v in measured
+        ],
+        dtype=object,
+    ).to_numpy()
+    rows["result_validity"] = [r.get("result_validity") for r in results]
+    rows["valid"] = pd.Series([r.get("valid") for r in results], dtype=object).to_numpy()
+    rows["error"] = [r.get("error") for r in results]
+    rows["run"] = summary.runs
+    invalid = []
+    for c, r in zip(configs, results):
+        if r.get("status") == "ok" and not r.get("valid"):
+            line = (
+                f"LoadGen result is INVALID for {_config_name(c)} ({settings.scenario}, rules "
+                f"{settings.rules}): {why_invalid(r)}; its figure is kept and marked INVALID"
+            )
+            invalid.append(line)
+    have = np.isfinite(measured) & np.isfinite(predicted)
+    metrics = {metric: _errors(predicted[have], measured[have])}
+    ratio = float(np.median(measured[have] / predicted[have])) if have.any() else None
+    mismatch = fingerprint_mismatch(model, cpu_model_name(), runtime, "cpu")
+    result = ScenarioValidationResult(
+        rows=rows,
+        measurements=meas,
+        scenario=settings.scenario,
+        metric=metric,
+        settings={**dataclasses.asdict(settings), **settings.effective()},
+        budgets=dict(budgets),
+        platform=platform_string("cpu", runtime, precision),
+        model_platform=platform_name(model),
+        metrics=metrics,
+        ratio_median=ratio,
+        warnings=mismatch + invalid + warn,
+        invalid=invalid,
+        loadgen_dir=None if tmp is not None else str(run_dir),
+    )
+    if report_dir is not None:
+        result.report_files = _write_scenario_report(result, report_dir)
+    result.seconds = time.perf_counter() - t0
+    if report_dir is not None:
+        atomic_write_json(Path(report_dir) / "validation.json", result.to_dict(), indent=2)
+    return result
+
+
+def _write_scenario_report(result: ScenarioValidationResult, report_dir: str | Path) -> list[str]:
+    """validation.csv + one PNG (LoadGen's figure against the prediction) in report_dir."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(report_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files = [str(write_table(result.rows, out / "validation.csv"))]
+    t = result.metric
+    fig, ax = plt.subplots(figsize=(4.6, 4))
+    m = result.rows[f"measured_{t}"].to_numpy(dtype=float)
+    p = result.rows[f"predicted_{t}"].to_numpy(dtype=float)
+    valid = result.rows["valid"].to_numpy() == True  # noqa: E712
+    have = np.isfinite(m) & np.isfinite(p)
+    for mask, label, marker in ((have & valid, "VALID", "o"), (have & ~valid, "INVALID", "x")):
+        if mask.any():
+            ax.scatter(m[mask], p[mask], s=22, marker=marker, label=label)
+    if have.any():
+        lo, hi = float(min(p[have].min(), m[have].min())), float(max(p[have].max(), m[have].max()))
+        ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="y = x")
+        if t in result.budgets:
+            ax.axvline(result.budgets[t], color="r", lw=0.8, label="budget")
+        ax.legend(fontsize=8)
+    ax.set_xlabel(f"measured {t} (LoadGen {result.scenario})")
+    ax.set_ylabel(f"predicted ({result.model_platform})")
+    ax.set_title(f"{result.platform}, rules {result.settings.get('rules')}", fontsize=9)
+    fig.tight_layout()
+    path = out / "predicted_vs_measured.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    files += [str(path), str(out / "validation.json")]
+    return files
 
 
 def _errors(p: np.ndarray, m: np.ndarray) -> dict[str, float]:

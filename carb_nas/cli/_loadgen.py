@@ -5,7 +5,15 @@ from __future__ import annotations
 import click
 
 from carb_nas._io import check_writable_dir
-from carb_nas.cli._options import echo_json, example, info, json_option, threads_option
+from carb_nas.cli._options import (
+    echo_json,
+    example,
+    info,
+    json_option,
+    precision_option,
+    runtime_option,
+    threads_option,
+)
 
 __all__ = ["COMMANDS"]
 
@@ -49,15 +57,8 @@ def _parse_config(text: str):
     multiple=True,
     help="One config as KEY=VALUE,... (family, depth, width, resolution); repeatable.",
 )
-@click.option(
-    "--runtime", default="torch", show_default=True, help="torch | onnxruntime | openvino | litert."
-)
-@click.option(
-    "--precision",
-    default="fp32",
-    show_default=True,
-    help="fp32 | bf16 | fp16 | int8 (static) | int8-dynamic (see the runtime).",
-)
+@runtime_option("torch | onnxruntime | openvino | litert (the CPU runtimes).")
+@precision_option()
 @click.option(
     "--scenario",
     "scenarios",

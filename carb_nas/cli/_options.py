@@ -8,6 +8,7 @@
 | two-stage models   | ``--source-model/--target-model`` | screen, transfer                       |
 | Optuna storage     | ``--storage`` / ``CARB_NAS_STORAGE`` | as Optuna's CLI has OPTUNA_STORAGE  |
 | CPU threads        | ``--threads``                   | profiler intra-op threads, learner jobs  |
+| runtime, precision | ``--runtime`` / ``--precision`` | what ``measure.SUPPORTED`` holds         |
 | random seed        | ``--seed`` (an int >= 0)        | a count of draws is ``--repeats``        |
 | machine output     | ``--json``                      | results on stdout, progress on stderr    |
 
@@ -40,6 +41,9 @@ __all__ = [
     "threads_option",
     "seed_option",
     "example",
+    "runtime_option",
+    "precision_option",
+    "PLATFORM_PRECISIONS",
 ]
 
 
@@ -112,6 +116,37 @@ def seed_option(help: str = "Random seed (an integer >= 0).", default: int = 0) 
         default=default,
         show_default=True,
         help=help,
+    )
+
+
+#: (device kind, runtime) -> precisions, as ``carb_nas.measure.SUPPORTED`` holds them (written
+#: out here so that --help imports no torch; tests/test_cli_validate_scenario.py checks them)
+PLATFORM_PRECISIONS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("cpu", "torch"): ("fp32", "bf16", "int8-dynamic"),
+    ("cpu", "onnxruntime"): ("fp32", "int8", "int8-dynamic", "fp16"),
+    ("cpu", "openvino"): ("fp32", "int8", "bf16", "fp16"),
+    ("cpu", "litert"): ("fp32", "fp16", "int8"),
+    ("cuda", "torch"): ("fp32", "fp16", "bf16"),
+    ("cuda", "onnxruntime"): ("fp32",),
+}
+
+
+def runtime_option(help: str | None = None) -> Callable[[F], F]:
+    runtimes = " | ".join(dict.fromkeys(r for _, r in PLATFORM_PRECISIONS))
+    return click.option(
+        "--runtime", default="torch", show_default=True, help=help or f"{runtimes}."
+    )
+
+
+def precision_option(help: str | None = None) -> Callable[[F], F]:
+    """``--precision``; its help lists every runtime's precisions (int8: static quantization
+    with a calibration set, int8-dynamic: weights only / activations at run time)."""
+    parts = []
+    for kind in dict.fromkeys(k for k, _ in PLATFORM_PRECISIONS):
+        runs = [f"{r} {'/'.join(p)}" for (k, r), p in PLATFORM_PRECISIONS.items() if k == kind]
+        parts.append(f"{kind}: " + ", ".join(runs))
+    return click.option(
+        "--precision", default="fp32", show_default=True, help=help or "; ".join(parts) + "."
     )
 
 

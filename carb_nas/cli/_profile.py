@@ -13,6 +13,8 @@ from carb_nas.cli._options import (
     example,
     info,
     json_option,
+    precision_option,
+    runtime_option,
     seed_option,
     storage_option,
     threads_option,
@@ -50,13 +52,8 @@ def _profile_spec(spec, device, runtime, threads, protocol, out_dir, as_json) ->
 @click.command("profile")
 @click.argument("configs", metavar="CONFIGS.csv|SPACE.toml", required=False)
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N.")
-@click.option("--runtime", default="torch", show_default=True, help="torch or onnxruntime.")
-@click.option(
-    "--precision",
-    default="fp32",
-    show_default=True,
-    help="fp32 | fp16 | bf16 (cuda) | int8 (cpu onnxruntime, static QDQ).",
-)
+@runtime_option()
+@precision_option()
 @click.option(  # output_option's -o/--output, plus --out: the name older commands use
     "-o",
     "--output",

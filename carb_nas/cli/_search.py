@@ -16,7 +16,9 @@ from carb_nas.cli._options import (
     json_option,
     model_option,
     output_option,
+    precision_option,
     report_option,
+    runtime_option,
     seed_option,
     storage_option,
     threads_option,
@@ -559,8 +561,8 @@ def _validate_front(
 @click.command("validate")
 @click.argument("pareto")
 @click.option("--device", default="cpu", show_default=True, help="cpu or cuda[:N].")
-@click.option("--runtime", default="torch", show_default=True, help="torch or onnxruntime.")
-@click.option("--precision", default="fp32", show_default=True)
+@runtime_option()
+@precision_option()
 @model_option(
     dest="model_spec",
     required=True,
@@ -613,6 +615,31 @@ def _validate_front(
     help="Validate this machine's calibrated model of the --model platform (made by "
     "`carb-nas calibrate PLATFORM`) instead of the default model.",
 )
+@click.option(
+    "--calibration",
+    type=click.Path(dir_okay=False, exists=True),
+    default=None,
+    help="--precision int8 (static): a .npy of shape (N, 3, H, W) instead of the seeded set.",
+)
+@click.option(
+    "--scenario",
+    type=click.Choice(["single-stream", "multi-stream", "offline"]),
+    default=None,
+    help="Measure under this MLPerf LoadGen scenario (real mlperf_loadgen) instead of the "
+    "profiler; its budget: single-stream latency_p90_ms, multi-stream latency_p99_ms, offline "
+    "throughput_sps (a lower limit). LoadGen's runs and logs go to --report DIR/loadgen.",
+)
+@click.option(
+    "--quick", is_flag=True, help="--scenario: shorter runs (>= 1 s, >= 64 queries), recorded."
+)
+@click.option("--min-duration-ms", type=int, default=None, help="--scenario: rules' minimum.")
+@click.option("--min-query-count", type=int, default=None, help="--scenario: rules' minimum.")
+@click.option("--max-duration-ms", type=int, default=None, help="--scenario: stop a run then.")
+@click.option(
+    "--samples-per-query", type=int, default=None, help="multi-stream samples per query (8)."
+)
+@click.option("--batch-size", type=int, default=None, help="offline: samples per batch (8).")
+@click.option("--sample-count", type=int, default=None, help="--scenario: QSL samples (64).")
 @json_option()
 @example("carb-nas validate pareto.csv --model cpu/torch/fp32 --budget latency_ms=20 --json")
 def validate_command(
@@ -631,20 +658,32 @@ def validate_command(
     fresh_process: bool,
     recalibrate: bool,
     calibrated: bool,
+    calibration: str | None,
+    scenario: str | None,
+    quick: bool,
+    min_duration_ms: int | None,
+    min_query_count: int | None,
+    max_duration_ms: int | None,
+    samples_per_query: int | None,
+    batch_size: int | None,
+    sample_count: int | None,
     as_json: bool,
 ) -> None:
     """Profile the configs of PARETO (.csv/.parquet) and score the model's predictions.
 
     Reports MAE, MAPE and the median measured/predicted ratio per target, and warns when that
     ratio lies outside what the prediction intervals allow; --recalibrate then folds the
-    measured rows into this machine's calibration (see `carb-nas calibrate`).
+    measured rows into this machine's calibration (see `carb-nas calibrate`). Any runtime and
+    precision the profiler supports. With --scenario, each architecture is measured under that
+    LoadGen scenario instead: per config LoadGen's figure, the budget, pass, VALID/INVALID and
+    the model's prediction of the same quantity.
     """
     from carb_nas._io import check_writable_dir
     from carb_nas.budgets import check_budgets, check_confidence, parse_budgets
     from carb_nas.datasets import check_appendable
-    from carb_nas.measure import platform_string
+    from carb_nas.measure import check_platform, check_runtime, platform_string
     from carb_nas.scoring import candidate_frame
-    from carb_nas.validate import validate
+    from carb_nas.validate import check_calibration, validate
 
     parsed = parse_budgets(budgets)
     confidence = check_confidence(confidence)
@@ -653,6 +692,30 @@ def validate_command(
             f"invalid --max-configs: expected a whole number >= 1, got {max_configs}. "
             "Use e.g. --max-configs 6."
         )
+    check_platform(device, runtime, precision)
+    loadgen = _scenario_settings(
+        scenario,
+        parsed,
+        quick=quick,
+        min_duration_ms=min_duration_ms,
+        min_query_count=min_query_count,
+        max_duration_ms=max_duration_ms,
+        samples_per_query=samples_per_query,
+        batch_size=batch_size,
+        performance_sample_count=sample_count,
+        conflicts={
+            "--append": append is not None,
+            "--confidence": confidence is not None,
+            "--fresh-process": fresh_process,
+            "--recalibrate": recalibrate,
+            "--device " + device: device != "cpu",
+        },
+    )
+    check_runtime(device, runtime, precision)  # its extra installed, before the model loads
+    if loadgen is not None:
+        from carb_nas.measure import import_loadgen
+
+        import_loadgen()
     if append is not None:
         check_appendable(append, platform_string(device, runtime, precision))
     measuring = platform_string(device, runtime, precision)
@@ -675,30 +738,54 @@ def validate_command(
     if report_dir is not None:
         check_writable_dir(report_dir)
     frame = candidate_frame(pareto)
+    check_calibration(calibration, precision, frame)
     model = source = load_model(model_spec)
     if calibrated:
         model = _calibrated_model(measuring)
-    check_budgets(parsed, model)
+    if loadgen is None:
+        check_budgets(parsed, model)
     if max_configs is not None:
         frame = frame.loc[_spread_labels(frame, "batch_size", max_configs)]
 
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
-        result = validate(
-            frame,
-            device=device,
-            runtime=runtime,
-            precision=precision,
-            model=model,
-            budgets=parsed,
-            append=append,
-            confidence=confidence,
-            threads=threads,
-            protocol=protocol,
-            report_dir=report_dir,
-            progress=None if as_json else _progress,
-            fresh_process=fresh_process,
-        )
+        if loadgen is not None:
+            from carb_nas.validate import validate_scenario
+
+            if report_dir is None:
+                info("note: LoadGen's logs are not kept without --report DIR")
+            result = validate_scenario(
+                frame,
+                loadgen,
+                runtime=runtime,
+                precision=precision,
+                model=model,
+                budgets=parsed,
+                threads=threads,
+                calibration=calibration,
+                report_dir=report_dir,
+                progress=None if as_json else info,
+            )
+            if as_json:  # the text summary carries them on stdout
+                for line in result.warnings:
+                    info(f"warning: {line}")
+        else:
+            result = validate(
+                frame,
+                device=device,
+                runtime=runtime,
+                precision=precision,
+                model=model,
+                budgets=parsed,
+                append=append,
+                confidence=confidence,
+                threads=threads,
+                protocol=protocol,
+                report_dir=report_dir,
+                progress=None if as_json else _progress,
+                fresh_process=fresh_process,
+                calibration=calibration,
+            )
     if result.appended_to:
         info(f"appended {len(result.measurements)} rows to {result.appended_to}")
     if result.replaced_keys:
@@ -723,6 +810,60 @@ def validate_command(
         echo_json(out)
         return
     click.echo(result.summary())
+
+
+def _scenario_settings(
+    scenario: str | None, budgets: Any, *, conflicts: dict[str, bool], **given: Any
+) -> Any:
+    """The LoadGen settings of ``validate --scenario`` (None without one), every scenario
+    option and budget checked before any work: one line per mistake."""
+    from carb_nas.budgets import SCENARIO_BUDGETS, check_scenario_budgets
+    from carb_nas.errors import BudgetError
+
+    quick = given.pop("quick")
+    named = {k: v for k, v in given.items() if v is not None}
+    if scenario is None:
+        used = ["--quick"] * quick + [
+            "--" + ("sample-count" if k == "performance_sample_count" else k).replace("_", "-")
+            for k in named
+        ]
+        if used:
+            raise ConfigError(
+                f"LoadGen options without a scenario: expected --scenario single-stream, "
+                f"multi-stream or offline with {', '.join(used)}, got no --scenario. Add "
+                "--scenario or drop them."
+            )
+        own = {m: sc for sc, m in SCENARIO_BUDGETS.items()}
+        for name in budgets:
+            if name in own:
+                raise BudgetError(
+                    f"budget {name} is measured under a LoadGen scenario: expected it with "
+                    f"--scenario {own[name]}, got no --scenario. Add --scenario {own[name]}, or "
+                    "budget latency_ms / peak_mem_mb for the profiler."
+                )
+        return None
+    bad = [k for k, v in conflicts.items() if v]
+    if bad:
+        raise ConfigError(
+            f"{bad[0]} does not apply under a LoadGen scenario: expected --scenario runs on the "
+            f"CPU without --append, --confidence, --fresh-process or --recalibrate, got "
+            f"--scenario {scenario} with {bad[0]}. LoadGen rows stay in --report DIR/loadgen and "
+            "are decided on measurements; drop it or drop --scenario."
+        )
+    check_scenario_budgets(budgets, scenario)
+    from carb_nas.measure import LoadGenSettings
+
+    if "samples_per_query" in named and scenario != "multi-stream":
+        raise ConfigError(
+            f"--samples-per-query applies to multi-stream only: expected it with --scenario "
+            f"multi-stream, got --scenario {scenario}. Drop it."
+        )
+    if "batch_size" in named and scenario != "offline":
+        raise ConfigError(
+            f"--batch-size applies to offline only: expected it with --scenario offline, got "
+            f"--scenario {scenario} (which measures {SCENARIO_BUDGETS[scenario]}). Drop it."
+        )
+    return LoadGenSettings(scenario, "quick" if quick else "loadgen-default", **named)
 
 
 def _calibrated_model(platform: str) -> Any:

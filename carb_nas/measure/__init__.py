@@ -37,6 +37,7 @@ from carb_nas.measure._loadgen import (
     parse_summary,
     run_loadgen_campaign,
     run_scenario,
+    why_invalid,
 )
 from carb_nas.measure._meters import (
     METER_NAMES,
@@ -73,6 +74,7 @@ from carb_nas.measure._runtimes import (
     TorchRuntime,
     calibration_batches,
     check_platform,
+    check_runtime,
     export_onnx,
     get_runtime,
     group_of,
@@ -98,6 +100,7 @@ __all__ = [
     "parse_summary",
     "run_loadgen_campaign",
     "run_scenario",
+    "why_invalid",
     "usable_cpus",
     "CALIBRATION",
     "CampaignSummary",
@@ -135,6 +138,7 @@ __all__ = [
     "TimingResult",
     "TorchRuntime",
     "check_platform",
+    "check_runtime",
     "cpu_model_name",
     "get_meter",
     "get_runtime",

@@ -57,6 +57,7 @@ __all__ = [
     "parse_summary",
     "import_loadgen",
     "LoadGenSummary",
+    "why_invalid",
 ]
 
 SCENARIOS = ("single-stream", "multi-stream", "offline")
@@ -154,10 +155,17 @@ def check_settings(s: LoadGenSettings) -> None:
         )
     if s.rules not in RULES:
         raise bad("LoadGen rules", f"one of {list(RULES)}", s.rules, "Use --quick or drop it.")
-    for name in ("min_duration_ms", "min_query_count", "max_duration_ms"):
+    # a run needs some time and some queries to measure; max_duration_ms 0 means no maximum
+    for name, low in (("min_duration_ms", 1), ("min_query_count", 1), ("max_duration_ms", 0)):
         v = getattr(s, name)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-            raise bad(name, "a whole number >= 0", v, f"Fix --{name.replace('_', '-')}.")
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < low):
+            raise bad(
+                name,
+                f"a whole number >= {low}" + (" (0: no maximum)" if low == 0 else ""),
+                v,
+                f"Fix --{name.replace('_', '-')}"
+                + (" (a run of no time or no queries measures nothing)." if low else "."),
+            )
     if (
         s.max_duration_ms
         and s.min_duration_ms is not None
@@ -423,6 +431,8 @@ class LoadGenSummary:
     measured_now: int
     invalid: list[str]
     errors: list[str]
+    #: the run ids of this call, workload by workload (``out_dir/results/<run>.json``)
+    runs: list[str] = dataclasses.field(default_factory=list)
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -473,10 +483,12 @@ def run_loadgen_campaign(
     invalid: list[str] = []
     errors: list[str] = []
     all_settings = [settings] if isinstance(settings, LoadGenSettings) else list(settings)
+    runs: list[str] = []
     for w in workloads:
         todo = []
         for st in all_settings:
             run = _run_id(w, runtime, precision, st)
+            runs.append(run)
             res = results / f"{run}.json"
             if res.exists() and json.loads(res.read_text()).get("status") == "ok":
                 done += 1
@@ -536,17 +548,18 @@ def run_loadgen_campaign(
                 if row["status"] == "ok":
                     done += 1
                     if not row.get("valid"):
-                        invalid.append(f"{w.name} {st.scenario}: " + _why_invalid(row))
+                        invalid.append(f"{w.name} {st.scenario}: " + why_invalid(row))
                 else:
                     errors.append(f"{w.name} {st.scenario}: {row['error']}")
         finally:
             if prepared is not None:
                 rt.release(prepared)
     total = len(workloads) * len(all_settings)
-    return LoadGenSummary(str(out), total, done, measured, invalid, errors)
+    return LoadGenSummary(str(out), total, done, measured, invalid, errors, runs)
 
 
-def _why_invalid(row: dict) -> str:
+def why_invalid(row: dict) -> str:
+    """Why LoadGen judged a result row INVALID, in words (its failed checks)."""
     reasons = []
     if row.get("min_duration_met") is False:
         reasons.append("min duration not met")

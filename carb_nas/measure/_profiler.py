@@ -9,6 +9,7 @@ import os
 import platform as _platform
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -32,6 +33,7 @@ from carb_nas.measure._runtimes import (
     OnnxRuntime,
     Prepared,
     Runtime,
+    _calibration_record,
     get_runtime,
     group_of,
     usable_cpus,
@@ -126,7 +128,14 @@ class Profiler:
         wait_quiet_s: float = 0.0,
         quiet_threshold_cores: float = 0.5,
         fresh_process: bool = False,
+        calibration: Any = None,
     ) -> None:
+        if fresh_process and calibration is not None and not isinstance(calibration, (str, Path)):
+            raise ConfigError(
+                "fresh_process hands its arguments to a forked server as JSON: expected the "
+                f"calibration set as a .npy path, got {type(calibration).__name__}. Save it with "
+                "numpy.save and pass the path."
+            )
         if fresh_process and (
             runtime_obj is not None
             or not isinstance(meter, str)
@@ -159,8 +168,11 @@ class Profiler:
             "wait_quiet_s": wait_quiet_s,
             "quiet_threshold_cores": quiet_threshold_cores,
         }
+        if calibration is not None:
+            self._fresh_args["calibration"] = str(calibration)
         self._server: Any = None
-        self.runtime = runtime_obj or get_runtime(device, runtime, precision, threads)
+        extra = {} if calibration is None else {"calibration": calibration}
+        self.runtime = runtime_obj or get_runtime(device, runtime, precision, threads, **extra)
         self.device = self.runtime.device
         self.kind = self.runtime.kind
         self.precision = precision
@@ -249,7 +261,8 @@ class Profiler:
         if isinstance(self.runtime, OnnxRuntime):
             fp["providers"] = [p if isinstance(p, str) else p[0] for p in self.runtime.providers]
             if self.precision == "int8":
-                fp["calibration"] = CALIBRATION
+                cal = self.runtime.calibration
+                fp["calibration"] = CALIBRATION if cal is None else _calibration_record(cal)
         if (self.runtime.name, self.precision) not in _FINGERPRINTS_BEFORE_SCHEME:
             fp["scheme"] = self.runtime.scheme()  # conversion, quantization, calibration set
         try:

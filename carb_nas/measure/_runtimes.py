@@ -65,6 +65,7 @@ __all__ = [
     "calibration_batches",
     "output_agreement",
     "export_onnx",
+    "check_runtime",
 ]
 
 # (device kind, runtime) -> precisions
@@ -802,3 +803,13 @@ def get_runtime(
     if runtime == "torch":
         kwargs.pop("workdir", None)
     return cls(device=device, precision=precision, threads=threads, **kwargs)
+
+
+def check_runtime(device: str, runtime: str, precision: str) -> None:
+    """Before any work: the platform is one of :data:`SUPPORTED` (ConfigError) and its runtime's
+    packages import (DeviceUnavailableError naming the extra to install). Builds the runtime
+    once, without a model, and discards it."""
+    rt = get_runtime(device, runtime, precision)
+    tmp = getattr(rt, "_tmp", None)
+    if tmp is not None:
+        tmp.cleanup()

@@ -109,7 +109,11 @@ def test_failed_workload_is_a_row_and_the_rest_go_on(tmp_path):
         ),
         ({"scenario": "single-stream", "samples_per_query": 4}, "only multi-stream uses it"),
         ({"scenario": "multi-stream", "samples_per_query": 100}, "samples in the library"),
-        ({"scenario": "offline", "min_query_count": -1}, "whole number >= 0"),
+        ({"scenario": "offline", "min_query_count": -1}, "whole number >= 1"),
+        ({"scenario": "offline", "min_query_count": 0}, "no queries measures nothing"),
+        ({"scenario": "single-stream", "min_duration_ms": 0}, "min_duration_ms"),
+        ({"scenario": "single-stream", "max_duration_ms": -5}, "0: no maximum"),
+        ({"scenario": "multi-stream", "samples_per_query": 0}, "samples per query"),
         ({"scenario": "offline", "batch_size": 0}, "offline batch size"),
     ],
 )

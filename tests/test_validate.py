@@ -250,7 +250,7 @@ def test_cpu_validation_defaults_to_the_models_thread_count(monkeypatch):
     class Stop(Exception):
         pass
 
-    def fake_profiler(device, runtime, precision, threads, protocol, meter, fresh_process):
+    def fake_profiler(device, runtime, precision, threads, protocol, meter, fresh_process, **kw):
         seen["threads"], seen["fresh_process"] = threads, fresh_process
         raise Stop
 

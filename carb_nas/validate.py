@@ -39,7 +39,6 @@ model, so its prediction columns are not trusted.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 import warnings
@@ -799,6 +798,7 @@ def validate_scenario(
         import_loadgen,
         platform_string,
         run_loadgen_campaign,
+        usable_cpus,
         why_invalid,
     )
 
@@ -830,9 +830,14 @@ def validate_scenario(
     if report_dir is not None:
         check_writable_dir(report_dir)
     if loadgen_dir is not None:
-        check_writable_dir(loadgen_dir, "LoadGen run directory", "--loadgen-dir")
+        check_writable_dir(loadgen_dir, "LoadGen run directory", "loadgen_dir=")
     if threads is None:
         threads = _model_threads(model)
+    if threads is not None and not 1 <= threads <= usable_cpus():
+        raise ConfigError(
+            f"invalid threads: expected 1 to {usable_cpus()} (the CPUs this process may use), "
+            f"got {threads!r}. More intra-op threads than cores measure oversubscription."
+        )
 
     # one architecture per workload, at the batch the scenario runs
     batch = _scenario_batch(settings)
@@ -924,7 +929,7 @@ def validate_scenario(
         measurements=meas,
         scenario=settings.scenario,
         metric=metric,
-        settings={**dataclasses.asdict(settings), **settings.effective()},
+        settings=settings.effective(),
         budgets=dict(budgets),
         platform=platform_string("cpu", runtime, precision),
         model_platform=platform_name(model),

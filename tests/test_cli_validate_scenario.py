@@ -151,7 +151,47 @@ def test_library_refuses_profiler_options_with_a_scenario(torch_model):
     assert "\n" not in str(e.value)
 
 
+@needs_loadgen
+def test_library_scenario_result_and_kept_runs(torch_model, tmp_path):
+    from carb_nas.measure import LoadGenSettings
+    from carb_nas.validate import ScenarioValidationResult, validate
+
+    settings = LoadGenSettings("offline", "quick", min_duration_ms=200, min_query_count=16)
+    res = validate(
+        pd.DataFrame([MOBILE]), model=torch_model, scenario=settings, threads=1,
+        budgets={"throughput_sps": 1.0}, loadgen_dir=tmp_path / "lg",
+    )  # fmt: skip
+    assert isinstance(res, ScenarioValidationResult) and res.metric == "throughput_sps"
+    row = res.rows.iloc[0]
+    assert row["family"] == "mobilenet_v2" and row["batch_size"] == 8  # offline's batches
+    assert row["within_budget"] is True and row["measured_throughput_sps"] > 1
+    assert res.settings["rules"] == "quick" and res.settings["min_duration_ms"] == 200
+    [run] = res.rows["run"]
+    assert (tmp_path / "lg" / "logs" / run / "mlperf_log_summary.txt").is_file()
+    assert res.loadgen_dir == str(tmp_path / "lg")
+    assert res.measurements.iloc[0]["rules"] == "quick"
+
+
 # -- any runtime, with the profiler -----------------------------------------------------------
+def test_static_int8_takes_a_calibration_set_and_records_it(model_dirs, tmp_path):
+    if importlib.util.find_spec("onnxruntime") is None:
+        pytest.skip("onnxruntime not installed")
+    calib = tmp_path / "calib.npy"
+    np.save(calib, np.random.default_rng(0).standard_normal((4, 3, 32, 32), np.float32))
+    data = tmp_path / "rows.csv"
+    r = _run(
+        "validate", _pareto(tmp_path, BASIC), "--model", model_dirs[0], "--runtime",
+        "onnxruntime", "--precision", "int8", "--calibration", calib, "--threads", "1",
+        "--protocol", "carb", "--append", data,
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    row = pd.read_csv(data).iloc[0]
+    assert row["status"] == "ok" and row["precision"] == "int8"
+    fingerprint = json.loads(row["fingerprint"])
+    assert fingerprint["calibration"] == {"inputs": "user file calib.npy"}
+    # (onnxruntime int8's fingerprint predates ``scheme``: its calibration set is this field)
+
+
 @pytest.mark.parametrize(
     ("runtime", "precision", "module"),
     [
@@ -163,7 +203,7 @@ def test_library_refuses_profiler_options_with_a_scenario(torch_model):
 def test_profiler_validation_on_other_runtimes(model_dirs, tmp_path, runtime, precision, module):
     if importlib.util.find_spec(module) is None:
         pytest.skip(f"{module} not installed")
-    pareto = _pareto(tmp_path, BASIC)
+    pareto = _pareto(tmp_path, MOBILE if runtime == "torch" else BASIC)  # a zoo family too
     r = _run(
         "validate", pareto, "--model", model_dirs[0], "--runtime", runtime,
         "--precision", precision, "--threads", "1", "--protocol", "carb", "--json",

@@ -80,9 +80,7 @@ def test_each_scenario_takes_its_own_budget_only():
 # -- measured under a scenario ----------------------------------------------------------------
 @needs_loadgen
 @pytest.mark.slow  # ~6-11 s here: two networks prepared and run, then resumed twice
-def test_single_stream_reports_figure_budget_pass_validity_and_prediction(
-    model_dirs, tmp_path
-):
+def test_single_stream_reports_figure_budget_pass_validity_and_prediction(model_dirs, tmp_path):
     pareto = _pareto(tmp_path, BASIC, {**BASIC, "batch_size": 4}, MOBILE)
     report = tmp_path / "report"
     args = ["validate", pareto, "--model", model_dirs[0], "--scenario", "single-stream"]

@@ -850,11 +850,13 @@ def validate_scenario(
         pred = score_configs(model, frame, role="model").pred["latency_ms"].to_numpy(float)
 
     tmp = None
-    if loadgen_dir is None and report_dir is None:
+    if loadgen_dir is not None:
+        run_dir = Path(loadgen_dir)
+    elif report_dir is not None:
+        run_dir = Path(report_dir) / "loadgen"
+    else:
         tmp = tempfile.TemporaryDirectory(prefix="carb-nas-loadgen-")
         run_dir = Path(tmp.name)
-    else:
-        run_dir = Path(loadgen_dir) if loadgen_dir is not None else Path(report_dir) / "loadgen"
     created = [d for d in (run_dir, *run_dir.parents) if not d.exists()]
     try:
         summary = run_loadgen_campaign(

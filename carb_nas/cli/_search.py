@@ -747,6 +747,7 @@ def validate_command(
     if max_configs is not None:
         frame = frame.loc[_spread_labels(frame, "batch_size", max_configs)]
 
+    result: Any
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
         if loadgen is not None:

@@ -608,3 +608,26 @@ def test_help_shows_one_example_and_both_output_names(tmp_path):
         assert r.exit_code == 0 and r.output.count("Example:") == 1, args
     r = runner.invoke(cli, ["profile", "--help"])
     assert "-o, --output, --out" in r.output and "CARB_NAS_STORAGE" in r.output
+
+
+def test_profiler_limits_blas_threads_while_measuring():
+    # numpy's BLAS pool spinning beside the timed runs adds noise (and hung an OpenVINO
+    # campaign here): while a config is measured, every native pool runs the platform's threads
+    from threadpoolctl import threadpool_info
+
+    seen: list[int] = []
+
+    class _Records(_FakeTorch):
+        def run(self, prepared, x):
+            seen.extend(p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas")
+            super().run(prepared, x)
+
+    profiler = _fake_profiler()
+    profiler.runtime = _Records("cpu", "fp32", 1)
+    if not any(p["user_api"] == "blas" for p in threadpool_info()):
+        pytest.skip("numpy has no native BLAS pool here")
+    from carb_nas.space import Config
+
+    row = profiler.profile(Config("basic", 10, 0.5, 32, 1))
+    assert row["status"] == "ok"
+    assert seen and set(seen) == {1}

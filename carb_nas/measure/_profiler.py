@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import json
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from threadpoolctl import threadpool_limits
 
 from carb_nas.datasets import SCHEMA
 from carb_nas.errors import ConfigError
@@ -304,7 +306,11 @@ class Profiler:
             return self._profile_fresh(config)
         row = self._base_row(config)
         try:
-            self._measure(config, row)
+            # numpy's OpenBLAS pool would otherwise spin on every core beside the timed runs
+            # (and was seen to hang an OpenVINO campaign in exec_blas): the measuring process
+            # gets the platform's thread count, for every library, not just the runtime's
+            with self._thread_limits():
+                self._measure(config, row)
             row["status"] = "ok"
         except KeyboardInterrupt:
             raise
@@ -316,6 +322,11 @@ class Profiler:
         if self.protocol.cooldown_s > 0:
             time.sleep(self.protocol.cooldown_s)
         return row
+
+    def _thread_limits(self) -> Any:
+        if self.kind != "cpu":
+            return contextlib.nullcontext()
+        return threadpool_limits(limits=self.runtime.threads or usable_cpus())
 
     def _profile_fresh(self, config: Config) -> dict[str, Any]:
         from carb_nas.measure._fresh import FreshProcessServer

@@ -89,6 +89,39 @@ def test_informative_rows_cover_knobs_and_predicted_cost(grid, torch_model):
         informative_rows(X, pred, len(X) + 1)
 
 
+def test_design_rows_pin_down_the_calibration_map_better_than_spread(grid, torch_model):
+    """informative_rows(kind="design"): greedy D-optimal rows for the features map."""
+    from carb_nas.costmodel import (
+        calibration_features,
+        informative_rows,
+        model_inputs,
+        penalized_fit,
+    )
+
+    X = model_inputs(grid)
+    pred = torch_model.predict(X)["latency_ms"].to_numpy(float)
+    F = np.column_stack([np.log(pred), calibration_features(X)])
+    G = np.column_stack([np.ones(len(F)), (F - F.mean(axis=0)) / F.std(axis=0)])
+    # a fake residual, linear in the map's inputs, plus noise: what the map can learn
+    rng = np.random.default_rng(0)
+    r = G @ rng.normal(0, 0.3, G.shape[1]) + rng.normal(0, 0.02, len(G))
+
+    def logdet(idx):
+        return np.linalg.slogdet(np.eye(G.shape[1]) + G[idx].T @ G[idx])[1]
+
+    errors = {"design": [], "spread": []}
+    for seed in range(4):
+        rows = {k: informative_rows(X, pred, 12, seed=seed, kind=k) for k in errors}
+        assert len(set(rows["design"].tolist())) == 12
+        assert logdet(rows["design"]) > logdet(rows["spread"])
+        for k, idx in rows.items():
+            coef, _ = penalized_fit(G[idx], r[idx], 0.1)
+            errors[k].append(float(np.sqrt(np.mean((G @ coef - r) ** 2))))
+    assert np.median(errors["design"]) < np.median(errors["spread"])
+    with pytest.raises(ModelError, match="unknown informative-row kind"):
+        informative_rows(X, pred, 5, kind="random")
+
+
 # -- active campaigns (carb-nas profile SPACE --active N) ---------------------------------------
 # The profiler is a real Profiler on a FAKE runtime (a sleep per image) and the FakeMeter: every
 # row is labelled fake (meter "fake-counter"). The round model is a fake too (below), except in

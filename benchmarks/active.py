@@ -9,16 +9,22 @@ MAPE, sklearn.metrics):
 - ``random``: a seeded random order;
 - ``stratified``: a seeded sample stratified over family x batch-size quartile x resolution
   half (sklearn ``train_test_split(stratify=...)``) at each size;
-- ``active``: :func:`carb_nas.active.choose_active` -- seeded random picks first, then at each
-  size the model fitted on the rows chosen so far picks the next ones from its latency
-  intervals and the coverage of knobs and predicted costs.
+- ``active``: :func:`carb_nas.active.choose_active` -- the same seeded random rows as
+  ``random`` at the first size, then rounds of a tenth of the rows chosen so far (at least
+  16): query by committee (bootstrap LightGBM models of the chosen rows' log latency), times
+  the candidates' density, discounted near what is chosen (``--uncertainty interval``: the
+  first version, the cost model's interval widths and coverage).
 
-The reference is the model fitted on the whole pool. ``<way>_rows_to_match`` is the smallest
-fraction of the pool at which that way's latency MAPE is within 10 % (relative) of the
-reference's. Writes a PNG of the learning curves (``--png``, default
-``docs/active_learning.png``).
+Every way's rows are scored with the same learner (fast preset, ``random_state=0``, rows
+sorted so that only the set matters). ``--seeds`` (default 0,1,2) repeats the whole replay
+with another split and random order; the figures are medians over seeds.
 
-    nice python benchmarks/active.py [--platform cpu/torch/fp32] [--seed 0]
+The reference is the model fitted on the whole pool (per seed). ``<way>_rows_to_match`` is
+the smallest fraction of the pool at which that way's latency MAPE is within 10 % (relative)
+of the reference's, the median over seeds. Writes a PNG of the median learning curves
+(``--png``, default ``docs/active_learning.png``).
+
+    nice python benchmarks/active.py [--platform cpu/torch/fp32] [--seeds 0,1,2]
 
 Last line: ``active_rows_to_match=<f> random_rows_to_match=<f>``.
 """
@@ -157,6 +163,20 @@ def run_seed(rows: pd.DataFrame, seed: int, uncertainty: str) -> dict:
     return {"curves": curves, "ref": ref, "n_pool": n_pool, "match": match, "goal": goal}
 
 
+def median_table(runs: list[dict]) -> str:
+    """Median over seeds of each way's latency (memory) MAPE at each size, as text."""
+    lines = ["median over seeds, latency MAPE % (memory MAPE %): size  random  stratified  active"]
+    for i, c in enumerate(runs[0]["curves"]["random"]):
+        cells = []
+        for way in ("random", "stratified", "active"):
+            lat, mem = (
+                float(np.median([r["curves"][way][i][f"{t}_mape"] for r in runs])) for t in TARGETS
+            )
+            cells.append(f"{lat:6.2f} ({mem:5.2f})")
+        lines.append(f"  {c['n']:5d}  " + "  ".join(cells))
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--platform", default="cpu/torch/fp32")
@@ -173,6 +193,7 @@ def main() -> None:
     match = {k: float(np.median([r["match"][k] for r in runs])) for k in runs[0]["match"]}
     per_seed = {k: [round(r["match"][k], 4) for r in runs] for k in match}
     print(f"rows to match per seed {seeds}: {per_seed}")
+    print(median_table(runs))
     print(f"elapsed {time.perf_counter() - t0:.0f} s (fast preset; no measurement)")
     _plot(runs, args.platform, Path(args.png))
     print(f"wrote {args.png}")

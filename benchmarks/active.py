@@ -9,16 +9,22 @@ MAPE, sklearn.metrics):
 - ``random``: a seeded random order;
 - ``stratified``: a seeded sample stratified over family x batch-size quartile x resolution
   half (sklearn ``train_test_split(stratify=...)``) at each size;
-- ``active``: :func:`carb_nas.active.choose_active` -- seeded random picks first, then at each
-  size the model fitted on the rows chosen so far picks the next ones from its latency
-  intervals and the coverage of knobs and predicted costs.
+- ``active``: :func:`carb_nas.active.choose_active` -- the same seeded random rows as
+  ``random`` at the first size, then rounds of a tenth of the rows chosen so far (at least
+  16): query by committee (bootstrap LightGBM models of the chosen rows' log latency), times
+  the candidates' density, discounted near what is chosen (``--uncertainty interval``: the
+  first version, the cost model's interval widths and coverage).
 
-The reference is the model fitted on the whole pool. ``<way>_rows_to_match`` is the smallest
-fraction of the pool at which that way's latency MAPE is within 10 % (relative) of the
-reference's. Writes a PNG of the learning curves (``--png``, default
-``docs/active_learning.png``).
+Every way's rows are scored with the same learner (fast preset, ``random_state=0``, rows
+sorted so that only the set matters). ``--seeds`` (default 0,1,2) repeats the whole replay
+with another split and random order; the figures are medians over seeds.
 
-    nice python benchmarks/active.py [--platform cpu/torch/fp32] [--seed 0]
+The reference is the model fitted on the whole pool (per seed). ``<way>_rows_to_match`` is
+the smallest fraction of the pool at which that way's latency MAPE is within 10 % (relative)
+of the reference's, the median over seeds. Writes a PNG of the median learning curves
+(``--png``, default ``docs/active_learning.png``).
+
+    nice python benchmarks/active.py [--platform cpu/torch/fp32] [--seeds 0,1,2]
 
 Last line: ``active_rows_to_match=<f> random_rows_to_match=<f>``.
 """
@@ -42,6 +48,7 @@ from carb_nas.space import CONFIG_COLUMNS
 
 TARGETS = ("latency_ms", "peak_mem_mb")
 MATCH = 1.10  # within 10 % (relative) of the all-rows model's latency MAPE
+ROUND_MIN, ROUND_DIVISOR = 16, 10  # active rounds: max(16, a tenth of the rows measured)
 MIN_FIT_ROWS = 68  # the CostModel's train/validation/calibration split needs 67
 
 
@@ -77,30 +84,23 @@ def stratify_key(frame: pd.DataFrame) -> pd.Series:
     return frame["family"].astype(str) + "-" + b.astype(str) + "-" + r.astype(str)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--platform", default="cpu/torch/fp32")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--png", default="docs/active_learning.png")
-    args = ap.parse_args()
-    os.nice(10)
-    t0 = time.perf_counter()
-    rows = load_dataset(args.platform, ok_only=True)
-    rows = rows.drop_duplicates(subset=list(CONFIG_COLUMNS)).reset_index(drop=True)
-    pool, test_rows = train_test_split(rows, test_size=0.25, random_state=args.seed)
+def run_seed(rows: pd.DataFrame, seed: int, uncertainty: str) -> dict:
+    """One replay: split, reference, and the three curves (model random_state 0 throughout:
+    every strategy is scored with the same learner, only the chosen rows differ)."""
+    pool, test_rows = train_test_split(rows, test_size=0.25, random_state=seed)
     pool, test_rows = pool.reset_index(drop=True), test_rows.reset_index(drop=True)
     test = prepare_table(test_rows, "test rows")
     n_pool = len(pool)
     sizes = sizes_for(n_pool)
-    print(f"{args.platform}: pool {n_pool} configs, test {len(test_rows)}; sizes {sizes}")
+    print(f"seed {seed}: pool {n_pool} configs, test {len(test_rows)}; sizes {sizes}")
     ref = fit_score(pool, test, 0)
     print(
-        f"all-rows model: latency MAPE {ref['latency_ms_mape']:.2f} %, R2 "
+        f"  all-rows model: latency MAPE {ref['latency_ms_mape']:.2f} %, R2 "
         f"{ref['latency_ms_r2']:.3f}; memory MAPE {ref['peak_mem_mb_mape']:.2f} %"
     )
     keys = config_keys(pool)
     index_of = {k: i for i, k in enumerate(keys)}
-    rng = np.random.default_rng(args.seed)
+    rng = np.random.default_rng(seed)
     random_order = rng.permutation(n_pool)
     curves: dict[str, list[dict]] = {"random": [], "stratified": [], "active": []}
     chosen: list[int] = []
@@ -110,25 +110,36 @@ def main() -> None:
         curves["random"].append({"n": n, **fit_score(pool.iloc[random_order[:n]], test, 0)})
         if n < n_pool:
             strat, _ = train_test_split(
-                pool, train_size=n, random_state=args.seed, stratify=stratify_key(pool)
+                pool, train_size=n, random_state=seed, stratify=stratify_key(pool)
             )
         else:
             strat = pool
         curves["stratified"].append({"n": n, **fit_score(strat, test, 0)})
-        # active: grow the chosen set to n with the model of the rows chosen so far
-        picks = (
-            choose_active(pool, pool.iloc[chosen], model, n=n - len(chosen), seed=args.seed)
-            if n > len(chosen)
-            else pool.iloc[:0].assign(active_reason="")
-        )
+        # active: grow the chosen set to n with the model of the rows chosen so far; the
+        # first size is a seeded random draw (the same rows as random's first size)
+        if not chosen:
+            picks = pool.iloc[random_order[:n]].assign(active_reason="seed")
+        else:
+            picks = pool.iloc[:0].assign(active_reason="")
+        chosen += [index_of[k] for k in config_keys(picks)]
+        # rounds of about a tenth of what is measured, as a campaign would refit between
+        # rounds: the committee learns each round's measurements; the cost model (for the
+        # coverage coordinates) is the one of this size's start
+        while len(chosen) < n:
+            k = min(n - len(chosen), max(ROUND_MIN, len(chosen) // ROUND_DIVISOR))
+            more = choose_active(
+                pool, pool.iloc[chosen], model, n=k, seed=seed + len(chosen),
+                uncertainty=uncertainty,
+            )  # fmt: skip
+            picks = pd.concat([picks, more], ignore_index=True)
+            chosen += [index_of[key] for key in config_keys(more)]
         for r in picks["active_reason"]:
             reasons[r] = reasons.get(r, 0) + 1
-        chosen += [index_of[k] for k in config_keys(picks)]
         scored = fit_score(pool.iloc[chosen], test, 0)
         model = scored["model"]
         curves["active"].append({"n": n, **scored})
         print(
-            f"n={n:5d}  latency MAPE  random {curves['random'][-1]['latency_ms_mape']:6.2f}  "
+            f"  n={n:5d}  latency MAPE  random {curves['random'][-1]['latency_ms_mape']:6.2f}  "
             f"stratified {curves['stratified'][-1]['latency_ms_mape']:6.2f}  "
             f"active {scored['latency_ms_mape']:6.2f}   memory MAPE active "
             f"{scored['peak_mem_mb_mape']:6.2f} "
@@ -144,17 +155,59 @@ def main() -> None:
         return 1.0
 
     match = {k: to_match(v) for k, v in curves.items()}
-    print(f"active picks by reason: {reasons}")
+    print(f"  active picks by reason: {reasons}; rows to match {match}")
+    for curve in curves.values():
+        for c in curve:
+            c.pop("model", None)
+    ref.pop("model", None)
+    return {"curves": curves, "ref": ref, "n_pool": n_pool, "match": match, "goal": goal}
+
+
+def median_table(runs: list[dict]) -> str:
+    """Median over seeds of each way's latency (memory) MAPE at each size, as text."""
+    lines = ["median over seeds, latency MAPE % (memory MAPE %): size  random  stratified  active"]
+    for i, c in enumerate(runs[0]["curves"]["random"]):
+        cells = []
+        for way in ("random", "stratified", "active"):
+            lat, mem = (
+                float(np.median([r["curves"][way][i][f"{t}_mape"] for r in runs])) for t in TARGETS
+            )
+            cells.append(f"{lat:6.2f} ({mem:5.2f})")
+        lines.append(f"  {c['n']:5d}  " + "  ".join(cells))
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--platform", default="cpu/torch/fp32")
+    ap.add_argument("--seeds", default="0,1,2", help="comma-separated split/order seeds")
+    ap.add_argument("--uncertainty", default="committee", choices=("committee", "interval"))
+    ap.add_argument("--png", default="docs/active_learning.png")
+    args = ap.parse_args()
+    os.nice(10)
+    t0 = time.perf_counter()
+    rows = load_dataset(args.platform, ok_only=True)
+    rows = rows.drop_duplicates(subset=list(CONFIG_COLUMNS)).reset_index(drop=True)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    runs = [run_seed(rows, s, args.uncertainty) for s in seeds]
+    match = {k: float(np.median([r["match"][k] for r in runs])) for k in runs[0]["match"]}
+    per_seed = {k: [round(r["match"][k], 4) for r in runs] for k in match}
+    print(f"rows to match per seed {seeds}: {per_seed}")
+    print(median_table(runs))
     print(f"elapsed {time.perf_counter() - t0:.0f} s (fast preset; no measurement)")
-    _plot(curves, ref, n_pool, args.platform, Path(args.png))
+    _plot(runs, args.platform, Path(args.png))
     print(f"wrote {args.png}")
+    goals = ", ".join(f"{r['goal']:.2f}" for r in runs)
     print(
-        f"stratified_rows_to_match={match['stratified']:.4f} (goal: latency MAPE <= {goal:.2f} %)"
+        f"stratified_rows_to_match={match['stratified']:.4f} (median of {len(seeds)} seeds; "
+        f"goal per seed: latency MAPE <= {goals} %; uncertainty={args.uncertainty})"
     )
     print(f"active_rows_to_match={match['active']:.4f} random_rows_to_match={match['random']:.4f}")
 
 
-def _plot(curves: dict, ref: dict, n_pool: int, platform: str, path: Path) -> None:
+def _plot(runs: list[dict], platform: str, path: Path) -> None:
+    """Learning curves, the median over seeds at each size (the sizes are the same for every
+    seed: the pool size does not depend on the split's seed)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -162,22 +215,29 @@ def _plot(curves: dict, ref: dict, n_pool: int, platform: str, path: Path) -> No
 
     from carb_nas._io import atomic_write
 
+    n_pool = runs[0]["n_pool"]
     fig, axes = plt.subplots(2, 2, figsize=(10, 7), sharex=True)
     for (i, t), (j, metric) in [
         ((i, t), (j, m)) for i, t in enumerate(TARGETS) for j, m in enumerate(("mape", "r2"))
     ]:
         ax = axes[j, i]
-        for name, curve in curves.items():
-            ax.plot([c["n"] for c in curve], [c[f"{t}_{metric}"] for c in curve], "o-", ms=3,
-                    label=name)  # fmt: skip
-        ax.axhline(ref[f"{t}_{metric}"], color="grey", ls="--", lw=1, label="all rows")
+        key = f"{t}_{metric}"
+        for name in runs[0]["curves"]:
+            ns = [c["n"] for c in runs[0]["curves"][name]]
+            med = np.median([[c[key] for c in r["curves"][name]] for r in runs], axis=0)
+            ax.plot(ns, med, "o-", ms=3, label=name)
+        ax.axhline(np.median([r["ref"][key] for r in runs]), color="grey", ls="--", lw=1,
+                   label="all rows")  # fmt: skip
         ax.set_xscale("log")
         if metric == "mape":
             ax.set_yscale("log")
         ax.set_title(f"{t} {'MAPE %' if metric == 'mape' else 'R2 (log)'}")
         ax.set_xlabel(f"configs measured (pool {n_pool})")
         ax.legend(fontsize=7)
-    fig.suptitle(f"active vs random vs stratified selection, {platform} (pool-based replay)")
+    fig.suptitle(
+        f"active vs random vs stratified selection, {platform} (pool-based replay, median of "
+        f"{len(runs)} seeds)"
+    )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=90))

@@ -7,15 +7,23 @@ predicts well. :func:`choose_active` picks the next ``n`` configs of a candidate
   space of the knobs (log batch, log resolution, log width, log depth, family) and of the
   model's predictions (log latency, log memory: configs that *cost* alike are alike), so the
   measured set spreads over the space and over the range of costs;
-- **uncertainty**: that distance weighted by ``1 + w / median(w)``, with ``w`` the relative
-  width of the model's conformal latency interval (``log(upper / lower)``), so configs the
-  model is least sure of count more;
+- **uncertainty** (default, ``uncertainty="committee"``): query by committee. Eight small
+  LightGBM models, each fitted on a bootstrap resample of the measured rows' log latency
+  (:func:`committee_disagreement`), disagree most where the measured rows teach them least;
+  their spread (the std of ``log(latency)``, a relative error) times the candidates'
+  density (configs in a crowded region stand for many) times ``1 - exp(-(d / h)^2)`` (``d``
+  the coverage distance, ``h`` its median: a config next to a measured or chosen one counts
+  for little) is the value of measuring a config;
+- ``uncertainty="interval"`` (the first version): the coverage distance weighted by
+  ``1 + w / median(w)``, ``w`` the relative width of the model's conformal latency interval
+  (``log(upper / lower)``). Those intervals vary only by batch regime, so it chose about like
+  random;
 
-greedily (farthest-point order, each pick updating the distances). Before there is a model
-(fewer than ``n_seed`` measured rows), the picks are seeded random ones. Each chosen config
-carries why it was chosen: ``active_reason`` (``seed``, ``coverage`` or ``uncertainty``: the
-latter when its interval is wider than the median, so the weight changed its rank) and
-``active_interval_width`` (``w``; NaN for a seed).
+greedily (each pick updating the distances). Before there is a model (fewer than ``n_seed``
+measured rows), the picks are seeded random ones. Each chosen config carries why it was
+chosen: ``active_reason`` (``seed``, ``coverage`` or ``uncertainty``: the latter when its
+disagreement, or interval width, is above the median), ``active_interval_width`` (``w``; NaN
+for a seed) and, for the committee, ``active_disagreement``.
 
 ``benchmarks/active.py`` replays this on the shipped datasets (pool-based: choosing among rows
 already measured) against random and stratified selection; ``carb-nas profile SPACE --active
@@ -41,12 +49,15 @@ __all__ = [
     "check_active_count",
     "choose_active",
     "config_keys",
+    "committee_disagreement",
     "coverage_matrix",
     "fit_round_model",
     "run_active_campaign",
 ]
 
 ACTIVE_REASONS = ("seed", "coverage", "uncertainty")
+UNCERTAINTIES = ("committee", "interval")
+N_MEMBERS = 8  # committee size: the spread of 8 bootstrap fits is stable to ~20 %
 N_SEED = 8  # random picks before the first model: a model needs a few rows of every kind
 INTERVAL_ALPHA = 0.1
 _KNOBS = ("batch_size", "resolution", "width", "depth")
@@ -83,6 +94,83 @@ def _predict(model: Any, frame: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]
     return pred, width
 
 
+def _committee_inputs(frame: pd.DataFrame) -> np.ndarray:
+    X = model_inputs(frame)
+    num = X.select_dtypes(include="number").to_numpy(float)
+    fam = (X["family"].astype(str) == "bottleneck").to_numpy(float)
+    return np.column_stack([num, fam])
+
+
+def committee_disagreement(
+    measured: pd.DataFrame,
+    candidates: pd.DataFrame,
+    target: str = "latency_ms",
+    n_members: int = N_MEMBERS,
+    seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Query by committee: how much ``n_members`` small models disagree on each candidate.
+
+    Each member is a LightGBM regressor (100 trees, 15 leaves, 80 % of the features per tree)
+    fitted on a bootstrap resample of the measured rows, on the same architecture features as
+    the cost model, in log space of ``target``. Returns ``(disagreement, mean)`` per row of
+    ``candidates``: the standard deviation of the members' ``log(target)`` predictions (a
+    relative spread: 0.1 is about +-10 %) and their mean (log units). Far from the measured
+    rows the members extrapolate differently, so the spread grows there; on the measured rows
+    it is small. Needs at least 4 measured rows with a positive ``target``.
+    """
+    ok = measured
+    if "status" in ok:
+        ok = ok[ok["status"].astype(str) == "ok"]
+    y = pd.to_numeric(ok[target], errors="coerce").to_numpy(float) if target in ok else None
+    if y is None or int(np.sum(np.isfinite(y) & (y > 0))) < 4:
+        raise ConfigError(
+            f"cannot fit a committee: expected at least 4 measured rows with a positive "
+            f"{target}, got {0 if y is None else int(np.sum(np.isfinite(y) & (y > 0)))}. "
+            "Measure a few seed configs first (or use uncertainty='interval')."
+        )
+    keep = np.isfinite(y) & (y > 0)
+    from lightgbm import LGBMRegressor
+
+    Xm = _committee_inputs(ok[keep].reset_index(drop=True))
+    Xc = _committee_inputs(candidates.reset_index(drop=True))
+    z = np.log(y[keep])
+    rng = np.random.default_rng(seed)
+    n = len(z)
+    preds = np.empty((n_members, len(Xc)))
+    for k in range(n_members):
+        rows = rng.integers(0, n, n)
+        member = LGBMRegressor(
+            n_estimators=100,
+            num_leaves=15,
+            learning_rate=0.1,
+            min_child_samples=max(2, min(20, n // 20)),
+            colsample_bytree=0.8,
+            random_state=seed * 1000 + k,
+            n_jobs=1,
+            verbose=-1,
+        )
+        member.fit(Xm[rows], z[rows])
+        preds[k] = member.predict(Xc)
+    return preds.std(axis=0), preds.mean(axis=0)
+
+
+def _standardized(*mats: np.ndarray) -> list[np.ndarray]:
+    both = np.vstack(mats)
+    mean, std = both.mean(axis=0), both.std(axis=0)
+    std = np.where(std > 0, std, 1.0)
+    return [(m - mean) / std for m in mats]
+
+
+def _nearest_distance(Xc: np.ndarray, Xm: np.ndarray) -> np.ndarray:
+    """Distance of every row of ``Xc`` to its nearest row of ``Xm`` (chunked: pools are large)."""
+    dist = np.full(len(Xc), np.inf)
+    for start in range(0, len(Xm), 512):
+        block = Xm[start : start + 512]
+        d = np.sqrt(((Xc[:, None, :] - block[None, :, :]) ** 2).sum(axis=2)).min(axis=1)
+        dist = np.minimum(dist, d)
+    return dist
+
+
 def choose_active(
     candidates: pd.DataFrame,
     measured: pd.DataFrame | None = None,
@@ -90,29 +178,45 @@ def choose_active(
     n: int = 8,
     seed: int = 0,
     n_seed: int = N_SEED,
+    uncertainty: str = "committee",
 ) -> pd.DataFrame:
     """The next ``n`` configs of ``candidates`` to measure, in measuring order.
 
     Args:
         candidates: configs (CONFIG_COLUMNS) to choose from; those already in ``measured``
             are never chosen.
-        measured: configs measured so far (CONFIG_COLUMNS), or None.
+        measured: configs measured so far (CONFIG_COLUMNS; with ``latency_ms`` for the
+            committee), or None.
         model: a fitted CostModel trained on the measured rows (None: seeded random picks).
         n: how many to choose (at most what is left).
-        seed: the random picks' seed.
+        seed: the random picks' and the committee's seed.
         n_seed: below this many measured rows (or with no model) the picks are random.
+        uncertainty: ``"committee"`` (default): the disagreement of a bootstrap committee
+            (:func:`committee_disagreement`) on the measured rows' latency, discounted near
+            what is measured or chosen (coverage) and weighted by the candidates' density;
+            with no measured latencies (configs only) it falls back to ``"interval"``:
+            the coverage distance
+            weighted by the model's latency interval width (the first version; its
+            intervals vary only by batch regime, so it chose about like random).
 
-    Returns ``candidates``' chosen rows (index reset) with ``active_reason`` and
-    ``active_interval_width`` (see the module docstring).
+    Returns ``candidates``' chosen rows (index reset) with ``active_reason``,
+    ``active_interval_width`` and, for the committee, ``active_disagreement`` (see the
+    module docstring).
     """
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ConfigError(
             f"invalid active count: expected a whole number >= 1, got {n!r}. Use e.g. 16."
         )
+    if uncertainty not in UNCERTAINTIES:
+        raise ConfigError(
+            f"invalid uncertainty: expected one of {list(UNCERTAINTIES)}, got "
+            f"{uncertainty!r}. Use 'committee'."
+        )
     cand = candidates[list(CONFIG_COLUMNS)].drop_duplicates().reset_index(drop=True)
+    measured_rows = measured if measured is not None and len(measured) else None
     measured = (
-        measured[list(CONFIG_COLUMNS)].reset_index(drop=True)
-        if measured is not None and len(measured)
+        measured_rows[list(CONFIG_COLUMNS)].reset_index(drop=True)
+        if measured_rows is not None
         else cand.iloc[:0]
     )
     done = set(config_keys(measured))
@@ -130,17 +234,10 @@ def choose_active(
         )
     pred_c, width = _predict(model, cand)
     pred_m, _ = _predict(model, measured)
-    Xc, Xm = coverage_matrix(cand, pred_c), coverage_matrix(measured, pred_m)
-    both = np.vstack([Xc, Xm])
-    mean, std = both.mean(axis=0), both.std(axis=0)
-    std = np.where(std > 0, std, 1.0)
-    Xc, Xm = (Xc - mean) / std, (Xm - mean) / std
-    # distance of every candidate to its nearest measured config (chunked: pools are large)
-    dist = np.full(len(Xc), np.inf)
-    for start in range(0, len(Xm), 512):
-        block = Xm[start : start + 512]
-        d = np.sqrt(((Xc[:, None, :] - block[None, :, :]) ** 2).sum(axis=2)).min(axis=1)
-        dist = np.minimum(dist, d)
+    Xc, Xm = _standardized(coverage_matrix(cand, pred_c), coverage_matrix(measured, pred_m))
+    dist = _nearest_distance(Xc, Xm)
+    if uncertainty == "committee" and _committee_ready(measured_rows):
+        return _choose_by_committee(cand, measured_rows, Xc, dist, width, n, seed, rng)
     med = float(np.median(width)) or 1.0
     weight = 1.0 + width / med
     order: list[int] = []
@@ -157,6 +254,67 @@ def choose_active(
     w = width[order]
     return chosen.assign(
         active_reason=np.where(w > med, "uncertainty", "coverage"), active_interval_width=w
+    )
+
+
+def _committee_ready(measured_rows: pd.DataFrame | None) -> bool:
+    """Whether the measured rows carry enough latencies for a committee (4 positive)."""
+    if measured_rows is None or "latency_ms" not in measured_rows:
+        return False
+    ok = measured_rows
+    if "status" in ok:
+        ok = ok[ok["status"].astype(str) == "ok"]
+    y = pd.to_numeric(ok["latency_ms"], errors="coerce")
+    return int((y > 0).sum()) >= 4
+
+
+def _choose_by_committee(
+    cand: pd.DataFrame,
+    measured_rows: pd.DataFrame,
+    Xc: np.ndarray,
+    dist: np.ndarray,
+    width: np.ndarray,
+    n: int,
+    seed: int,
+    rng: np.random.Generator,
+) -> pd.DataFrame:
+    """Greedy batch: the highest ``disagreement * density * (1 - exp(-(d / h)^2))``, ``d``
+    the distance to the nearest measured or already chosen config and ``h`` the median of
+    those distances before the round: a pick discounts its neighbours, so a batch does not
+    pile onto one uncertain corner, and a config next to a measured one counts for little."""
+    u, _ = committee_disagreement(measured_rows, cand, seed=seed)
+    # information density: a config in a crowded part of the candidates stands for many
+    # (a test set drawn like the candidates weighs it more); the inverse mean distance to its
+    # 10 nearest candidates, relative to the median
+    from sklearn.neighbors import NearestNeighbors
+
+    k = min(11, len(Xc))
+    dk, _ = NearestNeighbors(n_neighbors=k).fit(Xc).kneighbors(Xc)
+    density = 1.0 / np.maximum(dk[:, 1:].mean(axis=1) if k > 1 else np.ones(len(Xc)), 1e-9)
+    density = density / np.median(density)
+    value = u * density
+    h = float(np.median(dist[np.isfinite(dist)])) if np.isfinite(dist).any() else 1.0
+    h = h if h > 0 else 1.0
+    order: list[int] = []
+    taken = np.zeros(len(cand), dtype=bool)
+    for _ in range(n):
+        score = value * (1.0 - np.exp(-((dist / h) ** 2)))
+        score[taken] = -np.inf
+        i = int(np.argmax(score))
+        if not np.isfinite(score[i]) or score[i] <= 0:
+            break
+        order.append(i)
+        taken[i] = True
+        dist = np.minimum(dist, np.linalg.norm(Xc - Xc[i], axis=1))
+    if len(order) < n:  # the rest coincide with measured configs in these coordinates
+        left = np.setdiff1d(np.arange(len(cand)), order)
+        order += list(rng.choice(left, n - len(order), replace=False))
+    med = float(np.median(u))
+    chosen = cand.iloc[order].reset_index(drop=True)
+    return chosen.assign(
+        active_reason=np.where(u[order] > med, "uncertainty", "coverage"),
+        active_interval_width=width[order],
+        active_disagreement=u[order],
     )
 
 
@@ -235,6 +393,7 @@ def run_active_campaign(
     max_configs: int | None = None,
     fit: Any = None,
     seed_rows: int = MIN_FIT_ROWS,
+    uncertainty: str = "committee",
     on_round: Any = None,
     **campaign: Any,
 ) -> dict[str, Any]:
@@ -243,8 +402,10 @@ def run_active_campaign(
     Rounds: each round fits a model on every row measured so far (``fit(rows, seed)``,
     default :func:`fit_round_model`). While it gives none (too few ok rows), a seed round picks
     random configs, enough to reach ``seed_rows`` ok rows (at least ``round_size``); then each
-    round measures the next ``round_size`` configs :func:`choose_active` picks. Each row
-    records ``active_round``, ``active_reason`` and ``active_interval_width``.
+    round measures the next ``round_size`` configs :func:`choose_active` picks (with
+    ``uncertainty``, fitting its committee on the rows measured so far). Each row records
+    ``active_round``, ``active_reason``, ``active_interval_width`` and, for the committee,
+    ``active_disagreement``.
 
     Resumable like every campaign (``measure.run_campaign``): a call first measures what is
     queued (a killed round), then continues from the rows already measured, also those of a
@@ -295,6 +456,7 @@ def run_active_campaign(
             n=min(k, left),
             seed=seed + number,
             n_seed=0 if model is not None else len(rows) + 1,
+            uncertainty=uncertainty,
         )
         if not len(picks):
             break

@@ -89,6 +89,39 @@ def test_informative_rows_cover_knobs_and_predicted_cost(grid, torch_model):
         informative_rows(X, pred, len(X) + 1)
 
 
+def test_design_rows_pin_down_the_calibration_map_better_than_spread(grid, torch_model):
+    """informative_rows(kind="design"): greedy D-optimal rows for the features map."""
+    from carb_nas.costmodel import (
+        calibration_features,
+        informative_rows,
+        model_inputs,
+        penalized_fit,
+    )
+
+    X = model_inputs(grid)
+    pred = torch_model.predict(X)["latency_ms"].to_numpy(float)
+    F = np.column_stack([np.log(pred), calibration_features(X)])
+    G = np.column_stack([np.ones(len(F)), (F - F.mean(axis=0)) / F.std(axis=0)])
+    # a fake residual, linear in the map's inputs, plus noise: what the map can learn
+    rng = np.random.default_rng(0)
+    r = G @ rng.normal(0, 0.3, G.shape[1]) + rng.normal(0, 0.02, len(G))
+
+    def logdet(idx):
+        return np.linalg.slogdet(np.eye(G.shape[1]) + G[idx].T @ G[idx])[1]
+
+    errors = {"design": [], "spread": []}
+    for seed in range(4):
+        rows = {k: informative_rows(X, pred, 12, seed=seed, kind=k) for k in errors}
+        assert len(set(rows["design"].tolist())) == 12
+        assert logdet(rows["design"]) > logdet(rows["spread"])
+        for k, idx in rows.items():
+            coef, _ = penalized_fit(G[idx], r[idx], 0.1)
+            errors[k].append(float(np.sqrt(np.mean((G @ coef - r) ** 2))))
+    assert np.median(errors["design"]) < np.median(errors["spread"])
+    with pytest.raises(ModelError, match="unknown informative-row kind"):
+        informative_rows(X, pred, 5, kind="random")
+
+
 # -- active campaigns (carb-nas profile SPACE --active N) ---------------------------------------
 # The profiler is a real Profiler on a FAKE runtime (a sleep per image) and the FakeMeter: every
 # row is labelled fake (meter "fake-counter"). The round model is a fake too (below), except in
@@ -180,7 +213,7 @@ def _active(frame, out, n, prof=None, **kw):
 def test_active_campaign_records_round_reason_and_width_in_each_row(tmp_path):
     frame = _space_configs()
     out = tmp_path / "camp"
-    result = _active(frame, out, 14)
+    result = _active(frame, out, 14, uncertainty="interval")
     rounds = result["rounds"]
     assert [r["round"] for r in rounds] == [1, 2, 3] and [r["configs"] for r in rounds] == [6, 4, 4]
     assert rounds[0]["reasons"] == {"seed": 6} and rounds[0]["model_rows"] == 0
@@ -201,8 +234,19 @@ def test_active_campaign_records_round_reason_and_width_in_each_row(tmp_path):
     assert r.exit_code == 0, r.output
     exported = pd.read_csv(tmp_path / "r.csv")
     assert exported["active_reason"].notna().all() and len(exported) == 14
-    again = _active(frame, out, 14)
+    again = _active(frame, out, 14, uncertainty="interval")
     assert again["summary"].measured_now == 0 and again["rounds"] == []
+
+
+def test_active_campaign_with_the_committee_records_its_disagreement(tmp_path):
+    out = tmp_path / "camp"
+    result = _active(_space_configs(), out, 10)
+    assert [r["configs"] for r in result["rounds"]] == [6, 4]
+    rows = campaign_rows(out)
+    later = rows[rows["active_round"] == 2]
+    assert len(later) == 4 and np.isfinite(later["active_disagreement"]).all()
+    assert (later["active_disagreement"] > 0).all()
+    assert rows.loc[rows["active_round"] == 1, "active_disagreement"].isna().all()
 
 
 def test_killed_active_campaign_resumes_without_remeasuring(tmp_path):
@@ -316,3 +360,56 @@ def test_cli_profile_active_measures_and_records_the_choice(tmp_path):
     rows = campaign_rows(out)
     assert (rows["status"] == "ok").all() and rows["active_reason"].notna().all()
     assert set(rows.loc[rows["active_round"] == 2, "active_reason"]) <= {"coverage", "uncertainty"}
+
+
+# -- query by committee (the default uncertainty) ---------------------------------------------
+def _synthetic_latency(frame: pd.DataFrame) -> np.ndarray:
+    """A smooth fake latency (ms) of the knobs: labelled fake, never a measurement."""
+    return (
+        0.02
+        * frame["batch_size"].to_numpy(float)
+        * (frame["resolution"].to_numpy(float) / 32) ** 2
+        * frame["width"].to_numpy(float)
+        * frame["depth"].to_numpy(float) ** 0.5
+    )
+
+
+def test_committee_disagrees_more_far_from_the_measured_rows(grid):
+    from carb_nas.active import committee_disagreement
+
+    small = grid[grid["batch_size"] <= 8].reset_index(drop=True)
+    measured = small.iloc[:80].assign(latency_ms=lambda f: _synthetic_latency(f))
+    near = small.iloc[:80]  # the measured configs themselves
+    far = grid[grid["batch_size"] >= 128].iloc[:80]  # batch sizes never measured
+    u_near, _ = committee_disagreement(measured, near, seed=0)
+    u_far, mean_far = committee_disagreement(measured, far, seed=0)
+    assert np.all(np.isfinite(u_far)) and np.median(u_far) > 2 * np.median(u_near)
+    # the members' mean is in log units of the target
+    assert mean_far.shape == (len(far),)
+
+
+def test_committee_needs_measured_latencies(grid):
+    from carb_nas.active import committee_disagreement
+
+    with pytest.raises(ConfigError, match="cannot fit a committee"):
+        committee_disagreement(grid.iloc[:10], grid.iloc[10:20])
+
+
+def test_committee_choice_prefers_the_unmeasured_region_and_records_it(grid, torch_model):
+    small = grid[grid["batch_size"] <= 8]
+    measured = small.iloc[:60].assign(latency_ms=lambda f: _synthetic_latency(f))
+    picks = choose_active(grid, measured, torch_model, n=20, seed=0)
+    assert "active_disagreement" in picks and np.isfinite(picks["active_disagreement"]).all()
+    assert set(picks["active_reason"]) <= set(ACTIVE_REASONS[1:])
+    assert not set(config_keys(picks)) & set(config_keys(measured))
+    # most picks lie outside the measured small-batch region (random: ~ the grid's share)
+    share = float((picks["batch_size"] > 8).mean())
+    assert share > float((grid["batch_size"] > 8).mean())
+    # seeded: the same call gives the same picks
+    again = choose_active(grid, measured, torch_model, n=20, seed=0)
+    assert config_keys(again) == config_keys(picks)
+
+
+def test_unknown_uncertainty_is_refused(grid):
+    with pytest.raises(ConfigError, match="invalid uncertainty"):
+        choose_active(grid, n=3, uncertainty="entropy")

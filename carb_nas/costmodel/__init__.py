@@ -59,6 +59,7 @@ resolved to explicit parameters, threads), ``_intervals`` (conformal), ``_persis
 from carb_nas.costmodel._calibration import (
     CALIBRATION_FEATURES,
     CALIBRATION_METHODS,
+    INFORMATIVE_KINDS,
     CalibratedModel,
     calibrate,
     calibration_feature_names,
@@ -167,6 +168,7 @@ __all__ = [
     "calibrate",
     "calibration_features",
     "calibration_feature_names",
+    "INFORMATIVE_KINDS",
     "informative_rows",
     "penalized_fit",
     "CALIBRATION_FEATURES",

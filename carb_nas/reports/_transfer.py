@@ -133,8 +133,8 @@ def _few_shot(
         if n < MIN_TRAIN_ROWS:
             errors.append(f"CostModel needs at least {MIN_TRAIN_ROWS} rows to train; N={n}")
         for draw in range(seed, seed + repeats):
-            # informative choice: the N rows spread over the knobs and the source model's
-            # predicted cost (carb_nas.costmodel.informative_rows), one start per seed
+            # informative choice: the N rows that pin down the calibration map's
+            # coefficients (carb_nas.costmodel.informative_rows), one start per seed
             spread_by = "latency_ms" if "latency_ms" in targets else targets[0]
             idx = informative_rows(X_pool, zero[spread_by].to_numpy(float), n, seed=draw)
             test = np.setdiff1d(np.arange(len(pool)), idx)
@@ -179,8 +179,8 @@ def _few_shot(
         "method": method,
         "source_model": source_desc,
         "source_platform": f"{runtime_a}/{precision_a}",
-        "selection": "informative_rows: farthest-point over knobs and the source prediction, "
-        "a seeded random start per draw",
+        "selection": "informative_rows: greedy D-optimal design for the features map (log "
+        "source prediction and CALIBRATION_FEATURES), a seeded random start per draw",
         "evaluation": "R2 on every usable row of B not drawn for calibration",
         "targets": list(targets),
         "runs": runs,

@@ -358,9 +358,15 @@ class ModuleCostModel:
         return off
 
     def _network_sums(
-        self, km: KernelCostModel, rows: pd.DataFrame, ops: pd.DataFrame
+        self,
+        km: KernelCostModel,
+        rows: pd.DataFrame,
+        ops: pd.DataFrame,
+        seen_out: list | None = None,
     ) -> pd.DataFrame:
         ms, seen = km.predict_ops(ops)
+        if seen_out is not None:
+            seen_out.append(seen)  # predict() lists the unmodelled ops without predicting again
         per = pd.DataFrame({"key": ops["key"].to_numpy(), "ms": ms, "un": np.where(seen, 0.0, ms)})
         g = per.groupby("key").sum()
         return g.reindex(rows["key"]).fillna(0.0)
@@ -445,7 +451,8 @@ class ModuleCostModel:
                 "got an unfitted model. Fit it on a measured ops campaign."
             )
         rows = rows.reset_index(drop=True)
-        sums = self._network_sums(self.kernel_, rows, ops)
+        seen_out: list = []
+        sums = self._network_sums(self.kernel_, rows, ops, seen_out)
         ksum = sums["ms"].to_numpy() * self.scale_
         un = sums["un"].to_numpy() * self.scale_
         X = self._X(rows, ksum)
@@ -464,7 +471,7 @@ class ModuleCostModel:
             # ops never measured: their roofline estimate is a guess; widen by it both ways
             out["latency_ms_upper"] = out["latency_ms_upper"] + un
             out["latency_ms_lower"] = np.maximum(out["latency_ms_lower"] - un, 0.0)
-        names = ops.assign(_seen=self.kernel_.predict_ops(ops)[1])
+        names = ops.assign(_seen=seen_out[0])
         un_names = names[~names["_seen"]].groupby("key")["op"].agg(lambda s: sorted(set(s)))
         out["unmodelled_ops"] = [un_names.get(k, []) for k in rows["key"]]
         return out

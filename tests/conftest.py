@@ -62,7 +62,7 @@ def model_dirs(tmp_path_factory, torch_model, ort_model):
 
 @pytest.fixture
 def tiny_module_defaults(monkeypatch, model_cache):
-    """The default module model (``costmodel.load_default_module_model``) on 6 zoo networks
+    """The default module model (``costmodel.load_default_module_model``) on 9 zoo networks
     per family group, in an empty cache for this test (the real one trains on all 880)."""
     from carb_nas import scoring
     from carb_nas.costmodel import _defaults
@@ -70,7 +70,7 @@ def tiny_module_defaults(monkeypatch, model_cache):
     monkeypatch.setattr(
         _defaults,
         "DEFAULT_MODULE_PARAMS",
-        {**_defaults.DEFAULT_MODULE_PARAMS, "rows_per_family": 6},
+        {**_defaults.DEFAULT_MODULE_PARAMS, "rows_per_family": 9},
     )
     monkeypatch.setattr(scoring, "_MODELS", {})
     return model_cache

@@ -51,7 +51,7 @@ def test_first_use_trains_caches_and_later_calls_load(tiny_module_defaults, monk
     assert isinstance(model, ModuleCostModel) and model.mode == "feature"
     assert model.default_origin_.startswith("trained on first use")
     err = capsys.readouterr().err
-    assert "first use only; cached in" in err and "48 shipped networks" in err
+    assert "first use only; cached in" in err and "72 shipped networks" in err
     (entry,) = (tiny_module_defaults / "models").iterdir()
     assert entry.name.startswith("cpu_torch_fp32-module-")
     assert not list(entry.rglob("*.pkl"))  # no pickle
@@ -71,7 +71,7 @@ def test_first_use_trains_caches_and_later_calls_load(tiny_module_defaults, monk
     monkeypatch.setattr(
         _defaults,
         "DEFAULT_MODULE_PARAMS",
-        {**_defaults.DEFAULT_MODULE_PARAMS, "rows_per_family": 6},
+        {**_defaults.DEFAULT_MODULE_PARAMS, "rows_per_family": 9},
     )
     (entry / "manifest.json").write_text("{")
     assert load_default_module_model(verbose=False).default_origin_.startswith("trained")

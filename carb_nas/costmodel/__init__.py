@@ -103,6 +103,8 @@ from carb_nas.costmodel._evaluation import (
 from carb_nas.costmodel._intervals import MIN_CONFORMAL
 from carb_nas.costmodel._kernels import (
     KERNEL_SUM,
+    MEMORY_MODES,
+    MEMORY_TERMS,
     MODES,
     NETWORK_COLUMNS,
     KernelCostModel,
@@ -185,6 +187,8 @@ __all__ = [
     "lofo_report",
     "family_groups",
     "MODES",
+    "MEMORY_MODES",
+    "MEMORY_TERMS",
     "NETWORK_COLUMNS",
     "KERNEL_SUM",
 ]

@@ -144,6 +144,8 @@ def _with_origin(model: Any, origin: str) -> Any:
 #: the default recipe of :func:`load_default_module_model` (``ModuleCostModel`` parameters,
 #: plus ``rows_per_family``: None = every measured row, N = the first N per family group by
 #: key, a cheaper model for tests)
+# bumped when the module model's features or fitting change within one carb_nas version
+_MODULE_RECIPE_REVISION = 2
 DEFAULT_MODULE_PARAMS: Mapping[str, Any] = MappingProxyType(
     {"mode": "feature", "preset": "fast", "random_state": 0, "rows_per_family": None}
 )
@@ -214,7 +216,8 @@ def load_default_module_model(
     for path in paths:
         h.update(path.read_bytes())
     # the features are traced by this carb_nas: its version is part of the recipe
-    h.update(json.dumps([recipe_params, MODULE_FORMAT_VERSION, package_version()],
+    h.update(json.dumps([recipe_params, MODULE_FORMAT_VERSION, _MODULE_RECIPE_REVISION,
+                         package_version()],
                         sort_keys=True, default=str).encode())  # fmt: skip
     name = f"{platform.replace('/', '_')}-module-{h.hexdigest()[:16]}"
     cache = default_model_cache_dir()

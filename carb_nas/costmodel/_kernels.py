@@ -10,7 +10,9 @@ native-kernel flag). Training rows are the median time of each op *signature* (i
 of many networks count once, so the thousands of repeated blocks of a dataset cost nothing).
 An op whose (kind, name) was never measured is never dropped: it gets a roofline estimate
 (the training ops' median milliseconds per MB moved and per GFLOP), is listed in the result
-as unmodelled, and widens the network's interval by that estimate.
+as unmodelled, and widens the network's interval by that estimate. An op larger than every
+measured op of its kind (FLOPs, weight or activation bytes) gets its kind's prior alone, as
+the trees cannot extrapolate.
 
 :class:`ModuleCostModel` is the network-level part: a :class:`~carb_nas.costmodel.CostModel`
 over the network features (:data:`FEATURE_COLUMNS` + :data:`OP_AGGREGATE_COLUMNS`) with the
@@ -21,9 +23,13 @@ offset is the fitted non-negative sum of ``kernel_sum_ms`` and ``n_ops``, a per-
 overhead; a ``target_offsets`` column is always a feature of ``X`` too, so "offset alone" is
 not a separate choice); ``mode="network"`` ignores the kernel sum (the CARB cascade alone, on the
 physical offsets plus ``n_ops``) and ``mode="kernel"`` is the fitted non-negative
-``a x kernel sum + b x n_ops`` (the per-operator models alone). Peak memory is fitted
-relative to the traced ``tensor_peak_mb`` plus oneDNN's reordered weights
-(``onednn_weight_mb``, fitted cost). Training rows get the kernel sums of a kernel model
+``a x kernel sum + b x n_ops`` (the per-operator models alone). Peak memory
+(``memory="physics"``, the default) is the fitted non-negative sum of :data:`MEMORY_TERMS`
+(the traced ``tensor_peak_mb``, oneDNN's reordered weights ``onednn_weight_mb`` and the
+largest oneDNN conv weight reordered per call at batch >= 2, ``onednn_reorder_mb``), with an
+interval from its relative residuals; ``memory="cascade"`` lets the cascade's trees correct
+it (they fit the log-ratio to that sum, and do not extrapolate to wider families: VGG).
+Training rows get the kernel sums of a kernel model
 that never saw their network (grouped K-fold), as the cascade's own downstream features are
 out-of-fold, so the network model does not over-trust the sum.
 
@@ -51,6 +57,8 @@ from carb_nas.errors import ModelError
 from carb_nas.features import FEATURE_COLUMNS, OP_AGGREGATE_COLUMNS, trace_ops
 
 __all__ = [
+    "MEMORY_MODES",
+    "MEMORY_TERMS",
     "KernelCostModel",
     "ModuleCostModel",
     "MODES",
@@ -67,6 +75,12 @@ MODULE_FORMAT = "carb-nas-module-model"
 FORMAT_VERSION = 1
 MODES = ("kernel", "network", "feature", "both")
 KERNEL_SUM = "kernel_sum_ms"
+#: peak memory: ``"physics"`` (default) the fitted non-negative sum of :data:`MEMORY_TERMS`
+#: alone (relative error), ``"cascade"`` the network cascade's trees on the log-ratio to it
+MEMORY_MODES = ("physics", "cascade")
+#: the traced tensor peak, oneDNN's reordered weight copies, the largest oneDNN conv weight
+#: reordered per call at batch >= 2 (``features.op_aggregates``)
+MEMORY_TERMS = ("tensor_peak_mb", "onednn_weight_mb", "onednn_reorder_mb")
 NETWORK_COLUMNS = (*FEATURE_COLUMNS, *OP_AGGREGATE_COLUMNS)
 _NUMERIC = (
     "batch",
@@ -83,6 +97,7 @@ _NUMERIC = (
 )
 _LOGGED = ("flops", "read_bytes", "write_bytes", "weight_bytes")
 _CONV = ("conv", "dwconv", "gconv", "linear")
+_RANGE = ("flops", "weight_bytes", "read_bytes", "write_bytes")
 _XGB = {
     "n_estimators": 300,
     "max_depth": 8,
@@ -163,6 +178,14 @@ class KernelCostModel:
             if not (A @ coef > 0).all():
                 coef = np.array([float(np.median(ms_all[sel])), 0.0, 0.0, 0.0])
             self.prior_[k] = [float(v) for v in coef]
+        # per kind, the largest op measured: beyond it (in FLOPs, weight or activation bytes)
+        # the trees' correction is that of the largest ops they saw, not a trend, so such an
+        # op gets the prior alone (VGG's 925-MB linear layers against at most 16 MB in the
+        # other families: the per-op sum of VGG falls from 1.47x to 1.01x the measurement)
+        self.range_ = {
+            k: [float(v) for v in table.loc[table["kind"] == k, list(_RANGE)].max()]
+            for k in self.kinds_
+        }
         y = np.log(table["measured_ms"].to_numpy(float)) - np.log(self._prior(table))
         params = {**_XGB, **dict(self.xgb_params or {})}
         self.booster_ = xgb.XGBRegressor(
@@ -206,7 +229,8 @@ class KernelCostModel:
         # one prediction per distinct signature: repeated blocks cost nothing
         codes, uniq = pd.factorize(ops["signature"])
         first = ops.iloc[np.unique(codes, return_index=True)[1]]
-        pred = np.exp(self.booster_.predict(self._matrix(first))) * self._prior(first)
+        corr = np.exp(self.booster_.predict(self._matrix(first)))
+        pred = np.where(self._beyond(first), 1.0, corr) * self._prior(first)
         seen = np.array([f"{k}:{o}" in self._seen_set for k, o in zip(first["kind"], first["op"])])
         mb = (first["read_bytes"] + first["write_bytes"] + first["weight_bytes"]).to_numpy(
             float
@@ -215,6 +239,14 @@ class KernelCostModel:
         roof = mb * self.ms_per_mb_ + gf * self.ms_per_gflop_
         pred = np.where(seen, pred, roof)
         return pred[codes], seen[codes]
+
+    def _beyond(self, table: pd.DataFrame) -> np.ndarray:
+        """Rows larger than every measured op of their kind (see ``range_``)."""
+        ranges = getattr(self, "range_", None)
+        if not ranges:
+            return np.zeros(len(table), dtype=bool)
+        top = np.array([ranges.get(k, [np.inf] * len(_RANGE)) for k in table["kind"]])
+        return (table[list(_RANGE)].to_numpy(float) > top).any(axis=1)
 
     @property
     def _seen_set(self) -> set[str]:
@@ -247,6 +279,7 @@ class KernelCostModel:
             "ms_per_mb": self.ms_per_mb_,
             "ms_per_gflop": self.ms_per_gflop_,
             "prior": self.prior_,
+            "range": self.range_,
             "n_signatures": self.n_signatures_,
             "random_state": self.random_state,
         }
@@ -280,6 +313,7 @@ class KernelCostModel:
         m.ms_per_mb_, m.ms_per_gflop_ = float(part["ms_per_mb"]), float(part["ms_per_gflop"])
         m.n_signatures_ = int(part["n_signatures"])
         m.prior_ = {k: [float(x) for x in v] for k, v in part["prior"].items()}
+        m.range_ = {k: [float(x) for x in v] for k, v in part.get("range", {}).items()}
         booster = xgb.XGBRegressor()
         booster.load_model(str(path))
         m.booster_ = booster
@@ -330,7 +364,9 @@ class ModuleCostModel:
         kernel_folds: int = 3,
         random_state: int = 0,
         n_jobs: int | None = 1,
+        memory: str = "physics",
     ) -> None:
+        self.memory = memory
         self.mode = mode
         self.preset = preset
         self.kernel_folds = kernel_folds
@@ -340,6 +376,11 @@ class ModuleCostModel:
     def _check_mode(self) -> None:
         if self.mode not in MODES:
             raise err("invalid mode", f"one of {list(MODES)}", repr(self.mode), "Use 'both'.")
+        if self.memory not in MEMORY_MODES:
+            raise err(
+                "invalid memory", f"one of {list(MEMORY_MODES)}", repr(self.memory),
+                "Use 'physics'.",
+            )  # fmt: skip
 
     def _X(self, rows: pd.DataFrame, ksum: np.ndarray | None) -> pd.DataFrame:
         X = rows[list(NETWORK_COLUMNS)].astype(float).copy()
@@ -352,7 +393,7 @@ class ModuleCostModel:
         # memory: the traced tensor peak plus oneDNN's reordered weight copies; latency: the
         # kernel sum (or the physical resources) plus a per-op overhead (``n_ops``: framework
         # time between kernels, which the profiler's op events do not cover)
-        off: dict[str, Any] = {"peak_mem_mb": ["tensor_peak_mb", "onednn_weight_mb"]}
+        off: dict[str, Any] = {"peak_mem_mb": list(MEMORY_TERMS)}
         physical = [*PHYSICAL_OFFSETS["latency_ms"], "n_ops"]
         off["latency_ms"] = [KERNEL_SUM, "n_ops"] if self.mode == "both" else physical
         return off
@@ -418,13 +459,22 @@ class ModuleCostModel:
         A = np.column_stack([oof, rows["n_ops"].to_numpy(float)]) / y_lat[:, None]
         coef, _ = nnls(A, np.ones(len(rows)))
         self.kernel_coefs_ = [float(c) for c in coef] if coef.any() else [self.scale_, 0.0]
+        # peak memory, physics: a non-negative sum of the memory terms (relative error); its
+        # scores |log(y / fit)| give the interval (3 coefficients: in-sample is close to
+        # held-out). The trees do not extrapolate to families wider than the training ones.
+        y_mem = rows["peak_mem_mb"].to_numpy(float)
+        A_mem = rows[list(MEMORY_TERMS)].to_numpy(float)
+        mcoef, _ = nnls(A_mem / y_mem[:, None], np.ones(len(rows)))
+        self.mem_coefs_ = [float(c) for c in mcoef]
+        fit_mem = np.maximum(A_mem @ mcoef, 1e-9)
+        self.mem_scores_ = sorted(float(v) for v in np.abs(np.log(y_mem / fit_mem)))
         if self.mode == "network":
             oof = np.zeros(len(rows))
         if self.mode == "kernel":
             mem = CostModel(
                 preset=self.preset,
                 targets=["peak_mem_mb"],
-                target_offsets={"peak_mem_mb": ["tensor_peak_mb", "onednn_weight_mb"]},
+                target_offsets={"peak_mem_mb": list(MEMORY_TERMS)},
                 random_state=self.random_state,
                 n_jobs=self.n_jobs,
             )
@@ -465,6 +515,13 @@ class ModuleCostModel:
             ksum_lat = lat
             if alpha:
                 out["latency_ms_lower"], out["latency_ms_upper"] = ksum_lat * 0.8, ksum_lat * 1.25
+        if self.memory == "physics":
+            mem = np.maximum(rows[list(MEMORY_TERMS)].to_numpy(float) @ self.mem_coefs_, 1e-9)
+            out["peak_mem_mb"] = mem
+            if alpha:
+                q = float(np.quantile(self.mem_scores_, 1 - alpha, method="higher"))
+                out["peak_mem_mb_lower"] = mem * np.exp(-q)
+                out["peak_mem_mb_upper"] = mem * np.exp(q)
         out[KERNEL_SUM] = ksum
         out["unmodelled_ms"] = un
         if alpha and "latency_ms_upper" in out:
@@ -513,6 +570,9 @@ class ModuleCostModel:
                 "preset": self.preset,
                 "scale": self.scale_,
                 "kernel_coefs": self.kernel_coefs_,
+                "memory": self.memory,
+                "mem_coefs": self.mem_coefs_,
+                "mem_scores": self.mem_scores_,
                 "platform": self.platform_,
                 "kernel": part,
             }
@@ -537,7 +597,13 @@ class ModuleCostModel:
                 f"not a module cost model: expected format {MODULE_FORMAT!r} version "
                 f"{FORMAT_VERSION}, got {manifest.get('format')!r}. Save it again."
             )
-        m = cls(mode=manifest["mode"], preset=manifest["preset"])
+        m = cls(
+            mode=manifest["mode"],
+            preset=manifest["preset"],
+            memory=manifest.get("memory", "cascade"),  # saved before the physics default
+        )
+        m.mem_coefs_ = [float(v) for v in manifest.get("mem_coefs", [])]
+        m.mem_scores_ = [float(v) for v in manifest.get("mem_scores", [])]
         m.scale_ = float(manifest["scale"])
         m.kernel_coefs_ = [float(v) for v in manifest["kernel_coefs"]]
         m.platform_ = dict(manifest.get("platform") or {"platform": "cpu/torch/fp32"})

@@ -197,3 +197,15 @@ def test_layer_cache_leaves_user_layers_and_modules_alone():
     w = real[0].weight.detach().clone()
     trace_ops(real, (1, 3, 8, 8), cache=False)
     assert real.training and torch.equal(real[0].weight, w)
+
+
+def test_layer_cache_tells_layers_apart_by_state_extra_repr_hides():
+    # nn.Hardswish's extra_repr does not show ``inplace``: an in-place entry must not replay
+    # for the out-of-place layer (its output is a new activation)
+    clear_ops_cache()
+    inplace = trace_features(nn.Sequential(nn.Conv2d(3, 4, 3), nn.Hardswish(inplace=True)),
+                             (1, 3, 8, 8))  # fmt: skip
+    plain = trace_features(nn.Sequential(nn.Conv2d(3, 4, 3), nn.Hardswish()), (1, 3, 8, 8))
+    clear_ops_cache()
+    assert plain == trace_features(nn.Sequential(nn.Conv2d(3, 4, 3), nn.Hardswish()), (1, 3, 8, 8))
+    assert plain["act_mb_total"] > inplace["act_mb_total"]

@@ -145,9 +145,9 @@ def _with_origin(model: Any, origin: str) -> Any:
 #: plus ``rows_per_family``: None = every measured row, N = the first N per family group by
 #: key, a cheaper model for tests)
 # bumped when the module model's features or fitting change within one carb_nas version
-_MODULE_RECIPE_REVISION = 2
+_MODULE_RECIPE_REVISION = 3
 DEFAULT_MODULE_PARAMS: Mapping[str, Any] = MappingProxyType(
-    {"mode": "feature", "preset": "fast", "random_state": 0, "rows_per_family": None}
+    {"mode": "kernel", "preset": "fast", "random_state": 0, "rows_per_family": None}
 )
 
 

@@ -16,14 +16,16 @@ the trees cannot extrapolate.
 
 :class:`ModuleCostModel` is the network-level part: a :class:`~carb_nas.costmodel.CostModel`
 over the network features (:data:`FEATURE_COLUMNS` + :data:`OP_AGGREGATE_COLUMNS`) with the
-kernel sum ``kernel_sum_ms`` as a feature (``mode="feature"``, the default: best median
-and worst-family share within +-10 % in the leave-one-family-out table of docs/costmodel.md),
+kernel sum ``kernel_sum_ms`` as a feature (``mode="feature"``),
 or as a feature and the latency offset through ``target_offsets`` (``mode="both"``: the
 offset is the fitted non-negative sum of ``kernel_sum_ms`` and ``n_ops``, a per-op framework
 overhead; a ``target_offsets`` column is always a feature of ``X`` too, so "offset alone" is
 not a separate choice); ``mode="network"`` ignores the kernel sum (the CARB cascade alone, on the
 physical offsets plus ``n_ops``) and ``mode="kernel"`` is the fitted non-negative
-``a x kernel sum + b x n_ops`` (the per-operator models alone). Peak memory
+``a x kernel sum + b x n_ops`` (the per-operator models alone; the default since ops beyond
+the measured range get the prior alone: best median and worst family within +-10 % in the
+leave-one-family-out table of docs/costmodel.md, session 14; its interval from the
+out-of-fold relative residuals). Peak memory
 (``memory="physics"``, the default) is the fitted non-negative sum of :data:`MEMORY_TERMS`
 (the traced ``tensor_peak_mb``, oneDNN's reordered weights ``onednn_weight_mb`` and the
 largest oneDNN conv weight reordered per call at batch >= 2, ``onednn_reorder_mb``), with an
@@ -359,7 +361,7 @@ class ModuleCostModel:
 
     def __init__(
         self,
-        mode: str = "feature",
+        mode: str = "kernel",
         preset: str = "fast",
         kernel_folds: int = 3,
         random_state: int = 0,
@@ -459,6 +461,11 @@ class ModuleCostModel:
         A = np.column_stack([oof, rows["n_ops"].to_numpy(float)]) / y_lat[:, None]
         coef, _ = nnls(A, np.ones(len(rows)))
         self.kernel_coefs_ = [float(c) for c in coef] if coef.any() else [self.scale_, 0.0]
+        # kernel mode's interval: the relative residuals of that fit on the out-of-fold sums
+        # (each row's sum from a kernel model that never saw its network)
+        a, b = self.kernel_coefs_
+        fit_lat = np.maximum(a * oof + b * rows["n_ops"].to_numpy(float), 1e-9)
+        self.kernel_scores_ = sorted(float(v) for v in np.abs(np.log(y_lat / fit_lat)))
         # peak memory, physics: a non-negative sum of the memory terms (relative error); its
         # scores |log(y / fit)| give the interval (3 coefficients: in-sample is close to
         # held-out). The trees do not extrapolate to families wider than the training ones.
@@ -514,7 +521,10 @@ class ModuleCostModel:
             out["latency_ms"] = lat
             ksum_lat = lat
             if alpha:
-                out["latency_ms_lower"], out["latency_ms_upper"] = ksum_lat * 0.8, ksum_lat * 1.25
+                scores = getattr(self, "kernel_scores_", None) or [np.log(1.25)]
+                q = float(np.quantile(scores, 1 - alpha, method="higher"))
+                out["latency_ms_lower"] = ksum_lat * np.exp(-q)
+                out["latency_ms_upper"] = ksum_lat * np.exp(q)
         if self.memory == "physics":
             mem = np.maximum(rows[list(MEMORY_TERMS)].to_numpy(float) @ self.mem_coefs_, 1e-9)
             out["peak_mem_mb"] = mem
@@ -573,6 +583,7 @@ class ModuleCostModel:
                 "memory": self.memory,
                 "mem_coefs": self.mem_coefs_,
                 "mem_scores": self.mem_scores_,
+                "kernel_scores": self.kernel_scores_,
                 "platform": self.platform_,
                 "kernel": part,
             }
@@ -604,6 +615,7 @@ class ModuleCostModel:
         )
         m.mem_coefs_ = [float(v) for v in manifest.get("mem_coefs", [])]
         m.mem_scores_ = [float(v) for v in manifest.get("mem_scores", [])]
+        m.kernel_scores_ = [float(v) for v in manifest.get("kernel_scores", [])]
         m.scale_ = float(manifest["scale"])
         m.kernel_coefs_ = [float(v) for v in manifest["kernel_coefs"]]
         m.platform_ = dict(manifest.get("platform") or {"platform": "cpu/torch/fp32"})

@@ -322,6 +322,12 @@ _LAYER_CACHE: dict[tuple, dict[str, Any]] = {}
 _LAYER_CACHE_MAX = 16384
 
 
+def _plain(v: Any) -> bool:
+    if isinstance(v, (list, tuple)):
+        return all(_plain(x) for x in v)
+    return v is None or isinstance(v, (bool, int, float, str))
+
+
 class ModuleWalk:
     """One walk over a module tree: its parameters and buffers (deduplicated, by full name),
     the torch.nn leaf layers the layer cache may take with their static keys, and a hash of
@@ -356,7 +362,11 @@ class ModuleWalk:
                 and not m._forward_hooks
                 and not m._forward_pre_hooks
             ):
-                self.layers.append((m, (cls, extra, tuple(own))))
+                # extra_repr does not always show the state that matters (Hardswish's
+                # ``inplace``): every plain public attribute is part of the key
+                state = tuple(sorted((k, v) for k, v in vars(m).items()
+                                     if not k.startswith("_") and _plain(v)))  # fmt: skip
+                self.layers.append((m, (cls, extra, tuple(own), state)))
         self.structure = h.hexdigest()
 
 

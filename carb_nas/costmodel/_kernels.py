@@ -512,9 +512,12 @@ class ModuleCostModel:
         sums = self._network_sums(self.kernel_, rows, ops, seen_out)
         ksum = sums["ms"].to_numpy() * self.scale_
         un = sums["un"].to_numpy() * self.scale_
-        X = self._X(rows, ksum)
-        out = self.network_.predict(X, alpha=alpha) if alpha else self.network_.predict(X)
-        out = out.reset_index(drop=True)
+        if self.mode == "kernel" and self.memory == "physics":
+            out = pd.DataFrame(index=range(len(rows)))  # neither target needs the cascade
+        else:
+            X = self._X(rows, ksum)
+            out = self.network_.predict(X, alpha=alpha) if alpha else self.network_.predict(X)
+            out = out.reset_index(drop=True)
         if self.mode == "kernel":
             a, b = self.kernel_coefs_
             lat = a * sums["ms"].to_numpy() + b * rows["n_ops"].to_numpy(float)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["dispatch_mode_base", "op_name"]
+__all__ = ["dispatch_mode_base", "op_name", "flop_formulas", "overload_packet"]
 
 
 # -- carb_nas.features trace -----------------------------------------------------------------
@@ -27,6 +27,22 @@ def op_name(func: Any) -> str:
     """The bare aten name of an op overload seen by a dispatch mode (``aten::add.Tensor``
     -> ``"add"``), from its private ``_schema``."""
     return func._schema.name.split("::")[-1]
+
+
+def overload_packet(func: Any) -> Any:
+    """The overload packet of an op overload (``aten.mm.default`` -> ``aten.mm``): the key of
+    :func:`flop_formulas`, from its private ``_overloadpacket``."""
+    return func._overloadpacket
+
+
+def flop_formulas() -> dict[Any, Any]:
+    """``torch.utils.flop_counter.flop_registry``: overload packet -> ``f(*args, out_val=out,
+    **kwargs)`` giving the FLOPs ``FlopCounterMode`` counts for that op (not in the module's
+    ``__all__``). The tracer counts with it directly: ``FlopCounterMode`` itself tracks
+    modules with global hooks and costs about half of a meta-device trace."""
+    from torch.utils.flop_counter import flop_registry
+
+    return flop_registry
 
 
 # -- measure: the CPU profiler's raw allocation events (carb_nas.measure._runtimes) ----------

@@ -327,8 +327,11 @@ class PredictedCosts:
     ``peak_mem_mb``, ...) the prediction and its ``1 - alpha`` interval.
 
     ``values[target] = (predicted, lower, upper)``; ``unseen`` says that the cost model never
-    saw this kind of architecture (its predictions rest on the features alone);
-    ``features`` are the architecture features it was given.
+    saw this kind of architecture (its predictions rest on the features alone), or, for the
+    kernel-level module model, that some ops were never measured: ``unmodelled_ops`` names
+    them (their roofline estimate widened the latency interval); ``features`` are the
+    architecture features it was given; ``model`` how the predictor was obtained (the default
+    model's origin, e.g. "trained on first use ... cached").
     """
 
     key: str
@@ -338,6 +341,8 @@ class PredictedCosts:
     values: Mapping[str, tuple[float, float, float]]
     features: Mapping[str, float]
     unseen: bool
+    unmodelled_ops: tuple[str, ...] = ()
+    model: str = ""
 
     def __getitem__(self, target: str) -> float:
         return self.values[target][0]
@@ -347,7 +352,8 @@ class PredictedCosts:
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"key": self.key, "name": self.name, "platform": self.platform,
-                               "alpha": self.alpha, "unseen_architecture": self.unseen}  # fmt: skip
+                               "alpha": self.alpha, "unseen_architecture": self.unseen,
+                               "unmodelled_ops": list(self.unmodelled_ops)}  # fmt: skip
         for t, (v, lo, hi) in self.values.items():
             out[t] = v
             out[f"{t}_lower"] = lo
@@ -355,21 +361,25 @@ class PredictedCosts:
         return out
 
 
-_MODELS: dict[tuple[str, float], Any] = {}
+_MODELS: dict[tuple[str, float, bool], Any] = {}
+#: which default predictor ``predict_costs`` gives a ResNet-space config on a platform name:
+#: ``"module"`` (the module model, as every other spec) or ``"resnet"`` (the platform's
+#: ResNet CostModel); chosen by accuracy on the zoo's ResNet rows (docs/costmodel.md)
+RESNET_CONFIGS_BY = "module"
 
 
-def _cached_model(platform: Any) -> Any:
+def _cached_model(platform: Any, specs: bool = True) -> Any:
     """:func:`resolve_model`, loading a named or saved model once per process (a model
     directory is loaded again when it changes)."""
     if not isinstance(platform, (str, Path)):
-        return resolve_model(platform, "cost model", specs=True)
+        return resolve_model(platform, "cost model", specs=specs)
     p = Path(platform)
     stamp = p.stat().st_mtime if p.exists() else 0.0
-    key = (str(platform), stamp)
+    key = (str(platform), stamp, specs)
     if key not in _MODELS:
         if len(_MODELS) > 16:
             _MODELS.clear()
-        _MODELS[key] = resolve_model(platform, "cost model", specs=True)
+        _MODELS[key] = resolve_model(platform, "cost model", specs=specs)
     return _MODELS[key]
 
 
@@ -379,11 +389,13 @@ def _traced_spec_features(spec: Any) -> dict[str, Any]:
     key = spec.key
     if key in _SPEC_FEATURES:
         return _SPEC_FEATURES[key]
-    from carb_nas.features import trace_features
+    from carb_nas.features import FEATURE_COLUMNS, trace_ops
 
     module = spec.module if spec.kind == "module" else spec.build("meta")
     try:
-        feats = trace_features(module, spec.input_shape, spec.precision)
+        # the op table is cached: the module model's own trace of it is then a lookup
+        traced = trace_ops(module, spec.input_shape, spec.precision)[1]
+        feats = {c: traced[c] for c in FEATURE_COLUMNS}
     except ConfigError:
         raise
     except Exception as e:  # noqa: BLE001 - the user's forward: map to one line
@@ -473,6 +485,8 @@ def predict_spec(model: Any, spec: Any, alpha: float = 0.1) -> tuple[pd.DataFram
     from carb_nas.costmodel import ModuleCostModel
 
     if isinstance(model, ModuleCostModel):  # per-operator models + network cascade
+        if spec.kind != "config":
+            spec_inputs(spec)  # traced first: a module meta cannot run is one clear line
         return model.predict_spec(spec, alpha)
     model_targets(model)
     X = spec_inputs(spec)
@@ -511,15 +525,25 @@ def predict_costs(
     default the platform's. The module is traced on the meta device (nothing is allocated
     or run); its weights are untouched.
 
-    The shipped cost models were trained on ResNets only: for other architectures the
-    result says ``unseen=True`` and a warning says so; expect poor accuracy there.
+    On a shipped platform name with a multi-family dataset (``cpu/torch/fp32``) the
+    predictor is the kernel-level module model (``costmodel.load_default_module_model``:
+    trained on first use on carb_nas/data/zoo, cached); a config in the ResNet space goes to
+    the platform's ResNet ``CostModel`` where :data:`RESNET_CONFIGS_BY` says so (see
+    docs/costmodel.md for the measurement behind that choice). Ops the module model never
+    measured are listed in ``unmodelled_ops`` and a warning; a ResNet-only cost model given
+    another architecture says ``unseen=True`` and warns; expect poor accuracy there.
     """
     import warnings
 
+    from carb_nas.costmodel import ModuleCostModel
     from carb_nas.models import ModelSpec
     from carb_nas.space import Config
 
-    cost_model = _cached_model(platform)
+    resnet = isinstance(model, Config) and model.family in RESNET_FAMILIES
+    if resnet and RESNET_CONFIGS_BY == "resnet" and isinstance(platform, str):
+        cost_model = _cached_model(platform, specs=False)
+    else:
+        cost_model = _cached_model(platform)
     if precision is None:
         known = trained_levels(cost_model, "precision")
         precision = known[0] if known and len(known) == 1 else "fp32"
@@ -542,7 +566,18 @@ def predict_costs(
             )
         spec = ModelSpec.from_module(model, input_shape, precision)
     pred, unseen = predict_spec(cost_model, spec, alpha)
-    if unseen:
+    unmodelled: tuple[str, ...] = ()
+    if isinstance(cost_model, ModuleCostModel):
+        unmodelled = tuple(pred["unmodelled_ops"].iloc[0]) if unseen else ()
+        if unmodelled:
+            warnings.warn(
+                f"the module cost model ({platform_name(cost_model)}) never measured ops "
+                f"{list(unmodelled)} of {spec.name}: their roofline estimate is added and "
+                "widens the latency interval by as much.",
+                UserWarning,
+                stacklevel=2,
+            )
+    elif unseen:
         what = spec.config.family if spec.config is not None else "architecture"
         warnings.warn(
             f"the cost model ({platform_name(cost_model)}) never saw this {what} "
@@ -561,4 +596,5 @@ def predict_costs(
 
     features = {c: float(X[c]) for c in FEATURE_COLUMNS}
     return PredictedCosts(spec.key, spec.name, platform_name(cost_model), alpha, values,
-                          features, unseen)  # fmt: skip
+                          features, unseen, unmodelled,
+                          str(getattr(cost_model, "default_origin_", "")))  # fmt: skip

@@ -58,3 +58,19 @@ def model_dirs(tmp_path_factory, torch_model, ort_model):
     torch_model.save(root / "torch")
     ort_model.save(root / "ort")
     return root / "torch", root / "ort"
+
+
+@pytest.fixture
+def tiny_module_defaults(monkeypatch, model_cache):
+    """The default module model (``costmodel.load_default_module_model``) on 9 zoo networks
+    per family group, in an empty cache for this test (the real one trains on all 880)."""
+    from carb_nas import scoring
+    from carb_nas.costmodel import _defaults
+
+    monkeypatch.setattr(
+        _defaults,
+        "DEFAULT_MODULE_PARAMS",
+        {**_defaults.DEFAULT_MODULE_PARAMS, "rows_per_family": 9},
+    )
+    monkeypatch.setattr(scoring, "_MODELS", {})
+    return model_cache

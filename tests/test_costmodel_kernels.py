@@ -163,3 +163,39 @@ def test_a_module_model_dir_is_refused_where_a_cost_model_is_needed(fake_data, t
     assert r.exit_code == 1 and "Traceback" not in r.output
     assert len(r.output.strip().splitlines()) == 1 and "ModuleCostModel" in r.output
     assert not out.exists()
+
+
+def test_ops_beyond_the_measured_range_get_the_prior_alone(fake_data, tmp_path):
+    _, ops = fake_data
+    km = KernelCostModel().fit(ops)
+    conv = ops[ops["kind"] == "conv"].iloc[[0]].copy()
+    big = conv.assign(flops=conv["flops"] * 1000, signature="bigger-than-any")
+    assert km._beyond(big).all() and not km._beyond(conv).any()
+    ms, seen = km.predict_ops(big)
+    assert seen.all() and ms[0] == pytest.approx(km._prior(big)[0])
+    # the range survives save/load
+    d = tmp_path / "k"
+    d.mkdir()
+    part = km.save_to(d)
+    again = KernelCostModel.load_from(d, part)
+    assert again.range_ == km.range_ and again._beyond(big).all()
+
+
+def test_physics_memory_and_kernel_intervals_persist(fake_data, tmp_path):
+    from carb_nas.costmodel import MEMORY_TERMS
+
+    rows, ops = fake_data
+    m = ModuleCostModel().fit(rows, ops)
+    assert m.mode == "kernel" and m.memory == "physics" and len(m.mem_coefs_) == len(MEMORY_TERMS)
+    p = m.predict(rows, ops, alpha=0.1)
+    mem = rows[list(MEMORY_TERMS)].to_numpy(float) @ np.array(m.mem_coefs_)
+    assert np.allclose(p["peak_mem_mb"], mem)
+    assert (p["latency_ms_lower"] <= p["latency_ms"]).all()
+    assert (p["latency_ms"] <= p["latency_ms_upper"]).all()
+    assert (p["peak_mem_mb_lower"] <= p["peak_mem_mb"]).all()
+    again = ModuleCostModel.load(m.save(tmp_path / "m"))
+    q = again.predict(rows, ops, alpha=0.1)
+    assert np.allclose(q["peak_mem_mb_upper"], p["peak_mem_mb_upper"])
+    assert np.allclose(q["latency_ms_upper"], p["latency_ms_upper"])
+    with pytest.raises(ModelError, match="invalid memory"):
+        ModuleCostModel(memory="magic").fit(rows, ops)

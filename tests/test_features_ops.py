@@ -130,3 +130,82 @@ def test_a_module_that_cannot_run_on_meta_raises_its_own_error():
 def test_bad_shape_is_refused():
     with pytest.raises(ConfigError, match="input shape"):
         trace_ops(_net(), (0, 3, 8, 8), cache=False)
+
+
+# -- the faster trace (issue 14): FLOP formulas without FlopCounterMode, the layer cache -------
+def _flop_counter_flops(module: nn.Module, shape: tuple[int, ...]) -> int:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with torch.inference_mode(), FlopCounterMode(display=False) as counter:
+        module.eval()(torch.empty(shape, device="meta"))
+    return int(counter.get_total_flops())
+
+
+@pytest.mark.parametrize(
+    "config",
+    [Config("mobilenet_v3_small", 11, 0.5, 32, 2), Config("regnet_y_400mf", 16, 0.5, 32, 1),
+     Config("densenet", 121, 0.25, 32, 1), Config("vgg_bn", 11, 0.25, 32, 2)],  # fmt: skip
+)
+def test_trace_flops_equal_flop_counter_mode(config):
+    shape = (config.batch_size, 3, config.resolution, config.resolution)
+    module = build_model(config, "meta")
+    clear_ops_cache()
+    assert trace_features(module, shape)["flops"] == _flop_counter_flops(module, shape)
+    # a linear on a 3-D input (matmul): composites decompose to FlopCounterMode's formulas
+    attn = nn.Sequential(nn.Flatten(2), nn.Linear(16, 16, device="meta"))
+    assert trace_features(attn, (2, 4, 4, 4))["flops"] == _flop_counter_flops(attn, (2, 4, 4, 4))
+
+
+def test_layer_cache_replays_the_same_table_and_features():
+    clear_ops_cache()
+    cold_ops, cold = trace_ops(_net(), (2, 3, 32, 32), cache=False)
+    # the second module is new to the table cache, but its layers are all cached now
+    clear_ops_cache(layers=False)
+    warm_ops, warm = trace_ops(_net(), (2, 3, 32, 32), cache=False)
+    assert warm == cold
+    assert warm_ops.equals(cold_ops)
+    # a family model: traced cold, then warm after another width of it filled the cache
+    c = Config("mobilenet_v2", 17, 0.5, 32, 2)
+    clear_ops_cache()
+    ref_ops, ref = trace_ops(build_model(c, "meta"), (2, 3, 32, 32))
+    clear_ops_cache(layers=False)
+    trace_ops(build_model(Config("mobilenet_v2", 17, 1.0, 32, 2), "meta"), (2, 3, 32, 32))
+    got_ops, got = trace_ops(build_model(c, "meta"), (2, 3, 32, 32))
+    assert got == ref and got_ops.equals(ref_ops)
+
+
+def test_layer_cache_leaves_user_layers_and_modules_alone():
+    class Doubler(nn.Module):  # a user's leaf layer: its forward is user code, never cached
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls = 0
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.calls += 1
+            return x * 2
+
+    net = nn.Sequential(nn.Conv2d(3, 4, 3), Doubler())
+    clear_ops_cache()
+    trace_ops(net, (1, 3, 8, 8), cache=False)
+    trace_ops(net, (1, 3, 8, 8), cache=False)
+    assert net[1].calls == 2
+    assert "forward" not in net[0].__dict__  # the wrapper is removed after the trace
+    ops, _ = trace_ops(net, (1, 3, 8, 8), cache=False)
+    assert list(ops["kind"]) == ["conv", "mul"]
+    # a real-device module keeps its weights and mode
+    real = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)).train()
+    w = real[0].weight.detach().clone()
+    trace_ops(real, (1, 3, 8, 8), cache=False)
+    assert real.training and torch.equal(real[0].weight, w)
+
+
+def test_layer_cache_tells_layers_apart_by_state_extra_repr_hides():
+    # nn.Hardswish's extra_repr does not show ``inplace``: an in-place entry must not replay
+    # for the out-of-place layer (its output is a new activation)
+    clear_ops_cache()
+    inplace = trace_features(nn.Sequential(nn.Conv2d(3, 4, 3), nn.Hardswish(inplace=True)),
+                             (1, 3, 8, 8))  # fmt: skip
+    plain = trace_features(nn.Sequential(nn.Conv2d(3, 4, 3), nn.Hardswish()), (1, 3, 8, 8))
+    clear_ops_cache()
+    assert plain == trace_features(nn.Sequential(nn.Conv2d(3, 4, 3), nn.Hardswish()), (1, 3, 8, 8))
+    assert plain["act_mb_total"] > inplace["act_mb_total"]

@@ -52,3 +52,21 @@ def test_op_schema_gives_the_aten_name() -> None:
         f"{op._schema.name!r}, expected 'aten::convolution'): carb_nas.features trace needs it"
     )
     assert internals.op_name(torch.ops.aten.add_.Tensor) == "add_"
+
+
+def test_flop_formulas_count_like_flop_counter_mode() -> None:
+    try:
+        formulas = internals.flop_formulas()
+        packet = internals.overload_packet(torch.ops.aten.mm.default)
+    except (ImportError, AttributeError) as e:
+        pytest.fail(
+            f"torch {TORCH} removed torch.utils.flop_counter.flop_registry or "
+            f"OpOverload._overloadpacket ({e}): the carb_nas.features trace counts FLOPs with "
+            "them (carb_nas._torch_internals.flop_formulas / overload_packet)"
+        )
+    a, b = torch.empty((4, 8), device="meta"), torch.empty((8, 3), device="meta")
+    assert packet in formulas, (
+        f"torch {TORCH} changed flop_registry's keys (aten.mm missing): carb_nas.features "
+        "trace needs overload packets as keys"
+    )
+    assert formulas[packet](a, b, out_val=torch.empty((4, 3), device="meta")) == 2 * 4 * 8 * 3

@@ -610,16 +610,28 @@ def predict_cmd(
         spec_inputs(spec)  # traced (and cached) before the model loads: bad specs fail fast
         cost_model = load_predictor(model, "MODEL")
         pred, unseen = predict_spec(cost_model, spec, alpha if alpha is not None else 0.1)
-        if unseen:
+        origin = getattr(cost_model, "default_origin_", None)
+        if origin:
+            info(f"model {model}: {origin}")
+        unmodelled = list(pred["unmodelled_ops"].iloc[0]) if "unmodelled_ops" in pred else []
+        if unmodelled:
+            warnings.warn(
+                f"the model ({model}) never measured ops {unmodelled}: their roofline "
+                "estimate is added and widens the latency interval by as much.",
+                UserWarning,
+                stacklevel=1,
+            )
+        elif unseen:
             warnings.warn(
                 f"the model ({model}) never saw this architecture: it was trained on "
                 "ResNets only, so expect poor accuracy.",
                 UserWarning,
                 stacklevel=1,
             )
+        values = {k: float(v) for k, v in pred.iloc[0].items() if k != "unmodelled_ops"}
         row = {"key": spec.key, "model_spec": spec.factory,
-               "input_shape": ",".join(map(str, spec.input_shape)),
-               **{k: float(v) for k, v in pred.iloc[0].items()}}  # fmt: skip
+               "input_shape": ",".join(map(str, spec.input_shape)), **values,
+               "unmodelled_ops": " ".join(unmodelled)}  # fmt: skip
         if alpha is None:
             row = {k: v for k, v in row.items() if not k.endswith(("_lower", "_upper"))}
         out = pd.DataFrame([row])

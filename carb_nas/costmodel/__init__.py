@@ -76,11 +76,14 @@ from carb_nas.costmodel._common import (
 from carb_nas.costmodel._defaults import (
     CACHE_ENV,
     DEFAULT_MODEL_PARAMS,
+    DEFAULT_MODULE_PARAMS,
     default_model_cache_dir,
     default_model_dir,
     load_default_model,
+    load_default_module_model,
     load_model,
     load_predictor,
+    zoo_dataset_paths,
 )
 from carb_nas.costmodel._estimator import CostModel
 from carb_nas.costmodel._evaluation import (
@@ -101,6 +104,8 @@ from carb_nas.costmodel._evaluation import (
 from carb_nas.costmodel._intervals import MIN_CONFORMAL
 from carb_nas.costmodel._kernels import (
     KERNEL_SUM,
+    MEMORY_MODES,
+    MEMORY_TERMS,
     MODES,
     NETWORK_COLUMNS,
     KernelCostModel,
@@ -148,6 +153,9 @@ __all__ = [
     "default_model_cache_dir",
     "DEFAULT_MODEL_PARAMS",
     "CACHE_ENV",
+    "load_default_module_model",
+    "DEFAULT_MODULE_PARAMS",
+    "zoo_dataset_paths",
     # evaluation
     "regression_metrics",
     "score",
@@ -181,6 +189,8 @@ __all__ = [
     "lofo_report",
     "family_groups",
     "MODES",
+    "MEMORY_MODES",
+    "MEMORY_TERMS",
     "NETWORK_COLUMNS",
     "KERNEL_SUM",
 ]

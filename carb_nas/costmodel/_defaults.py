@@ -135,9 +135,120 @@ DEFAULT_ORIGINS = {
 }
 
 
-def _with_origin(model: CostModel, origin: str) -> CostModel:
+def _with_origin(model: Any, origin: str) -> Any:
     model.default_origin_ = DEFAULT_ORIGINS[origin]
     return model
+
+
+# -- the default model for any module: ModuleCostModel on the shipped zoo dataset -------------
+#: the default recipe of :func:`load_default_module_model` (``ModuleCostModel`` parameters,
+#: plus ``rows_per_family``: None = every measured row, N = the first N per family group by
+#: key, a cheaper model for tests)
+# bumped when the module model's features or fitting change within one carb_nas version
+_MODULE_RECIPE_REVISION = 3
+DEFAULT_MODULE_PARAMS: Mapping[str, Any] = MappingProxyType(
+    {"mode": "kernel", "preset": "fast", "random_state": 0, "rows_per_family": None}
+)
+
+
+def zoo_dataset_paths(platform: str = "cpu/torch/fp32") -> tuple[Path, Path] | None:
+    """``(rows, ops)`` of the multi-family dataset shipped for ``platform``
+    (carb_nas/data/zoo/), or None where none is shipped."""
+    d = Path(__file__).resolve().parents[1] / "data" / "zoo"
+    stem = platform.replace("/", "_") + "_zoo"
+    rows, ops = d / f"{stem}.csv", d / f"{stem}_ops.csv.gz"
+    return (rows, ops) if rows.is_file() and ops.is_file() else None
+
+
+def _zoo_training_rows(rows_csv: Path, rows_per_family: int | None) -> Any:
+    import pandas as pd
+
+    from carb_nas.costmodel._kernels import family_groups
+
+    rows = pd.read_csv(rows_csv)
+    rows = rows[(rows["status"] == "ok") & rows["latency_ms"].notna() & rows["peak_mem_mb"].notna()]
+    rows = rows.sort_values("key").reset_index(drop=True)
+    if rows_per_family:
+        group = family_groups(rows["family"])
+        rows = rows.groupby(group, sort=True).head(int(rows_per_family)).reset_index(drop=True)
+    return rows
+
+
+def load_default_module_model(
+    platform: str = "cpu/torch/fp32",
+    verbose: bool = True,
+    *,
+    params: Mapping[str, Any] | None = None,
+) -> Any:
+    """The default predictor of any module on ``platform``: a
+    :class:`~carb_nas.costmodel.ModuleCostModel` (per-operator models + network cascade,
+    :data:`DEFAULT_MODULE_PARAMS` updated by ``params``) trained on first use on the
+    multi-family dataset shipped for the platform (``carb_nas/data/zoo``: its networks and
+    per-op table), cached under :func:`default_model_cache_dir` keyed by a hash of both
+    files and of the recipe, loaded afterwards (no pickle). ``model.default_origin_`` says
+    which. Raises ``ModelError`` for a platform without such a dataset; an unwritable cache
+    is refused before training."""
+    import pandas as pd
+
+    from carb_nas.costmodel._common import package_version
+    from carb_nas.costmodel._kernels import FORMAT_VERSION as MODULE_FORMAT_VERSION
+    from carb_nas.costmodel._kernels import ModuleCostModel, network_tables
+
+    paths = zoo_dataset_paths(platform)
+    if paths is None:
+        raise err(
+            f"no shipped multi-family dataset for platform {platform!r}",
+            "cpu/torch/fp32 (carb_nas/data/zoo)",
+            repr(platform),
+            "Fit one on an ops campaign (ModuleCostModel().fit(*network_tables(rows, ops))) "
+            "and pass its saved directory instead.",
+        )
+    recipe_params = {**DEFAULT_MODULE_PARAMS, **(params or {})}
+    unknown = set(recipe_params) - set(DEFAULT_MODULE_PARAMS)
+    if unknown:
+        raise err(
+            "unknown default module-model parameters",
+            f"some of {sorted(DEFAULT_MODULE_PARAMS)}",
+            f"{sorted(unknown)}",
+            "Drop them.",
+        )
+    h = hashlib.sha256()
+    for path in paths:
+        h.update(path.read_bytes())
+    # the features are traced by this carb_nas: its version is part of the recipe
+    h.update(json.dumps([recipe_params, MODULE_FORMAT_VERSION, _MODULE_RECIPE_REVISION,
+                         package_version()],
+                        sort_keys=True, default=str).encode())  # fmt: skip
+    name = f"{platform.replace('/', '_')}-module-{h.hexdigest()[:16]}"
+    cache = default_model_cache_dir()
+    cached = cache / name
+    if (cached / "manifest.json").is_file():
+        try:
+            return _with_origin(ModuleCostModel.load(cached), "loaded")
+        except ModelError:
+            shutil.rmtree(cached, ignore_errors=True)  # damaged cache entry: retrain it
+    _check_writable(cache)
+    rows = _zoo_training_rows(paths[0], recipe_params.pop("rows_per_family"))
+    if verbose:
+        print(
+            f"carb_nas: training the default {platform} module model on {len(rows)} shipped "
+            f"networks of {rows['family'].nunique()} families and their per-op times "
+            f"(first use only; cached in {cache})",
+            file=sys.stderr,
+            flush=True,
+        )
+    t0 = time.perf_counter()
+    ops = pd.read_csv(paths[1])
+    net, tab = network_tables(rows, ops[ops["key"].isin(set(rows["key"]))])
+    model = ModuleCostModel(**recipe_params).fit(net, tab)
+    try:
+        model.save(cached)  # atomic; a concurrent first run that won is replaced by an equal one
+    except (OSError, ModelError) as e:
+        if verbose:
+            print(f"carb_nas: could not cache the module model ({e})", file=sys.stderr)
+    if verbose:
+        print(f"carb_nas: trained in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    return _with_origin(model, "trained")
 
 
 def load_model(spec: str | Path, role: str = "model") -> CostModel:
@@ -167,11 +278,16 @@ def load_model(spec: str | Path, role: str = "model") -> CostModel:
 
 
 def load_predictor(spec: str | Path, role: str = "model") -> Any:
-    """:func:`load_model`, or the kernel-level ``ModuleCostModel`` a directory holds: for the
-    callers that predict model specs (``predict_costs``, ``predict --model-spec``)."""
+    """The model that predicts model specs (``predict_costs``, ``predict --model-spec``):
+    the kernel-level ``ModuleCostModel`` a directory holds; for a shipped platform name with
+    a multi-family dataset (cpu/torch/fp32), the default module model
+    (:func:`load_default_module_model`); otherwise :func:`load_model`."""
     from carb_nas.costmodel._kernels import ModuleCostModel, is_module_model_dir
 
     p = Path(spec)
     if p.is_dir() and is_module_model_dir(p):
         return ModuleCostModel.load(p)
+    text = str(spec)
+    if text.count("/") == 2 and not p.exists() and zoo_dataset_paths(text) is not None:
+        return load_default_module_model(text)
     return load_model(spec, role)

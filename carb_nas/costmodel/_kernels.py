@@ -10,20 +10,28 @@ native-kernel flag). Training rows are the median time of each op *signature* (i
 of many networks count once, so the thousands of repeated blocks of a dataset cost nothing).
 An op whose (kind, name) was never measured is never dropped: it gets a roofline estimate
 (the training ops' median milliseconds per MB moved and per GFLOP), is listed in the result
-as unmodelled, and widens the network's interval by that estimate.
+as unmodelled, and widens the network's interval by that estimate. An op larger than every
+measured op of its kind (FLOPs, weight or activation bytes) gets its kind's prior alone, as
+the trees cannot extrapolate.
 
 :class:`ModuleCostModel` is the network-level part: a :class:`~carb_nas.costmodel.CostModel`
 over the network features (:data:`FEATURE_COLUMNS` + :data:`OP_AGGREGATE_COLUMNS`) with the
-kernel sum ``kernel_sum_ms`` as a feature (``mode="feature"``, the default: best median
-and worst-family share within +-10 % in the leave-one-family-out table of docs/costmodel.md),
+kernel sum ``kernel_sum_ms`` as a feature (``mode="feature"``),
 or as a feature and the latency offset through ``target_offsets`` (``mode="both"``: the
 offset is the fitted non-negative sum of ``kernel_sum_ms`` and ``n_ops``, a per-op framework
 overhead; a ``target_offsets`` column is always a feature of ``X`` too, so "offset alone" is
 not a separate choice); ``mode="network"`` ignores the kernel sum (the CARB cascade alone, on the
 physical offsets plus ``n_ops``) and ``mode="kernel"`` is the fitted non-negative
-``a x kernel sum + b x n_ops`` (the per-operator models alone). Peak memory is fitted
-relative to the traced ``tensor_peak_mb`` plus oneDNN's reordered weights
-(``onednn_weight_mb``, fitted cost). Training rows get the kernel sums of a kernel model
+``a x kernel sum + b x n_ops`` (the per-operator models alone; the default since ops beyond
+the measured range get the prior alone: best median and worst family within +-10 % in the
+leave-one-family-out table of docs/costmodel.md, session 14; its interval from the
+out-of-fold relative residuals). Peak memory
+(``memory="physics"``, the default) is the fitted non-negative sum of :data:`MEMORY_TERMS`
+(the traced ``tensor_peak_mb``, oneDNN's reordered weights ``onednn_weight_mb`` and the
+largest oneDNN conv weight reordered per call at batch >= 2, ``onednn_reorder_mb``), with an
+interval from its relative residuals; ``memory="cascade"`` lets the cascade's trees correct
+it (they fit the log-ratio to that sum, and do not extrapolate to wider families: VGG).
+Training rows get the kernel sums of a kernel model
 that never saw their network (grouped K-fold), as the cascade's own downstream features are
 out-of-fold, so the network model does not over-trust the sum.
 
@@ -51,6 +59,8 @@ from carb_nas.errors import ModelError
 from carb_nas.features import FEATURE_COLUMNS, OP_AGGREGATE_COLUMNS, trace_ops
 
 __all__ = [
+    "MEMORY_MODES",
+    "MEMORY_TERMS",
     "KernelCostModel",
     "ModuleCostModel",
     "MODES",
@@ -67,6 +77,12 @@ MODULE_FORMAT = "carb-nas-module-model"
 FORMAT_VERSION = 1
 MODES = ("kernel", "network", "feature", "both")
 KERNEL_SUM = "kernel_sum_ms"
+#: peak memory: ``"physics"`` (default) the fitted non-negative sum of :data:`MEMORY_TERMS`
+#: alone (relative error), ``"cascade"`` the network cascade's trees on the log-ratio to it
+MEMORY_MODES = ("physics", "cascade")
+#: the traced tensor peak, oneDNN's reordered weight copies, the largest oneDNN conv weight
+#: reordered per call at batch >= 2 (``features.op_aggregates``)
+MEMORY_TERMS = ("tensor_peak_mb", "onednn_weight_mb", "onednn_reorder_mb")
 NETWORK_COLUMNS = (*FEATURE_COLUMNS, *OP_AGGREGATE_COLUMNS)
 _NUMERIC = (
     "batch",
@@ -83,6 +99,7 @@ _NUMERIC = (
 )
 _LOGGED = ("flops", "read_bytes", "write_bytes", "weight_bytes")
 _CONV = ("conv", "dwconv", "gconv", "linear")
+_RANGE = ("flops", "weight_bytes", "read_bytes", "write_bytes")
 _XGB = {
     "n_estimators": 300,
     "max_depth": 8,
@@ -163,6 +180,14 @@ class KernelCostModel:
             if not (A @ coef > 0).all():
                 coef = np.array([float(np.median(ms_all[sel])), 0.0, 0.0, 0.0])
             self.prior_[k] = [float(v) for v in coef]
+        # per kind, the largest op measured: beyond it (in FLOPs, weight or activation bytes)
+        # the trees' correction is that of the largest ops they saw, not a trend, so such an
+        # op gets the prior alone (VGG's 925-MB linear layers against at most 16 MB in the
+        # other families: the per-op sum of VGG falls from 1.47x to 1.01x the measurement)
+        self.range_ = {
+            k: [float(v) for v in table.loc[table["kind"] == k, list(_RANGE)].max()]
+            for k in self.kinds_
+        }
         y = np.log(table["measured_ms"].to_numpy(float)) - np.log(self._prior(table))
         params = {**_XGB, **dict(self.xgb_params or {})}
         self.booster_ = xgb.XGBRegressor(
@@ -206,7 +231,8 @@ class KernelCostModel:
         # one prediction per distinct signature: repeated blocks cost nothing
         codes, uniq = pd.factorize(ops["signature"])
         first = ops.iloc[np.unique(codes, return_index=True)[1]]
-        pred = np.exp(self.booster_.predict(self._matrix(first))) * self._prior(first)
+        corr = np.exp(self.booster_.predict(self._matrix(first)))
+        pred = np.where(self._beyond(first), 1.0, corr) * self._prior(first)
         seen = np.array([f"{k}:{o}" in self._seen_set for k, o in zip(first["kind"], first["op"])])
         mb = (first["read_bytes"] + first["write_bytes"] + first["weight_bytes"]).to_numpy(
             float
@@ -215,6 +241,14 @@ class KernelCostModel:
         roof = mb * self.ms_per_mb_ + gf * self.ms_per_gflop_
         pred = np.where(seen, pred, roof)
         return pred[codes], seen[codes]
+
+    def _beyond(self, table: pd.DataFrame) -> np.ndarray:
+        """Rows larger than every measured op of their kind (see ``range_``)."""
+        ranges = getattr(self, "range_", None)
+        if not ranges:
+            return np.zeros(len(table), dtype=bool)
+        top = np.array([ranges.get(k, [np.inf] * len(_RANGE)) for k in table["kind"]])
+        return (table[list(_RANGE)].to_numpy(float) > top).any(axis=1)
 
     @property
     def _seen_set(self) -> set[str]:
@@ -247,6 +281,7 @@ class KernelCostModel:
             "ms_per_mb": self.ms_per_mb_,
             "ms_per_gflop": self.ms_per_gflop_,
             "prior": self.prior_,
+            "range": self.range_,
             "n_signatures": self.n_signatures_,
             "random_state": self.random_state,
         }
@@ -280,6 +315,7 @@ class KernelCostModel:
         m.ms_per_mb_, m.ms_per_gflop_ = float(part["ms_per_mb"]), float(part["ms_per_gflop"])
         m.n_signatures_ = int(part["n_signatures"])
         m.prior_ = {k: [float(x) for x in v] for k, v in part["prior"].items()}
+        m.range_ = {k: [float(x) for x in v] for k, v in part.get("range", {}).items()}
         booster = xgb.XGBRegressor()
         booster.load_model(str(path))
         m.booster_ = booster
@@ -325,12 +361,14 @@ class ModuleCostModel:
 
     def __init__(
         self,
-        mode: str = "feature",
+        mode: str = "kernel",
         preset: str = "fast",
         kernel_folds: int = 3,
         random_state: int = 0,
         n_jobs: int | None = 1,
+        memory: str = "physics",
     ) -> None:
+        self.memory = memory
         self.mode = mode
         self.preset = preset
         self.kernel_folds = kernel_folds
@@ -340,6 +378,11 @@ class ModuleCostModel:
     def _check_mode(self) -> None:
         if self.mode not in MODES:
             raise err("invalid mode", f"one of {list(MODES)}", repr(self.mode), "Use 'both'.")
+        if self.memory not in MEMORY_MODES:
+            raise err(
+                "invalid memory", f"one of {list(MEMORY_MODES)}", repr(self.memory),
+                "Use 'physics'.",
+            )  # fmt: skip
 
     def _X(self, rows: pd.DataFrame, ksum: np.ndarray | None) -> pd.DataFrame:
         X = rows[list(NETWORK_COLUMNS)].astype(float).copy()
@@ -352,15 +395,21 @@ class ModuleCostModel:
         # memory: the traced tensor peak plus oneDNN's reordered weight copies; latency: the
         # kernel sum (or the physical resources) plus a per-op overhead (``n_ops``: framework
         # time between kernels, which the profiler's op events do not cover)
-        off: dict[str, Any] = {"peak_mem_mb": ["tensor_peak_mb", "onednn_weight_mb"]}
+        off: dict[str, Any] = {"peak_mem_mb": list(MEMORY_TERMS)}
         physical = [*PHYSICAL_OFFSETS["latency_ms"], "n_ops"]
         off["latency_ms"] = [KERNEL_SUM, "n_ops"] if self.mode == "both" else physical
         return off
 
     def _network_sums(
-        self, km: KernelCostModel, rows: pd.DataFrame, ops: pd.DataFrame
+        self,
+        km: KernelCostModel,
+        rows: pd.DataFrame,
+        ops: pd.DataFrame,
+        seen_out: list | None = None,
     ) -> pd.DataFrame:
         ms, seen = km.predict_ops(ops)
+        if seen_out is not None:
+            seen_out.append(seen)  # predict() lists the unmodelled ops without predicting again
         per = pd.DataFrame({"key": ops["key"].to_numpy(), "ms": ms, "un": np.where(seen, 0.0, ms)})
         g = per.groupby("key").sum()
         return g.reindex(rows["key"]).fillna(0.0)
@@ -412,13 +461,27 @@ class ModuleCostModel:
         A = np.column_stack([oof, rows["n_ops"].to_numpy(float)]) / y_lat[:, None]
         coef, _ = nnls(A, np.ones(len(rows)))
         self.kernel_coefs_ = [float(c) for c in coef] if coef.any() else [self.scale_, 0.0]
+        # kernel mode's interval: the relative residuals of that fit on the out-of-fold sums
+        # (each row's sum from a kernel model that never saw its network)
+        a, b = self.kernel_coefs_
+        fit_lat = np.maximum(a * oof + b * rows["n_ops"].to_numpy(float), 1e-9)
+        self.kernel_scores_ = sorted(float(v) for v in np.abs(np.log(y_lat / fit_lat)))
+        # peak memory, physics: a non-negative sum of the memory terms (relative error); its
+        # scores |log(y / fit)| give the interval (3 coefficients: in-sample is close to
+        # held-out). The trees do not extrapolate to families wider than the training ones.
+        y_mem = rows["peak_mem_mb"].to_numpy(float)
+        A_mem = rows[list(MEMORY_TERMS)].to_numpy(float)
+        mcoef, _ = nnls(A_mem / y_mem[:, None], np.ones(len(rows)))
+        self.mem_coefs_ = [float(c) for c in mcoef]
+        fit_mem = np.maximum(A_mem @ mcoef, 1e-9)
+        self.mem_scores_ = sorted(float(v) for v in np.abs(np.log(y_mem / fit_mem)))
         if self.mode == "network":
             oof = np.zeros(len(rows))
         if self.mode == "kernel":
             mem = CostModel(
                 preset=self.preset,
                 targets=["peak_mem_mb"],
-                target_offsets={"peak_mem_mb": ["tensor_peak_mb", "onednn_weight_mb"]},
+                target_offsets={"peak_mem_mb": list(MEMORY_TERMS)},
                 random_state=self.random_state,
                 n_jobs=self.n_jobs,
             )
@@ -445,26 +508,40 @@ class ModuleCostModel:
                 "got an unfitted model. Fit it on a measured ops campaign."
             )
         rows = rows.reset_index(drop=True)
-        sums = self._network_sums(self.kernel_, rows, ops)
+        seen_out: list = []
+        sums = self._network_sums(self.kernel_, rows, ops, seen_out)
         ksum = sums["ms"].to_numpy() * self.scale_
         un = sums["un"].to_numpy() * self.scale_
-        X = self._X(rows, ksum)
-        out = self.network_.predict(X, alpha=alpha) if alpha else self.network_.predict(X)
-        out = out.reset_index(drop=True)
+        if self.mode == "kernel" and self.memory == "physics":
+            out = pd.DataFrame(index=range(len(rows)))  # neither target needs the cascade
+        else:
+            X = self._X(rows, ksum)
+            out = self.network_.predict(X, alpha=alpha) if alpha else self.network_.predict(X)
+            out = out.reset_index(drop=True)
         if self.mode == "kernel":
             a, b = self.kernel_coefs_
             lat = a * sums["ms"].to_numpy() + b * rows["n_ops"].to_numpy(float)
             out["latency_ms"] = lat
             ksum_lat = lat
             if alpha:
-                out["latency_ms_lower"], out["latency_ms_upper"] = ksum_lat * 0.8, ksum_lat * 1.25
+                scores = getattr(self, "kernel_scores_", None) or [np.log(1.25)]
+                q = float(np.quantile(scores, 1 - alpha, method="higher"))
+                out["latency_ms_lower"] = ksum_lat * np.exp(-q)
+                out["latency_ms_upper"] = ksum_lat * np.exp(q)
+        if self.memory == "physics":
+            mem = np.maximum(rows[list(MEMORY_TERMS)].to_numpy(float) @ self.mem_coefs_, 1e-9)
+            out["peak_mem_mb"] = mem
+            if alpha:
+                q = float(np.quantile(self.mem_scores_, 1 - alpha, method="higher"))
+                out["peak_mem_mb_lower"] = mem * np.exp(-q)
+                out["peak_mem_mb_upper"] = mem * np.exp(q)
         out[KERNEL_SUM] = ksum
         out["unmodelled_ms"] = un
         if alpha and "latency_ms_upper" in out:
             # ops never measured: their roofline estimate is a guess; widen by it both ways
             out["latency_ms_upper"] = out["latency_ms_upper"] + un
             out["latency_ms_lower"] = np.maximum(out["latency_ms_lower"] - un, 0.0)
-        names = ops.assign(_seen=self.kernel_.predict_ops(ops)[1])
+        names = ops.assign(_seen=seen_out[0])
         un_names = names[~names["_seen"]].groupby("key")["op"].agg(lambda s: sorted(set(s)))
         out["unmodelled_ops"] = [un_names.get(k, []) for k in rows["key"]]
         return out
@@ -506,6 +583,10 @@ class ModuleCostModel:
                 "preset": self.preset,
                 "scale": self.scale_,
                 "kernel_coefs": self.kernel_coefs_,
+                "memory": self.memory,
+                "mem_coefs": self.mem_coefs_,
+                "mem_scores": self.mem_scores_,
+                "kernel_scores": self.kernel_scores_,
                 "platform": self.platform_,
                 "kernel": part,
             }
@@ -530,7 +611,14 @@ class ModuleCostModel:
                 f"not a module cost model: expected format {MODULE_FORMAT!r} version "
                 f"{FORMAT_VERSION}, got {manifest.get('format')!r}. Save it again."
             )
-        m = cls(mode=manifest["mode"], preset=manifest["preset"])
+        m = cls(
+            mode=manifest["mode"],
+            preset=manifest["preset"],
+            memory=manifest.get("memory", "cascade"),  # saved before the physics default
+        )
+        m.mem_coefs_ = [float(v) for v in manifest.get("mem_coefs", [])]
+        m.mem_scores_ = [float(v) for v in manifest.get("mem_scores", [])]
+        m.kernel_scores_ = [float(v) for v in manifest.get("kernel_scores", [])]
         m.scale_ = float(manifest["scale"])
         m.kernel_coefs_ = [float(v) for v in manifest["kernel_coefs"]]
         m.platform_ = dict(manifest.get("platform") or {"platform": "cpu/torch/fp32"})

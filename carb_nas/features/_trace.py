@@ -8,6 +8,7 @@ private APIs the tracer needs come from :mod:`carb_nas._torch_internals`.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import weakref
 from collections.abc import Callable, Sequence
@@ -17,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from carb_nas._torch_internals import dispatch_mode_base, op_name
+from carb_nas._torch_internals import dispatch_mode_base, flop_formulas, op_name, overload_packet
 from carb_nas.errors import ConfigError
 from carb_nas.features import _torch_cpu as torch_cpu
 from carb_nas.features._common import FEATURE_COLUMNS, MB, derive
@@ -113,6 +114,68 @@ def _pair(v: Any) -> tuple[int, ...]:
     return v * 2 if len(v) == 1 else v
 
 
+# FLOPs as ``FlopCounterMode`` counts them (its formulas on the ops a composite decomposes
+# into), without its per-module hooks: ops whose decomposition never reaches a formula are
+# remembered as FLOP-free; the others' counts are cached by argument shapes and scalars.
+_FLOP_FREE: set[Any] = set()
+_FLOP_CACHE: dict[tuple, int] = {}
+
+
+def _arg_key(a: Any) -> Any:
+    if isinstance(a, torch.Tensor):
+        return ("T", tuple(a.shape), a.dtype)
+    if isinstance(a, (list, tuple)):
+        return tuple(_arg_key(v) for v in a)
+    if isinstance(a, (int, float, bool, str)) or a is None:
+        return a
+    return type(a).__name__
+
+
+class _FlopCounter(dispatch_mode_base()):  # type: ignore[misc]
+    """Counts the FLOPs of the ops it sees, decomposing composites first (FlopCounterMode's
+    order)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flops = 0
+        self.formula_seen = False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        kwargs = kwargs or {}
+        with self:
+            r = func.decompose(*args, **kwargs)
+        if r is not NotImplemented:
+            return r
+        out = func(*args, **kwargs)
+        formula = flop_formulas().get(overload_packet(func))
+        if formula is not None:
+            self.formula_seen = True
+            self.flops += int(formula(*args, **kwargs, out_val=out))
+        return out
+
+
+def _op_flops(func: Any, args: tuple, kwargs: dict, out: Any) -> int:
+    """The FLOPs ``FlopCounterMode`` counts for one op seen by the tracer."""
+    if func in _FLOP_FREE:
+        return 0
+    formula = flop_formulas().get(overload_packet(func))
+    if formula is not None:
+        return int(formula(*args, **kwargs, out_val=out))
+    key = (func, _arg_key(args), _arg_key(tuple(sorted(kwargs.items()))))
+    hit = _FLOP_CACHE.get(key)
+    if hit is not None:
+        return hit
+    counter = _FlopCounter()
+    with counter:
+        func(*args, **kwargs)
+    if not counter.formula_seen:
+        _FLOP_FREE.add(func)
+    if len(_FLOP_CACHE) > 65536:
+        _FLOP_CACHE.clear()
+    _FLOP_CACHE[key] = counter.flops
+    return counter.flops
+
+
 class _ForwardTracer(dispatch_mode_base()):  # type: ignore[misc]
     """Tracks live tensor bytes (via storage lifetimes), activations and layer counts."""
 
@@ -127,6 +190,8 @@ class _ForwardTracer(dispatch_mode_base()):  # type: ignore[misc]
         self.pool_in_bytes = 0
         self.counts = {"conv": 0, "bn": 0, "linear": 0}
         self.residual_shapes: list[tuple[int, ...]] = []
+        self.flops = 0
+        self.paused = False
         self.n_ops = 0  # aten ops seen (the op recorder of ``_ops`` tells real ops by it)
         self.last_op = ""
         self._known: dict[int, weakref.ref] = {}
@@ -151,6 +216,8 @@ class _ForwardTracer(dispatch_mode_base()):  # type: ignore[misc]
             return None
         if name == "batch_norm" and not _arg(args, kwargs, 5, "training", False):
             return torch.empty_like(x)
+        if name == "dropout" and not _arg(args, kwargs, 2, "train", False):
+            return torch.empty_like(x)  # eval dropout: a copy, as its decomposition makes
         if name == "relu_" or name in _INPLACE_UNARY:
             return x
         if name in _UNARY and x.is_floating_point():
@@ -167,12 +234,15 @@ class _ForwardTracer(dispatch_mode_base()):  # type: ignore[misc]
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
+        if self.paused:  # a cached layer's outputs being rebuilt (_LayerCache)
+            return func(*args, **kwargs)
         name = op_name(func)
         self.n_ops += 1
         self.last_op = name
         out = self._shortcut(name, args, kwargs)
         if out is None:
             out = func(*args, **kwargs)
+        self.flops += _op_flops(func, args, kwargs, out)
         outs = out if isinstance(out, (tuple, list)) else (out,)
         if name in _BN_OPS:
             outs = outs[:1]  # eval BN statistics outputs are empty on CPU
@@ -215,6 +285,194 @@ class _ForwardTracer(dispatch_mode_base()):  # type: ignore[misc]
             ):
                 self.residual_shapes.append(tuple(a.shape[1:]))
         return out
+
+
+    def register(self, t: torch.Tensor) -> None:
+        """Count a new output storage as live (a cached layer's output, see _LayerCache)."""
+        st = t.untyped_storage()
+        key = id(st)
+        nbytes = self._nbytes(t, st)
+        self._known[key] = weakref.ref(st, lambda _r, k=key, b=nbytes: self._free(k, b))
+        self.live += nbytes
+
+    def state(self) -> tuple:
+        d = self.dispatch
+        return (self.act_total, d.native_conv_flops, d.onednn_weight_bytes, d.mmap_bytes,
+                self.pool_in_bytes, self.counts["conv"], self.counts["bn"],
+                self.counts["linear"], self.n_ops, self.flops)  # fmt: skip
+
+    def add_state(self, delta: tuple) -> None:
+        d = self.dispatch
+        self.act_total += delta[0]
+        d.native_conv_flops += delta[1]
+        d.onednn_weight_bytes += delta[2]
+        d.mmap_bytes += delta[3]
+        self.pool_in_bytes += delta[4]
+        self.counts["conv"] += delta[5]
+        self.counts["bn"] += delta[6]
+        self.counts["linear"] += delta[7]
+        self.n_ops += delta[8]
+        self.flops += delta[9]
+
+
+# -- the layer cache: a torch.nn leaf layer (conv, norm, activation, pooling, linear, ...)
+# called with an input of a shape it has seen is not run again: its effect on the trace
+# (op rows, counters, peak, outputs) is replayed, so repeated blocks cost a dictionary lookup.
+_LAYER_CACHE: dict[tuple, dict[str, Any]] = {}
+_LAYER_CACHE_MAX = 16384
+
+
+def _plain(v: Any) -> bool:
+    if isinstance(v, (list, tuple)):
+        return all(_plain(x) for x in v)
+    return v is None or isinstance(v, (bool, int, float, str))
+
+
+class ModuleWalk:
+    """One walk over a module tree: its parameters and buffers (deduplicated, by full name),
+    the torch.nn leaf layers the layer cache may take with their static keys, and a hash of
+    the structure (every submodule's name, class and ``extra_repr``, every tensor's name,
+    shape and dtype: what fixes a forward pass as far as shapes go)."""
+
+    def __init__(self, module: nn.Module) -> None:
+        self.params: dict[str, torch.Tensor] = {}
+        self.buffers: dict[str, torch.Tensor] = {}
+        self.layers: list[tuple[nn.Module, tuple]] = []
+        h = hashlib.sha1()
+        seen: set[int] = set()
+        for name, m in module.named_modules():
+            cls = type(m)
+            extra = m.extra_repr()
+            h.update(f"{name}:{cls.__module__}.{cls.__qualname__}({extra});".encode())
+            own = []
+            for kind, items in (("p", m.named_parameters(recurse=False)),
+                                ("b", m.named_buffers(recurse=False))):  # fmt: skip
+                for attr, t in items:
+                    own.append((attr, tuple(t.shape), t.dtype))
+                    if id(t) in seen:
+                        continue
+                    seen.add(id(t))
+                    full = f"{name}.{attr}" if name else attr
+                    (self.params if kind == "p" else self.buffers)[full] = t
+                    h.update(f"{full}{tuple(t.shape)}{t.dtype};".encode())
+            if (
+                cls.__module__.startswith("torch.nn.modules.")
+                and next(iter(m.children()), None) is None
+                and "forward" not in m.__dict__
+                and not m._forward_hooks
+                and not m._forward_pre_hooks
+            ):
+                # extra_repr does not always show the state that matters (Hardswish's
+                # ``inplace``): every plain public attribute is part of the key
+                state = tuple(sorted((k, v) for k, v in vars(m).items()
+                                     if not k.startswith("_") and _plain(v)))  # fmt: skip
+                self.layers.append((m, (cls, extra, tuple(own), state)))
+        self.structure = h.hexdigest()
+
+
+class _LayerCache:
+    """Wraps the leaf layers of one trace (see above); ``restore()`` undoes it."""
+
+    def __init__(self, walk: ModuleWalk, tracer: _ForwardTracer, recorder: Any, tag: tuple):
+        self.tracer, self.recorder, self.tag = tracer, recorder, tag
+        self.wrapped: list[nn.Module] = []
+        for m, key in walk.layers:
+            # an instance attribute shadows the class's forward (nn.Module.__setattr__ would
+            # cost more than the trace of the layer)
+            m.__dict__["forward"] = self._wrap(m, m.forward, key)
+            self.wrapped.append(m)
+
+    def restore(self) -> None:
+        for m in self.wrapped:
+            m.__dict__.pop("forward", None)
+
+    def _wrap(self, m: nn.Module, forward: Callable, static: tuple) -> Callable:
+        tracer = self.tracer
+
+        def cached_forward(*args: Any, **kwargs: Any) -> Any:
+            x = args[0] if len(args) == 1 and not kwargs else None
+            if not isinstance(x, torch.Tensor) or tracer.paused:
+                return forward(*args, **kwargs)
+            # the input's metadata, read past the modes (each read would be an op for them)
+            self._pause(True)
+            try:
+                key = (static, self.tag, tuple(x.shape), x.stride(), x.dtype,
+                       x.storage_offset(), x.device.type)  # fmt: skip
+            finally:
+                self._pause(False)
+            if key[-1] != "meta":
+                return forward(*args, **kwargs)
+            hit = _LAYER_CACHE.get(key)
+            if hit is not None:
+                return self._replay(hit, x)
+            return self._record(key, forward, x)
+
+        return cached_forward
+
+    def _pause(self, on: bool) -> None:
+        self.tracer.paused = on
+        if self.recorder is not None:
+            self.recorder.paused = on
+
+    def _record(self, key: tuple, forward: Callable, x: torch.Tensor) -> Any:
+        tr, rec = self.tracer, self.recorder
+        before, live0, peak0 = tr.state(), tr.live, tr.peak
+        act_max0, n_res, n_rows = tr.act_max, len(tr.residual_shapes), len(rec.rows) if rec else 0
+        tr.peak, tr.act_max = live0, 0  # the layer's own peak and largest activation
+        try:
+            out = forward(x)
+        finally:
+            rel_peak, layer_act_max = tr.peak - live0, tr.act_max
+            tr.peak, tr.act_max = max(peak0, tr.peak), max(act_max0, tr.act_max)
+        if not isinstance(out, torch.Tensor) or out.device.type != "meta":
+            return out
+        same = out is x or out.untyped_storage() is x.untyped_storage()
+        fresh = tr.live - live0
+        if not same and fresh != tr._nbytes(out, out.untyped_storage()):
+            return out  # the output shares some other storage: not replayable
+        after = tr.state()
+        if len(_LAYER_CACHE) >= _LAYER_CACHE_MAX:
+            _LAYER_CACHE.clear()
+        _LAYER_CACHE[key] = {
+            "delta": tuple(a - b for a, b in zip(after, before)),
+            "rel_peak": rel_peak,
+            "act_max": layer_act_max,
+            "residual": tr.residual_shapes[n_res:],
+            "rows": rec.rows[n_rows:] if rec else None,
+            "last_op": tr.last_op,
+            "alias": same,
+            "out": (tuple(out.shape), out.stride(), out.storage_offset(), out.dtype),
+        }
+        return out
+
+    def _replay(self, hit: dict[str, Any], x: torch.Tensor) -> torch.Tensor:
+        tr, rec = self.tracer, self.recorder
+        tr.peak = max(tr.peak, tr.live + hit["rel_peak"])
+        tr.act_max = max(tr.act_max, hit["act_max"])
+        tr.add_state(hit["delta"])
+        tr.residual_shapes.extend(hit["residual"])
+        tr.last_op = hit["last_op"]
+        if rec is not None:
+            rec.rows.extend(hit["rows"])
+        shape, stride, offset, dtype = hit["out"]
+        self._pause(True)
+        try:
+            if hit["alias"]:
+                same = (shape, stride, offset) == (tuple(x.shape), x.stride(), x.storage_offset())
+                if same:
+                    return x
+                return x.as_strided(shape, stride, offset)
+            out = torch.empty_strided(shape, stride, dtype=dtype, device="meta")
+        finally:
+            self._pause(False)
+        tr.register(out)
+        return out
+
+
+def clear_layer_cache() -> None:
+    """Forget the cached layers (tests; benchmarks timing a cold trace)."""
+    _LAYER_CACHE.clear()
+    _FLOP_CACHE.clear()
 
 
 def _resolve_dtype(dtype: torch.dtype | str) -> tuple[torch.dtype, int]:
@@ -261,12 +519,11 @@ def run_trace(
     input_shape: Sequence[int],
     dtype: torch.dtype | str = torch.float32,
     extra_mode: Callable[[Any, int, set[int]], Any] | None = None,
+    walk: ModuleWalk | None = None,
 ) -> dict[str, float | int]:
     """:func:`trace_features`, optionally under one more (torch function) mode entered
     outermost: ``extra_mode(dispatch_tracer, element_bytes, ids_of_weight_tensors)`` makes it
     (the per-operator recorder of :mod:`._ops`)."""
-    from torch.utils.flop_counter import FlopCounterMode
-
     if not isinstance(module, nn.Module):
         raise ConfigError(
             f"trace_features needs a torch.nn.Module: expected a module, got "
@@ -288,9 +545,16 @@ def run_trace(
             t.shape, device="meta", dtype=cdtype if t.is_floating_point() else t.dtype
         )
 
-    params = dict(module.named_parameters())
-    buffers = dict(module.named_buffers())
-    swapped = {k: meta_like(v) for k, v in {**params, **buffers}.items()}
+    walk = walk or ModuleWalk(module)
+    params, buffers = walk.params, walk.buffers
+    # a module already on the meta device at the trace's dtype (the built-in families built
+    # with device="meta") runs as it is; any other has its tensors swapped for meta ones
+    on_meta = all(
+        v.device.type == "meta" and (v.dtype == cdtype or not v.is_floating_point())
+        for v in (*params.values(), *buffers.values())
+    )
+    tensors = {**params, **buffers}
+    swapped = tensors if on_meta else {k: meta_like(v) for k, v in tensors.items()}
     resident_bytes = sum(
         (t.numel() * elem if t.is_floating_point() else t.numel() * t.element_size())
         for t in swapped.values()
@@ -310,15 +574,18 @@ def run_trace(
         # the tracer is entered last, so it sees each op first and passes it on to the counter
         # (a module that cannot run on meta raises its own error: the spec layer maps it to
         # one line with the user's frame, ``scoring._trace_error``)
-        with (
-            outer,
-            torch.inference_mode(),
-            FlopCounterMode(display=False) as counter,
-            tracer,
-        ):
-            out = torch.func.functional_call(module, swapped, (x,))
-        del out
-        flops = int(counter.get_total_flops())
+        recorder = outer if extra_mode is not None else None
+        layers = _LayerCache(walk, tracer, recorder, (elem, cdtype, recorder is not None))
+        try:
+            with outer, torch.inference_mode(), tracer:
+                if on_meta:
+                    out = module(x)
+                else:
+                    out = torch.func.functional_call(module, swapped, (x,))
+            del out
+        finally:
+            layers.restore()
+        flops = int(tracer.flops)
     finally:
         for m, training in modes.items():
             m.training = training

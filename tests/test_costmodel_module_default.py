@@ -1,0 +1,123 @@
+"""The default module model (issue 14): trained on first use on the shipped zoo dataset,
+cached, reloaded; what predict_costs and `predict --model-spec` use for any module."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from click.testing import CliRunner
+from torch import nn
+
+from carb_nas import predict_costs
+from carb_nas.cli import cli
+from carb_nas.costmodel import (
+    ModuleCostModel,
+    load_default_module_model,
+    load_predictor,
+    zoo_dataset_paths,
+)
+from carb_nas.errors import ModelError
+
+
+class _Upsampler(nn.Module):
+    """A user's network, not from carb_nas's families, with an op the zoo never measured."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 32, 3, padding=1)
+        self.act = nn.GELU()
+        self.shuffle = nn.PixelShuffle(2)
+        self.head = nn.Conv2d(8, 3, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.shuffle(self.act(self.conv(x))))
+
+
+def test_zoo_dataset_is_shipped_for_torch_cpu_only():
+    rows, ops = zoo_dataset_paths("cpu/torch/fp32")
+    assert rows.name == "cpu_torch_fp32_zoo.csv" and ops.is_file()
+    assert zoo_dataset_paths("cpu/onnxruntime/int8") is None
+    with pytest.raises(ModelError, match="no shipped multi-family dataset"):
+        load_default_module_model("cpu/onnxruntime/int8", verbose=False)
+    with pytest.raises(ModelError, match="unknown default module-model parameters"):
+        load_default_module_model(verbose=False, params={"n_trees": 3})
+
+
+@pytest.mark.slow
+def test_first_use_trains_caches_and_later_calls_load(tiny_module_defaults, monkeypatch, capsys):
+    model = load_default_module_model()
+    assert isinstance(model, ModuleCostModel) and model.mode == "kernel" and model.memory == "physics"
+    assert model.default_origin_.startswith("trained on first use")
+    err = capsys.readouterr().err
+    assert "first use only; cached in" in err and "72 shipped networks" in err
+    (entry,) = (tiny_module_defaults / "models").iterdir()
+    assert entry.name.startswith("cpu_torch_fp32-module-")
+    assert not list(entry.rglob("*.pkl"))  # no pickle
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("the cached module model should have been loaded, not retrained")
+
+    monkeypatch.setattr(ModuleCostModel, "fit", no_training)
+    again = load_predictor("cpu/torch/fp32")
+    assert isinstance(again, ModuleCostModel)
+    assert again.default_origin_.startswith("loaded")
+    # a damaged entry is retrained, not trusted
+    monkeypatch.undo()
+    monkeypatch.setenv("CARB_NAS_CACHE", str(tiny_module_defaults))
+    from carb_nas.costmodel import _defaults
+
+    monkeypatch.setattr(
+        _defaults,
+        "DEFAULT_MODULE_PARAMS",
+        {**_defaults.DEFAULT_MODULE_PARAMS, "rows_per_family": 9},
+    )
+    (entry / "manifest.json").write_text("{")
+    assert load_default_module_model(verbose=False).default_origin_.startswith("trained")
+
+
+@pytest.mark.slow
+def test_predict_costs_of_a_user_module_lists_unmodelled_ops(tiny_module_defaults):
+    with pytest.warns(UserWarning, match="never measured ops.*pixel_shuffle"):
+        costs = predict_costs(_Upsampler(), (2, 3, 32, 32))
+    assert costs.model.startswith("trained on first use")
+    assert "pixel_shuffle" in costs.unmodelled_ops and costs.unseen
+    for target in ("latency_ms", "peak_mem_mb"):
+        v, (lo, hi) = costs[target], costs.interval(target)
+        assert 0 < lo <= v <= hi
+    assert costs.as_dict()["unmodelled_ops"] == list(costs.unmodelled_ops)
+    # a plain CNN of common ops: nothing unmodelled, no warning; the cache is reused
+    plain = nn.Sequential(nn.Conv2d(3, 16, 3), nn.BatchNorm2d(16), nn.ReLU(),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))  # fmt: skip
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        small = predict_costs(plain, (1, 3, 32, 32))
+        big = predict_costs(plain, (8, 3, 128, 128))
+    assert small.unmodelled_ops == () and not small.unseen
+    assert small.model.startswith("trained") and big.model == small.model  # one load
+    assert big["latency_ms"] > small["latency_ms"]
+    assert len(list((tiny_module_defaults / "models").iterdir())) == 1
+
+
+@pytest.mark.slow
+def test_cli_predict_model_spec_uses_the_module_model(tiny_module_defaults, monkeypatch):
+    import sys
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))
+    sys.modules.pop("tests.user_nets", None)
+    args = ["predict", "cpu/torch/fp32", "--model-spec", "tests.user_nets:make_cnn",
+            "--kwargs", '{"channels": 24}', "--input-shape", "2,3,32,32", "--json",
+            "--alpha", "0.1"]  # fmt: skip
+    r = CliRunner().invoke(cli, args)
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    (row,) = out["predictions"]
+    assert row["latency_ms_lower"] <= row["latency_ms"] <= row["latency_ms_upper"]
+    assert row["unmodelled_ops"] == "" and "kernel_sum_ms" in row
+    assert "trained on first use" in r.stderr
+    again = CliRunner().invoke(cli, args)
+    assert again.exit_code == 0 and "loaded" in again.stderr

@@ -48,7 +48,9 @@ def test_zoo_dataset_is_shipped_for_torch_cpu_only():
 @pytest.mark.slow
 def test_first_use_trains_caches_and_later_calls_load(tiny_module_defaults, monkeypatch, capsys):
     model = load_default_module_model()
-    assert isinstance(model, ModuleCostModel) and model.mode == "kernel" and model.memory == "physics"
+    assert (
+        isinstance(model, ModuleCostModel) and model.mode == "kernel" and model.memory == "physics"
+    )
     assert model.default_origin_.startswith("trained on first use")
     err = capsys.readouterr().err
     assert "first use only; cached in" in err and "72 shipped networks" in err

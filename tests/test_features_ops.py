@@ -143,8 +143,12 @@ def _flop_counter_flops(module: nn.Module, shape: tuple[int, ...]) -> int:
 
 @pytest.mark.parametrize(
     "config",
-    [Config("mobilenet_v3_small", 11, 0.5, 32, 2), Config("regnet_y_400mf", 16, 0.5, 32, 1),
-     Config("densenet", 121, 0.25, 32, 1), Config("vgg_bn", 11, 0.25, 32, 2)],  # fmt: skip
+    [
+        Config("mobilenet_v3_small", 11, 0.5, 32, 2),
+        Config("regnet_y_400mf", 16, 0.5, 32, 1),
+        Config("densenet", 121, 0.25, 32, 1),
+        Config("vgg_bn", 11, 0.25, 32, 2),
+    ],  # fmt: skip
 )
 def test_trace_flops_equal_flop_counter_mode(config):
     shape = (config.batch_size, 3, config.resolution, config.resolution)

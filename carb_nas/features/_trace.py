@@ -286,7 +286,6 @@ class _ForwardTracer(dispatch_mode_base()):  # type: ignore[misc]
                 self.residual_shapes.append(tuple(a.shape[1:]))
         return out
 
-
     def register(self, t: torch.Tensor) -> None:
         """Count a new output storage as live (a cached layer's output, see _LayerCache)."""
         st = t.untyped_storage()

@@ -291,8 +291,11 @@ class _ForwardTracer(dispatch_mode_base()):  # type: ignore[misc]
         st = t.untyped_storage()
         key = id(st)
         nbytes = self._nbytes(t, st)
-        self._known[key] = weakref.ref(st, lambda _r, k=key, b=nbytes: self._free(k, b))
+        self._known[key] = weakref.ref(st, self._on_free(key, nbytes))
         self.live += nbytes
+
+    def _on_free(self, key: int, nbytes: int) -> Any:
+        return lambda _ref: self._free(key, nbytes)
 
     def state(self) -> tuple:
         d = self.dispatch

@@ -61,7 +61,8 @@ def load_default_model(
     *,
     params: Mapping[str, Any] | None = None,
 ) -> CostModel:
-    """The default cost model for ``platform`` (e.g. ``"cpu/torch/fp32"``).
+    """The default cost model for ``platform``: a shipped dataset name (``"cpu/torch/fp32"``,
+    ``"cpu/torch/fp32/zoo"``, ``"cpu/openvino/int8"``; ``carb_nas.datasets.shipped_names``).
 
     A model shipped in ``carb_nas/data/models/<platform>`` wins. Otherwise the model is
     trained on first use from the dataset shipped for that platform with
@@ -74,9 +75,9 @@ def load_default_model(
     d = default_model_dir(platform)
     if (d / "manifest.json").is_file():
         return _with_origin(CostModel.load(d), "shipped")
-    from carb_nas.datasets import list_datasets, load_dataset
+    from carb_nas.datasets import dataset_path, load_dataset, shipped_names
 
-    shipped = [info["platform"] for info in list_datasets()]
+    shipped = shipped_names()
     if platform not in shipped:
         raise err(
             f"no shipped dataset or model for platform {platform!r}",
@@ -85,6 +86,7 @@ def load_default_model(
             "Train one: `carb-nas train DATASET -o MODEL_DIR`, then load it with "
             "CostModel.load(MODEL_DIR).",
         )
+    name = dataset_path(platform).stem  # a bare name and its qualified one share a model
     data = prepare_table(load_dataset(platform, ok_only=True), f"shipped dataset {platform}")
     X = data["X"]
     offsets = physical_offsets(X, data["targets"])
@@ -99,7 +101,7 @@ def load_default_model(
         default=str,
     )
     digest = hashlib.sha256((frame_sha256(data["frame"]) + recipe).encode()).hexdigest()[:16]
-    name = f"{platform.replace('/', '_')}-{model.preset}-{digest}"
+    name = f"{name}-{model.preset}-{digest}"
     cache = default_model_cache_dir()
     cached = cache / name
     if (cached / "manifest.json").is_file():
@@ -142,7 +144,8 @@ def _with_origin(model: CostModel, origin: str) -> CostModel:
 
 def load_model(spec: str | Path, role: str = "model") -> CostModel:
     """A CostModel from a saved model directory or a shipped platform name such as
-    ``cpu/torch/fp32`` (see :func:`load_default_model`). ``role`` names the option in the
+    ``cpu/torch/fp32``, ``cpu/torch/fp32/zoo`` or ``cpu/openvino/int8`` (see
+    :func:`load_default_model`). ``role`` names the option in the
     error, e.g. ``"--source-model"``."""
     p = Path(spec)
     if p.is_dir():
@@ -157,12 +160,12 @@ def load_model(spec: str | Path, role: str = "model") -> CostModel:
             )
         return CostModel.load(p)
     text = str(spec)
-    if text.count("/") == 2 and not p.exists():
+    if text.count("/") in (2, 3) and not p.exists():  # device/runtime/precision[/qualifier]
         return load_default_model(text)
     raise MissingFileError(
         f"{role} not found: expected a directory written by `carb-nas train` (or "
-        f"CostModel.save) or a shipped platform name such as cpu/torch/fp32, got {text!r}. "
-        "Check the path."
+        f"CostModel.save) or a shipped platform name such as cpu/torch/fp32 or "
+        f"cpu/torch/fp32/zoo, got {text!r}. Check the path."
     )
 
 

@@ -63,6 +63,9 @@ def export(campaigns: list[str], out_dir: Path) -> list[Path]:
     written = []
     for campaign in campaigns:
         rows = campaign_rows(campaign)
+        if rows.empty:
+            print(f"{campaign}: no rows yet, skipped")
+            continue
         platforms = sorted(rows["platform"].astype(str).unique())
         if len(platforms) != 1 or platforms[0] not in PLATFORMS:
             sys.exit(f"{campaign}: expected one platform of {PLATFORMS}, got {platforms}")
@@ -111,8 +114,10 @@ def describe(paths: list[Path]) -> str:
         print(f"measured {ts.min():%Y-%m-%d %H:%M}-{ts.max():%H:%M} UTC")
         versions = {k: fp.get(k) for k in ("openvino", "nncf", "torch", "python", "carb_nas")}
         print(f"versions {json.dumps({k: v for k, v in versions.items() if v})}")
-        print(f"device {fp.get('cpu_model')}, threads {fp.get('threads')}, "
-              f"protocol {fp.get('protocol')} {json.dumps(fp.get('protocol_params'))}")
+        print(
+            f"device {fp.get('cpu_model')}, threads {fp.get('threads')}, "
+            f"protocol {fp.get('protocol')} {json.dumps(fp.get('protocol_params'))}"
+        )
         print(f"scheme {json.dumps(fp.get('scheme'))}")
         print(f"peak memory: {ok['peak_mem_method'].iloc[0]}")
         print(

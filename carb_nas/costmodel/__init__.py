@@ -78,6 +78,7 @@ from carb_nas.costmodel._defaults import (
     default_model_cache_dir,
     default_model_dir,
     load_default_model,
+    check_model,
     load_model,
     load_predictor,
 )
@@ -140,6 +141,7 @@ __all__ = [
     "frame_sha256",
     "manifest_sha256",
     "check_output_dir",
+    "check_model",
     "load_model",
     "load_predictor",
     "load_default_model",

@@ -75,18 +75,9 @@ def load_default_model(
     d = default_model_dir(platform)
     if (d / "manifest.json").is_file():
         return _with_origin(CostModel.load(d), "shipped")
-    from carb_nas.datasets import dataset_path, load_dataset, shipped_names
+    from carb_nas.datasets import load_dataset
 
-    shipped = shipped_names()
-    if platform not in shipped:
-        raise err(
-            f"no shipped dataset or model for platform {platform!r}",
-            f"one of {shipped or '(none shipped)'}",
-            repr(platform),
-            "Train one: `carb-nas train DATASET -o MODEL_DIR`, then load it with "
-            "CostModel.load(MODEL_DIR).",
-        )
-    name = dataset_path(platform).stem  # a bare name and its qualified one share a model
+    name = _shipped_dataset(platform).stem  # a bare name and its qualified one share a model
     data = prepare_table(load_dataset(platform, ok_only=True), f"shipped dataset {platform}")
     X = data["X"]
     offsets = physical_offsets(X, data["targets"])
@@ -129,6 +120,23 @@ def load_default_model(
     return _with_origin(model, "trained")
 
 
+def _shipped_dataset(platform: str) -> Path:
+    """The shipped dataset a default model of ``platform`` is trained on; ModelError naming
+    the shipped names otherwise."""
+    from carb_nas.datasets import dataset_path, shipped_names
+
+    shipped = shipped_names()
+    if platform not in shipped:
+        raise err(
+            f"no shipped dataset or model for platform {platform!r}",
+            f"one of {shipped or '(none shipped)'}",
+            repr(platform),
+            "Train one: `carb-nas train DATASET -o MODEL_DIR`, then load it with "
+            "CostModel.load(MODEL_DIR).",
+        )
+    return dataset_path(platform)
+
+
 #: how :func:`load_default_model` got its model, for messages (``model.default_origin_``)
 DEFAULT_ORIGINS = {
     "shipped": "a model file shipped with carb_nas",
@@ -140,6 +148,27 @@ DEFAULT_ORIGINS = {
 def _with_origin(model: CostModel, origin: str) -> CostModel:
     model.default_origin_ = DEFAULT_ORIGINS[origin]
     return model
+
+
+def check_model(spec: str | Path, role: str = "model") -> None:
+    """What :func:`load_model` refuses, refused without loading or training anything: a
+    ``spec`` that is neither a directory nor a shipped platform name (``MissingFileError``),
+    or a platform name with no shipped model or dataset (``ModelError``). Commands that load
+    several models check them all first, so a bad second one costs no training of the
+    first."""
+    p = Path(spec)
+    if p.is_dir():
+        return
+    text = str(spec)
+    if text.count("/") in (2, 3) and not p.exists():  # device/runtime/precision[/qualifier]
+        if not (default_model_dir(text) / "manifest.json").is_file():
+            _shipped_dataset(text)
+        return
+    raise MissingFileError(
+        f"{role} not found: expected a directory written by `carb-nas train` (or "
+        f"CostModel.save) or a shipped platform name such as cpu/torch/fp32 or "
+        f"cpu/torch/fp32/zoo, got {text!r}. Check the path."
+    )
 
 
 def load_model(spec: str | Path, role: str = "model") -> CostModel:
@@ -159,14 +188,8 @@ def load_model(spec: str | Path, role: str = "model") -> CostModel:
                 "carb_nas.predict_costs, or pass a CostModel here."
             )
         return CostModel.load(p)
-    text = str(spec)
-    if text.count("/") in (2, 3) and not p.exists():  # device/runtime/precision[/qualifier]
-        return load_default_model(text)
-    raise MissingFileError(
-        f"{role} not found: expected a directory written by `carb-nas train` (or "
-        f"CostModel.save) or a shipped platform name such as cpu/torch/fp32 or "
-        f"cpu/torch/fp32/zoo, got {text!r}. Check the path."
-    )
+    check_model(spec, role)
+    return load_default_model(str(spec))
 
 
 def load_predictor(spec: str | Path, role: str = "model") -> Any:

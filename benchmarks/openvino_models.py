@@ -2,12 +2,14 @@
 (and the torch zoo rows they pair with), on a random split and leave-one-family-out.
 
     PYTHONPATH=$PWD python benchmarks/openvino_models.py [--platforms cpu/openvino/fp32,...]
-        [--preset carb] [--seeds 0] [--recipe default|no-offsets|group] [--json OUT]
+        [--preset carb] [--seeds 0] [--max-cv 0.10] [--before ISO]
+        [--recipe default|no-offsets|no-mem-offset|group] [--json OUT]
 
 The recipe is the default models' (``carb_nas.costmodel.DEFAULT_MODEL_PARAMS``: CARB preset,
 physical offsets, seed 0) on the shipped dataset's ok rows and the built-in families'
 architecture features (``carb_nas.costmodel.prepare_table``). ``no-offsets`` drops the
-physical offsets (plain log targets); ``group`` adds the family group
+physical offsets (plain log targets), ``no-mem-offset`` only peak memory's (the torch tensor
+peak, which an RSS high-water mark does not follow); ``group`` adds the family group
 (``carb_nas.space.family_group``) as a categorical column, so the 20 variants' few rows
 each share a label.
 
@@ -40,12 +42,19 @@ TAGS = {
 }
 
 
-def _data(platform: str, recipe: str) -> dict[str, Any]:
+def _data(
+    platform: str, recipe: str, max_cv: float | None = None, before: str | None = None
+) -> dict[str, Any]:
     from carb_nas.costmodel import prepare_table
     from carb_nas.datasets import load_dataset
     from carb_nas.space import family_group
 
     rows = load_dataset(platform, ok_only=True)
+    if max_cv is not None:  # the calm rows only: what the recipe reaches on less noisy data
+        rows = rows[rows["latency_cv"].astype(float) <= max_cv].reset_index(drop=True)
+    if before is not None:  # the rows measured before the machine got busier
+        ts = pd.to_datetime(rows["timestamp"])
+        rows = rows[(ts < pd.Timestamp(before)).to_numpy()].reset_index(drop=True)
     data = prepare_table(rows, platform)
     if recipe == "group":
         data["X"] = data["X"].assign(group=[family_group(f) for f in data["X"]["family"]])
@@ -57,6 +66,8 @@ def _model(data: dict[str, Any], recipe: str, preset: str):
     from carb_nas.costmodel import DEFAULT_MODEL_PARAMS, CostModel, physical_offsets
 
     offsets = None if recipe == "no-offsets" else physical_offsets(data["X"], data["targets"])
+    if recipe == "no-mem-offset" and offsets:
+        offsets.pop("peak_mem_mb", None)
     return CostModel(
         **{**DEFAULT_MODEL_PARAMS, "preset": preset, "target_offsets": offsets or None},
         handle_unknown="ignore",  # a variant label absent from a split's training rows
@@ -69,12 +80,19 @@ def _r2(y: pd.Series, p: pd.Series) -> float:
     return float(r2_score(y.to_numpy(float), p.to_numpy(float)))
 
 
-def evaluate(platform: str, recipe: str, preset: str, seeds: list[int]) -> dict[str, Any]:
+def evaluate(
+    platform: str,
+    recipe: str,
+    preset: str,
+    seeds: list[int],
+    max_cv: float | None = None,
+    before: str | None = None,
+) -> dict[str, Any]:
     from sklearn.model_selection import train_test_split
 
     from carb_nas.space import family_group
 
-    data = _data(platform, recipe)
+    data = _data(platform, recipe, max_cv, before)
     X, Y = data["X"], data["Y"]
     out: dict[str, Any] = {"platform": platform, "rows": int(len(X)), "random": []}
     cv = data["rows"]["latency_cv"].astype(float)
@@ -127,19 +145,25 @@ def main() -> None:
     ap.add_argument("--platforms", default="cpu/openvino/fp32,cpu/openvino/int8")
     ap.add_argument("--preset", default="carb")
     ap.add_argument("--seeds", default="0")
-    ap.add_argument("--recipe", choices=["default", "no-offsets", "group"], default="default")
+    ap.add_argument(
+        "--recipe", choices=["default", "no-offsets", "no-mem-offset", "group"], default="default"
+    )
+    ap.add_argument("--max-cv", type=float, default=None, help="only rows with latency CV <= this")
+    ap.add_argument("--before", default=None, help="only rows measured before this ISO time (UTC)")
     ap.add_argument("--json", default=None, help="write the full report here")
     args = ap.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     t0 = time.perf_counter()
     results = []
     for platform in [p for p in args.platforms.split(",") if p]:
-        res = evaluate(platform, args.recipe, args.preset, seeds)
+        res = evaluate(platform, args.recipe, args.preset, seeds, args.max_cv, args.before)
         results.append(res)
         print(
             f"{platform}: {res['rows']} rows (latency CV median {res['latency_cv_median']:.1%}, "
-            f"p90 {res['latency_cv_p90']:.1%}); random split ({args.recipe}, {args.preset}, "
-            f"seeds {seeds}): latency R2 {_med(res, 'latency_r2'):.4f} (logs "
+            f"p90 {res['latency_cv_p90']:.1%}; max CV {args.max_cv}, before {args.before}); "
+            "random split "
+            f"({args.recipe}, {args.preset}, seeds {seeds}): latency R2 "
+            f"{_med(res, 'latency_r2'):.4f} (logs "
             f"{_med(res, 'latency_log_r2'):.4f}, median |err| "
             f"{_med(res, 'latency_median_ape'):.1%}), peak memory R2 "
             f"{_med(res, 'peak_mem_r2'):.4f}; leave-one-family-out pooled latency R2 "

@@ -190,7 +190,7 @@ def test_precision_scales_bytes_not_flops() -> None:
     assert feats["param_mb"].iloc[0] == feats["params"].iloc[0] * 4 / 1e6
     assert feats["tensor_peak_mb"].is_monotonic_decreasing
     assert feats["compute_intensity"].is_monotonic_increasing
-    assert set(ELEMENT_BYTES) == {"fp32", "fp16", "bf16", "int8"}
+    assert set(ELEMENT_BYTES) == {"fp32", "fp16", "bf16", "int8", "int8-dynamic"}
 
 
 def test_derived_columns_follow_their_definitions() -> None:

@@ -70,3 +70,29 @@ def test_traced_rows_are_cached() -> None:
 
     assert len(_closed_form._TRACED_CACHE) == 1
     pd.testing.assert_frame_equal(compute_features(frame), first)
+
+
+# -- int8 / int8-dynamic on the built-in families (issue 15) ----------------------------------
+def test_int8_dynamic_has_an_element_size_and_every_family_featurizes_at_int8():
+    """int8-dynamic used to be measurable but not featurizable (no ELEMENT_BYTES entry)."""
+    from carb_nas.features import ELEMENT_BYTES, compute_features
+    from carb_nas.space import PRECISIONS, ZOO_FAMILIES
+
+    assert set(PRECISIONS) <= set(ELEMENT_BYTES)
+    assert ELEMENT_BYTES["int8-dynamic"] == ELEMENT_BYTES["fp32"]  # activations stay fp32
+    families = {"basic": 18, "bottleneck": 50, **ZOO_FAMILIES}
+    rows = [
+        {"family": f, "depth": d, "width": 0.5, "resolution": 32, "batch_size": 2,
+         "precision": p, "runtime": "openvino" if p == "int8" else "torch"}
+        for f, d in families.items()
+        for p in ("fp32", "int8", "int8-dynamic")
+    ]
+    feats = compute_features(pd.DataFrame(rows))
+    by = {(r["family"], r["precision"]): i for i, r in enumerate(rows)}
+    for f in families:
+        fp32, int8, dyn = (feats.iloc[by[f, p]] for p in ("fp32", "int8", "int8-dynamic"))
+        assert int8["flops"] == fp32["flops"] > 0 and int8["params"] == fp32["params"]
+        assert int8["param_mb"] == pytest.approx(fp32["param_mb"] / 4)
+        assert int8["act_mb_total"] == pytest.approx(fp32["act_mb_total"] / 4)
+        assert dyn["param_mb"] == fp32["param_mb"]
+        assert dyn["tensor_peak_mb"] == fp32["tensor_peak_mb"]

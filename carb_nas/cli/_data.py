@@ -117,7 +117,8 @@ def status_cmd(campaign: str, storage: str | None, as_json: bool) -> None:
 @json_option("Print a JSON list, one object per shipped dataset (with its source).")
 @example("carb-nas dataset list --source published --json")
 def list_cmd(source: str, as_json: bool) -> None:
-    """The datasets shipped with carb_nas: measured (one per platform) and published."""
+    """The datasets shipped with carb_nas: measured (one per platform, plus the multi-family
+    ones named PLATFORM/zoo; a load takes the name in the first column) and published."""
     from carb_nas.datasets import list_datasets, list_published
 
     items = []
@@ -140,7 +141,7 @@ def list_cmd(source: str, as_json: bool) -> None:
             )
             continue
         click.echo(
-            f"{d['platform']:<24} {d['rows']:>6} rows  source=measured  "
+            f"{d['name']:<24} {d['rows']:>6} rows  source=measured  "
             f"energy={str(d['energy_j']).lower()}  {d['device_name']}  {d['path']}"
         )
 

@@ -212,6 +212,10 @@ def screen_command(
     check_rank(rank_by, top_k)
     _check_table_path(output, "-o/--output")
     _check_table_path(pareto_out, "--pareto-out")
+    from carb_nas.costmodel import check_model
+
+    check_model(source, "--source-model")  # both before training either default model
+    check_model(target, "--target-model")
     src = load_model(source, "--source-model")
     tgt = load_model(target, "--target-model")
     objs = [o.strip() for o in objectives.split(",") if o.strip()] if objectives else None
@@ -410,6 +414,11 @@ def search_command(
     if storage is not None:
         open_storage(storage)  # a storage that does not open fails before the search
     space_obj = load_space(space or DEFAULT_SPACE)
+    if rescore_spec is not None:  # both before training either default model
+        from carb_nas.costmodel import check_model
+
+        check_model(model_spec or DEFAULT_MODEL, "--model")
+        check_model(rescore_spec, "--rescore")
     model = load_model(model_spec or DEFAULT_MODEL)
     if rescore_spec is not None:
         rescore = load_model(rescore_spec, "--rescore")

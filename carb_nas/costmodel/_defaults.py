@@ -61,7 +61,8 @@ def load_default_model(
     *,
     params: Mapping[str, Any] | None = None,
 ) -> CostModel:
-    """The default cost model for ``platform`` (e.g. ``"cpu/torch/fp32"``).
+    """The default cost model for ``platform``: a shipped dataset name (``"cpu/torch/fp32"``,
+    ``"cpu/torch/fp32/zoo"``, ``"cpu/openvino/int8"``; ``carb_nas.datasets.shipped_names``).
 
     A model shipped in ``carb_nas/data/models/<platform>`` wins. Otherwise the model is
     trained on first use from the dataset shipped for that platform with
@@ -74,17 +75,9 @@ def load_default_model(
     d = default_model_dir(platform)
     if (d / "manifest.json").is_file():
         return _with_origin(CostModel.load(d), "shipped")
-    from carb_nas.datasets import list_datasets, load_dataset
+    from carb_nas.datasets import load_dataset
 
-    shipped = [info["platform"] for info in list_datasets()]
-    if platform not in shipped:
-        raise err(
-            f"no shipped dataset or model for platform {platform!r}",
-            f"one of {shipped or '(none shipped)'}",
-            repr(platform),
-            "Train one: `carb-nas train DATASET -o MODEL_DIR`, then load it with "
-            "CostModel.load(MODEL_DIR).",
-        )
+    name = _shipped_dataset(platform).stem  # a bare name and its qualified one share a model
     data = prepare_table(load_dataset(platform, ok_only=True), f"shipped dataset {platform}")
     X = data["X"]
     offsets = physical_offsets(X, data["targets"])
@@ -99,7 +92,7 @@ def load_default_model(
         default=str,
     )
     digest = hashlib.sha256((frame_sha256(data["frame"]) + recipe).encode()).hexdigest()[:16]
-    name = f"{platform.replace('/', '_')}-{model.preset}-{digest}"
+    name = f"{name}-{model.preset}-{digest}"
     cache = default_model_cache_dir()
     cached = cache / name
     if (cached / "manifest.json").is_file():
@@ -125,6 +118,23 @@ def load_default_model(
     if verbose:
         print(f"carb_nas: trained in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     return _with_origin(model, "trained")
+
+
+def _shipped_dataset(platform: str) -> Path:
+    """The shipped dataset a default model of ``platform`` is trained on; ModelError naming
+    the shipped names otherwise."""
+    from carb_nas.datasets import dataset_path, shipped_names
+
+    shipped = shipped_names()
+    if platform not in shipped:
+        raise err(
+            f"no shipped dataset or model for platform {platform!r}",
+            f"one of {shipped or '(none shipped)'}",
+            repr(platform),
+            "Train one: `carb-nas train DATASET -o MODEL_DIR`, then load it with "
+            "CostModel.load(MODEL_DIR).",
+        )
+    return dataset_path(platform)
 
 
 #: how :func:`load_default_model` got its model, for messages (``model.default_origin_``)
@@ -251,9 +261,31 @@ def load_default_module_model(
     return _with_origin(model, "trained")
 
 
+def check_model(spec: str | Path, role: str = "model") -> None:
+    """What :func:`load_model` refuses, refused without loading or training anything: a
+    ``spec`` that is neither a directory nor a shipped platform name (``MissingFileError``),
+    or a platform name with no shipped model or dataset (``ModelError``). Commands that load
+    several models check them all first, so a bad second one costs no training of the
+    first."""
+    p = Path(spec)
+    if p.is_dir():
+        return
+    text = str(spec)
+    if text.count("/") in (2, 3) and not p.exists():  # device/runtime/precision[/qualifier]
+        if not (default_model_dir(text) / "manifest.json").is_file():
+            _shipped_dataset(text)
+        return
+    raise MissingFileError(
+        f"{role} not found: expected a directory written by `carb-nas train` (or "
+        f"CostModel.save) or a shipped platform name such as cpu/torch/fp32 or "
+        f"cpu/torch/fp32/zoo, got {text!r}. Check the path."
+    )
+
+
 def load_model(spec: str | Path, role: str = "model") -> CostModel:
     """A CostModel from a saved model directory or a shipped platform name such as
-    ``cpu/torch/fp32`` (see :func:`load_default_model`). ``role`` names the option in the
+    ``cpu/torch/fp32``, ``cpu/torch/fp32/zoo`` or ``cpu/openvino/int8`` (see
+    :func:`load_default_model`). ``role`` names the option in the
     error, e.g. ``"--source-model"``."""
     p = Path(spec)
     if p.is_dir():
@@ -267,14 +299,8 @@ def load_model(spec: str | Path, role: str = "model") -> CostModel:
                 "carb_nas.predict_costs, or pass a CostModel here."
             )
         return CostModel.load(p)
-    text = str(spec)
-    if text.count("/") == 2 and not p.exists():
-        return load_default_model(text)
-    raise MissingFileError(
-        f"{role} not found: expected a directory written by `carb-nas train` (or "
-        f"CostModel.save) or a shipped platform name such as cpu/torch/fp32, got {text!r}. "
-        "Check the path."
-    )
+    check_model(spec, role)
+    return load_default_model(str(spec))
 
 
 def load_predictor(spec: str | Path, role: str = "model") -> Any:

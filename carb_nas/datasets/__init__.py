@@ -44,6 +44,8 @@ from carb_nas.datasets._shipped import (
     datasets_dir,
     list_datasets,
     load_dataset,
+    shipped_names,
+    zoo_dir,
 )
 from carb_nas.datasets._tables import TABLE_SUFFIXES, read_configs, read_table, write_table
 from carb_nas.datasets._validate import plain, validate_rows
@@ -65,6 +67,8 @@ __all__ = [
     "datasets_dir",
     "dataset_path",
     "list_datasets",
+    "shipped_names",
+    "zoo_dir",
     "load_dataset",
     "median_of_passes",
     "check_appendable",

@@ -1,8 +1,14 @@
 """Shipped measurement datasets and the one loader of rows tables.
 
 Datasets live in ``carb_nas/data/datasets/<platform with / replaced by _>.csv`` (or .parquet),
-one per platform, rows following ``SCHEMA``. ``load_dataset`` is the one way to read measured
-rows -- a shipped platform name, a path or a DataFrame -- and validates every table it returns
+one per platform, rows following ``SCHEMA``; ``carb_nas/data/zoo/`` holds the multi-family
+datasets measured on another machine (the built-in families; ``*_ops`` tables beside them are
+per-operator tables, not datasets). A dataset's *name* is its file name with ``_`` read as
+``/``: ``device/runtime/precision`` (``cpu/torch/fp32``) or that plus a qualifier
+(``cpu/torch/fp32/zoo``: a second dataset of a platform). A bare platform name picks the file
+in ``data/datasets/``, or, when there is none, the platform's only dataset
+(``cpu/openvino/int8`` is ``cpu/openvino/int8/zoo``). ``load_dataset`` is the one way to read
+measured rows -- a shipped name, a path or a DataFrame -- and validates every table it returns
 with ``validate_rows`` (see ``carb_nas.datasets._validate`` for the strictness rule).
 """
 
@@ -26,6 +32,8 @@ __all__ = [
     "dataset_path",
     "list_datasets",
     "load_dataset",
+    "shipped_names",
+    "zoo_dir",
 ]
 
 
@@ -37,11 +45,47 @@ def datasets_dir() -> Path:
     return Path(__file__).resolve().parent.parent / "data" / "datasets"
 
 
+def zoo_dir() -> Path:
+    """The multi-family datasets of the built-in families (``carb_nas/data/zoo``)."""
+    return Path(__file__).resolve().parent.parent / "data" / "zoo"
+
+
 def _files() -> list[Path]:
-    d = datasets_dir()
-    if not d.is_dir():
-        return []
-    return sorted(p for p in d.iterdir() if p.suffix in TABLE_SUFFIXES)
+    """Every shipped dataset file: ``data/datasets/`` first, then ``data/zoo/`` (its per-op
+    ``*_ops`` tables are not datasets)."""
+    out: list[Path] = []
+    for d in (datasets_dir(), zoo_dir()):
+        if d.is_dir():
+            out += sorted(
+                p for p in d.iterdir() if p.suffix in TABLE_SUFFIXES and not p.stem.endswith("_ops")
+            )
+    return out
+
+
+def _name(path: Path) -> str:
+    return path.stem.replace("_", "/")
+
+
+def _resolve(name: str) -> Path | None:
+    """The file of a shipped dataset name; a bare platform name (``device/runtime/precision``)
+    without a file of its own picks the platform's only qualified dataset."""
+    files = _files()
+    found = [f for f in files if _name(f) == name]
+    if found:
+        return found[0]
+    if name.count("/") == 2:
+        qualified = [f for f in files if _name(f).rsplit("/", 1)[0] == name]
+        if len(qualified) == 1:
+            return qualified[0]
+    return None
+
+
+def shipped_names() -> list[str]:
+    """Every name :func:`load_dataset` accepts for a shipped dataset: the file names, and
+    each bare platform name that picks a qualified dataset."""
+    names = [_name(f) for f in _files()]
+    bare = sorted({n.rsplit("/", 1)[0] for n in names if n.count("/") == 3} - set(names))
+    return names + [b for b in bare if _resolve(b) is not None]
 
 
 def dataset_path(platform_or_path: str | Path) -> Path:
@@ -55,21 +99,20 @@ def dataset_path(platform_or_path: str | Path) -> Path:
     if p.exists():
         return p
     if p.suffix in TABLE_SUFFIXES:
-        names = [f.stem.replace("_", "/") for f in _files()]
+        names = shipped_names()
         raise MissingFileError(
             f"dataset not found: expected an existing .csv or .parquet file of measured rows "
             f"or a shipped platform name ({', '.join(names) or 'none shipped'}), got {text!r}. "
             "Check the path (`carb-nas dataset list` shows the shipped datasets)."
         )
-    stem = text.replace("/", "_")
-    found = [f for f in _files() if f.stem == stem]
-    if not found:
-        names = [f.stem.replace("_", "/") for f in _files()]
+    found = _resolve(text)
+    if found is None:
+        names = shipped_names()
         raise MissingFileError(
             f"no shipped dataset for platform {text!r}: expected one of {names or '(none)'}"
             ", or a path to a .csv/.parquet rows file. See `carb-nas dataset list`."
         )
-    return found[0]
+    return found
 
 
 def _describe(path: Path) -> dict[str, Any]:
@@ -87,9 +130,17 @@ def _describe(path: Path) -> dict[str, Any]:
             "Split the file by its 'platform' column."
         )
     first = frame.iloc[0] if len(frame) else None
-    platform = platforms[0] if platforms else path.stem.replace("_", "/")
+    name = _name(path)
+    platform = platforms[0] if platforms else "/".join(name.split("/")[:3])
+    if platform != "/".join(name.split("/")[:3]):
+        raise InputFileError(
+            f"{path}: misnamed dataset: expected its rows' platform {platform!r} at the start "
+            f"of its name, got the name {name!r}. Rename the file to "
+            f"{platform.replace('/', '_')}[_QUALIFIER]{path.suffix}."
+        )
     device, runtime, precision = (platform.split("/") + ["", "", ""])[:3]
     return {
+        "name": name,
         "platform": platform,
         "device": device,
         "device_name": str(first["device_name"]) if first is not None else None,
@@ -103,8 +154,9 @@ def _describe(path: Path) -> dict[str, Any]:
 
 
 def list_datasets() -> list[dict[str, Any]]:
-    """One dict per shipped dataset: platform, device, device_name, runtime, precision,
-    path (absolute), rows, ok_rows, energy_j (True when the dataset has measured energy).
+    """One dict per shipped dataset: name (what :func:`load_dataset` takes), platform,
+    device, device_name, runtime, precision, path (absolute), rows, ok_rows, energy_j (True
+    when the dataset has measured energy).
 
     A file of the data folder that is not a dataset is skipped with a ``DatasetWarning``
     naming it; the others are still listed.
@@ -125,7 +177,9 @@ def load_dataset(
     partial: bool = False,
     name: str | None = None,
 ) -> pd.DataFrame:
-    """Measured rows, validated: a shipped platform (``cpu/torch/fp32``), a path or a frame.
+    """Measured rows, validated: a shipped dataset name (``cpu/torch/fp32``,
+    ``cpu/torch/fp32/zoo``, ``cpu/openvino/int8``; see :func:`list_datasets`), a path or a
+    frame.
 
     ``partial=False``: a complete dataset (every required column, real devices only);
     ``partial=True``: an analysis input (config columns plus what is present; see

@@ -16,7 +16,8 @@ Two ways to the same numbers:
 
 Definitions (all per batch; MB = 10**6 bytes; ``e`` = element bytes of the precision: fp32 4,
 fp16 2, bf16 2, int8 1 -- int8 configs run as static QDQ ONNX models whose weights and
-activations are int8, so every parameter and every activation element counts 1 byte; int64
+activations are int8, so every parameter and every activation element counts 1 byte;
+int8-dynamic 4: dynamic quantization keeps activations fp32 (torch's also its conv weights); int64
 tensors keep 8 bytes and the CPU kernels' float temporaries below keep 4):
 
 ``flops``

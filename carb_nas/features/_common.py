@@ -28,7 +28,9 @@ FEATURE_COLUMNS = (
     "n_stages",
     "tensor_peak_mb",
 )
-ELEMENT_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}
+# int8-dynamic (torch ``quantize_dynamic``, ONNX Runtime dynamic QDQ) quantizes weights only and
+# keeps every activation fp32 (torch even keeps the conv weights fp32): fp32's element size
+ELEMENT_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1, "int8-dynamic": 4}
 E_LEVELS = (4, 2, 1)  # distinct element sizes; per-architecture tables hold one row each
 MB = 1e6
 INT64_BYTES = 8  # BN's num_batches_tracked buffer, max-pool indices

@@ -21,7 +21,7 @@ from torch import nn
 from carb_nas._torch_internals import dispatch_mode_base, flop_formulas, op_name, overload_packet
 from carb_nas.errors import ConfigError
 from carb_nas.features import _torch_cpu as torch_cpu
-from carb_nas.features._common import FEATURE_COLUMNS, MB, derive
+from carb_nas.features._common import ELEMENT_BYTES, FEATURE_COLUMNS, MB, derive
 from carb_nas.space import PRECISIONS
 
 _CONV_OPS = {"conv1d", "conv2d", "conv3d", "convolution", "_convolution", "conv_transpose2d"}
@@ -480,8 +480,8 @@ def clear_layer_cache() -> None:
 def _resolve_dtype(dtype: torch.dtype | str) -> tuple[torch.dtype, int]:
     names = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
     if isinstance(dtype, str):
-        if dtype == "int8":
-            return torch.float32, 1
+        if dtype in ("int8", "int8-dynamic"):
+            return torch.float32, ELEMENT_BYTES[dtype]
         if dtype not in names:
             raise ConfigError(
                 f"unsupported precision: expected one of {list(PRECISIONS)} or a torch float "

@@ -120,7 +120,7 @@ class LiteRtRuntime(Runtime):
         return {
             "conversion": f"torch.export -> litert-torch ({where})",
             "quantization": quant,
-            "calibration": _calibration_record(self.calibration)
+            "calibration": _calibration_record(self.calibration, inputs_only=True)
             if self.precision == "int8"
             else None,
         }

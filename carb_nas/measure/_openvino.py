@@ -127,7 +127,11 @@ class OpenVinoRuntime(Runtime):
             "bf16": "INFERENCE_PRECISION_HINT bf16 (CPU plugin)",
             "fp16": "INFERENCE_PRECISION_HINT f16 (CPU plugin)",
         }[self.precision]
-        calib = _calibration_record(self.calibration) if self.precision == "int8" else None
+        calib = (
+            _calibration_record(self.calibration, inputs_only=True)
+            if self.precision == "int8"
+            else None
+        )
         return {"conversion": conversion, "quantization": quant, "calibration": calib}
 
     def prepare_module(

@@ -416,8 +416,17 @@ def calibration_batches(calibration: Any, input_shape: tuple[int, ...]) -> list[
     return [np.ascontiguousarray(arr[i : i + 1], dtype=np.float32) for i in range(len(arr))]
 
 
-def _calibration_record(calibration: Any) -> dict[str, Any]:
+#: the part of :data:`CALIBRATION` every runtime shares (the inputs); the rest is ONNX
+#: Runtime's static-QDQ recipe, which OpenVINO's NNCF and LiteRT's quantizer do not follow
+CALIBRATION_INPUT_KEYS = ("batches", "batch_size", "inputs")
+
+
+def _calibration_record(calibration: Any, inputs_only: bool = False) -> dict[str, Any]:
+    """The calibration set as a row records it; ``inputs_only``: without ONNX Runtime's QDQ
+    settings (for runtimes that quantize with their own tool)."""
     if calibration is None:
+        if inputs_only:
+            return {k: CALIBRATION[k] for k in CALIBRATION_INPUT_KEYS}
         return dict(CALIBRATION)
     if isinstance(calibration, (str, Path)):
         return {"inputs": f"user file {Path(calibration).name}"}

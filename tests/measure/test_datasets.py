@@ -89,6 +89,7 @@ def test_dataset_list_json_cli():
     items = measured
     for d in items:
         assert {
+            "name",
             "platform",
             "device",
             "device_name",
@@ -100,9 +101,9 @@ def test_dataset_list_json_cli():
         } <= set(d)
 
 
-@pytest.mark.parametrize("info", SHIPPED, ids=[d["platform"] for d in SHIPPED])
+@pytest.mark.parametrize("info", SHIPPED, ids=[d["name"] for d in SHIPPED])
 def test_every_shipped_dataset_is_valid(info):
-    frame = load_dataset(info["platform"])
+    frame = load_dataset(info["name"])
     assert len(frame) == info["rows"] > 0
     assert (frame["platform"] == info["platform"]).all()
     assert info["energy_j"] == bool(frame["energy_j"].notna().any())
@@ -112,7 +113,7 @@ def test_every_shipped_dataset_is_valid(info):
 @pytest.mark.parametrize(
     "info",
     [d for d in SHIPPED if d["device"] == "cpu"],
-    ids=[d["platform"] for d in SHIPPED if d["device"] == "cpu"],
+    ids=[d["name"] for d in SHIPPED if d["device"] == "cpu"],
 )
 def test_shipped_rows_remeasure_close_on_this_machine(info):
     """Re-measure a few shipped configs; medians within 25% (different days, shared box)."""
@@ -120,7 +121,7 @@ def test_shipped_rows_remeasure_close_on_this_machine(info):
         pytest.skip(
             f"dataset measured on {info['device_name']!r}, this CPU is {cpu_model_name()!r}"
         )
-    frame = load_dataset(info["platform"], ok_only=True)
+    frame = load_dataset(info["name"], ok_only=True)
     frame = frame[frame["latency_ms"] > 1.0].sample(4, random_state=0)
     threads = int(frame["threads"].iloc[0])
     prof = Profiler("cpu", info["runtime"], info["precision"], threads=threads, meter="none")
@@ -239,6 +240,7 @@ def test_dataset_list_skips_a_stray_file_with_a_warning(real_rows, tmp_path, mon
     real_rows.to_csv(tmp_path / "cpu_torch_fp32.csv", index=False)
     (tmp_path / "notes.csv").write_text("a,b\n1,2\n")
     monkeypatch.setattr(shipped, "datasets_dir", lambda: tmp_path)
+    monkeypatch.setattr(shipped, "zoo_dir", lambda: tmp_path / "no-zoo")
     with pytest.warns(DatasetWarning, match="notes.csv"):
         items = list_datasets()
     assert [d["platform"] for d in items] == ["cpu/torch/fp32"]

@@ -1,0 +1,161 @@
+"""Export the OpenVINO fp32 / int8 campaigns of the zoo configs into the shipped datasets
+(issue 15), paired with the torch rows of ``cpu_torch_fp32_zoo.csv``, and describe them.
+
+    PYTHONPATH=$PWD python benchmarks/openvino_data.py export CAMPAIGN [CAMPAIGN ...]
+        [--out-dir carb_nas/data/zoo]
+    PYTHONPATH=$PWD python benchmarks/openvino_data.py describe [DATASET ...]
+
+The campaigns are ``carb-nas profile CONFIGS --runtime openvino --precision fp32|int8
+--threads 1`` runs over configs of the torch zoo dataset (``configs.csv``: family, depth,
+width, resolution, batch_size). ``export`` reads each campaign read-only
+(``carb_nas.measure.campaign_rows``: one row per key), keeps the rows whose config pairs with
+a torch zoo row (on family, depth, width, resolution, batch_size), sorts them by key and
+writes ``<platform>_zoo.csv`` per campaign platform (``cpu_openvino_fp32_zoo.csv``,
+``cpu_openvino_int8_zoo.csv``), so `carb-nas dataset list` names them ``cpu/openvino/fp32/zoo``
+and ``load_dataset("cpu/openvino/int8")`` finds them. A partial campaign exports what it has;
+the same command on the finished campaigns rewrites the files.
+
+``describe`` prints, per dataset: rows (ok), paired torch rows, latency CV median / p90, rows
+with CV > 0.10, the time span, the runtime versions, conversion, quantization scheme and
+calibration set (from the fingerprints), the peak-memory method, and on the paired keys the
+median latency ratio to torch fp32 and (both OpenVINO sets present) int8 over fp32. The last
+line: ``ov_fp32_rows=.. ov_int8_rows=.. ov_fp32_cv_median=.. ov_int8_cv_median=..
+ov_int8_speedup_median=..``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+ZOO = ROOT / "carb_nas" / "data" / "zoo"
+TORCH = ZOO / "cpu_torch_fp32_zoo.csv"
+PAIR = ["family", "depth", "width", "resolution", "batch_size"]
+PLATFORMS = ("cpu/openvino/fp32", "cpu/openvino/int8")
+
+
+def _pair_keys(frame: pd.DataFrame) -> pd.Series:
+    f = frame[PAIR]
+    return (
+        f["family"].astype(str)
+        + "|"
+        + f["depth"].astype(int).astype(str)
+        + "|"
+        + f["width"].astype(float).round(6).astype(str)
+        + "|"
+        + f["resolution"].astype(int).astype(str)
+        + "|"
+        + f["batch_size"].astype(int).astype(str)
+    )
+
+
+def export(campaigns: list[str], out_dir: Path) -> list[Path]:
+    from carb_nas.datasets import load_dataset, write_table
+    from carb_nas.measure import campaign_rows
+
+    torch_keys = set(_pair_keys(pd.read_csv(TORCH)))
+    written = []
+    for campaign in campaigns:
+        rows = campaign_rows(campaign)
+        if rows.empty:
+            print(f"{campaign}: no rows yet, skipped")
+            continue
+        platforms = sorted(rows["platform"].astype(str).unique())
+        if len(platforms) != 1 or platforms[0] not in PLATFORMS:
+            sys.exit(f"{campaign}: expected one platform of {PLATFORMS}, got {platforms}")
+        paired = _pair_keys(rows).isin(torch_keys)
+        if (~paired).any():
+            print(f"{campaign}: dropped {int((~paired).sum())} rows without a torch zoo row")
+        rows = rows[paired.to_numpy()].sort_values("key").reset_index(drop=True)
+        out = out_dir / f"{platforms[0].replace('/', '_')}_zoo.csv"
+        load_dataset(rows, name=str(out))  # the shipped rule, before writing
+        write_table(rows, out)
+        counts = rows["status"].value_counts().to_dict()
+        print(f"wrote {len(rows)} rows ({counts}) of {campaign} to {out}")
+        written.append(out)
+    return written
+
+
+def _fingerprint(frame: pd.DataFrame) -> dict:
+    text = frame["fingerprint"].dropna().astype(str).value_counts().index[0]
+    return json.loads(text)
+
+
+def describe(paths: list[Path]) -> str:
+    from carb_nas.datasets import load_dataset
+
+    torch = load_dataset(TORCH, ok_only=True)
+    tlat = dict(zip(_pair_keys(torch), torch["latency_ms"]))
+    figures: dict[str, float | int] = {}
+    lat: dict[str, dict[str, float]] = {}
+    for path in paths:
+        frame = load_dataset(path)
+        ok = frame[frame["status"] == "ok"]
+        plat = str(frame["platform"].iloc[0])
+        tag = "ov_" + plat.rsplit("/", 1)[1]
+        cv = ok["latency_cv"].astype(float)
+        fp = _fingerprint(ok)
+        keys = _pair_keys(ok)
+        lat[tag] = dict(zip(keys, ok["latency_ms"].astype(float)))
+        ratio = np.array([v / tlat[k] for k, v in lat[tag].items() if k in tlat])
+        ts = pd.to_datetime(ok["timestamp"])
+        print(f"## {plat} ({path.name})")
+        print(f"rows {len(frame)} (ok {len(ok)}), paired with torch zoo rows: {len(ratio)}")
+        print(
+            f"latency CV median {cv.median():.1%} / p90 {cv.quantile(0.9):.1%}; "
+            f"rows with CV > 0.10: {int((cv > 0.10).sum())}"
+        )
+        print(f"measured {ts.min():%Y-%m-%d %H:%M}-{ts.max():%H:%M} UTC")
+        versions = {k: fp.get(k) for k in ("openvino", "nncf", "torch", "python", "carb_nas")}
+        print(f"versions {json.dumps({k: v for k, v in versions.items() if v})}")
+        print(
+            f"device {fp.get('cpu_model')}, threads {fp.get('threads')}, "
+            f"protocol {fp.get('protocol')} {json.dumps(fp.get('protocol_params'))}"
+        )
+        print(f"scheme {json.dumps(fp.get('scheme'))}")
+        print(f"peak memory: {ok['peak_mem_method'].iloc[0]}")
+        print(
+            f"latency / torch fp32 on the paired configs: p10 {np.quantile(ratio, 0.1):.2f}, "
+            f"median {np.median(ratio):.2f}, p90 {np.quantile(ratio, 0.9):.2f}"
+        )
+        figures[f"{tag}_rows"] = int(len(ok))
+        figures[f"{tag}_cv_median"] = round(float(cv.median()), 4)
+    if {"ov_fp32", "ov_int8"} <= set(lat):
+        common = lat["ov_fp32"].keys() & lat["ov_int8"].keys()
+        speed = np.array([lat["ov_fp32"][k] / lat["ov_int8"][k] for k in common])
+        print(
+            f"int8 speedup over fp32 ({len(common)} configs): p10 "
+            f"{np.quantile(speed, 0.1):.2f}, median {np.median(speed):.2f}, p90 "
+            f"{np.quantile(speed, 0.9):.2f}"
+        )
+        figures["ov_int8_speedup_median"] = round(float(np.median(speed)), 3)
+    return " ".join(f"{k}={v}" for k, v in figures.items())
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    e = sub.add_parser("export", help="campaigns -> the shipped OpenVINO zoo datasets")
+    e.add_argument("campaigns", nargs="+")
+    e.add_argument("--out-dir", default=str(ZOO))
+    d = sub.add_parser("describe", help="provenance figures of the datasets")
+    d.add_argument("datasets", nargs="*")
+    args = p.parse_args()
+    if args.cmd == "export":
+        paths = export(args.campaigns, Path(args.out_dir))
+    else:
+        paths = [Path(x) for x in args.datasets] or [
+            ZOO / f"{x.replace('/', '_')}_zoo.csv" for x in PLATFORMS
+        ]
+        paths = [x for x in paths if x.exists()]
+    print(describe(paths))
+
+
+if __name__ == "__main__":
+    main()

@@ -95,11 +95,9 @@ def load_default_model(
     name = f"{name}-{model.preset}-{digest}"
     cache = default_model_cache_dir()
     cached = cache / name
-    if (cached / "manifest.json").is_file():
-        try:
-            return _with_origin(CostModel.load(cached), "loaded")
-        except ModelError:
-            shutil.rmtree(cached, ignore_errors=True)  # damaged cache entry: retrain it
+    loaded = _load_cached(cached, CostModel.load)
+    if loaded is not None:
+        return loaded
     _check_writable(cache)
     if verbose:
         print(
@@ -143,6 +141,17 @@ DEFAULT_ORIGINS = {
     "loaded": "loaded: trained on first use from its shipped dataset, cached",
     "trained": "trained on first use from its shipped dataset, now cached",
 }
+
+
+def _load_cached(cached: Path, loader: Any) -> Any:
+    """The default model cached at ``cached``, or None: absent, or damaged (then removed, so
+    the caller retrains it)."""
+    if (cached / "manifest.json").is_file():
+        try:
+            return _with_origin(loader(cached), "loaded")
+        except ModelError:
+            shutil.rmtree(cached, ignore_errors=True)
+    return None
 
 
 def _with_origin(model: Any, origin: str) -> Any:
@@ -232,11 +241,9 @@ def load_default_module_model(
     name = f"{platform.replace('/', '_')}-module-{h.hexdigest()[:16]}"
     cache = default_model_cache_dir()
     cached = cache / name
-    if (cached / "manifest.json").is_file():
-        try:
-            return _with_origin(ModuleCostModel.load(cached), "loaded")
-        except ModelError:
-            shutil.rmtree(cached, ignore_errors=True)  # damaged cache entry: retrain it
+    loaded = _load_cached(cached, ModuleCostModel.load)
+    if loaded is not None:
+        return loaded
     _check_writable(cache)
     rows = _zoo_training_rows(paths[0], recipe_params.pop("rows_per_family"))
     if verbose:

@@ -82,8 +82,15 @@ def test_int8_dynamic_has_an_element_size_and_every_family_featurizes_at_int8():
     assert ELEMENT_BYTES["int8-dynamic"] == ELEMENT_BYTES["fp32"]  # activations stay fp32
     families = {"basic": 18, "bottleneck": 50, **ZOO_FAMILIES}
     rows = [
-        {"family": f, "depth": d, "width": 0.5, "resolution": 32, "batch_size": 2,
-         "precision": p, "runtime": "openvino" if p == "int8" else "torch"}
+        {
+            "family": f,
+            "depth": d,
+            "width": 0.5,
+            "resolution": 32,
+            "batch_size": 2,
+            "precision": p,
+            "runtime": "openvino" if p == "int8" else "torch",
+        }
         for f, d in families.items()
         for p in ("fp32", "int8", "int8-dynamic")
     ]

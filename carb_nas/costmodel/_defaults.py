@@ -108,14 +108,7 @@ def load_default_model(
         )
     t0 = time.perf_counter()
     model.fit(X, data["Y"], platform=data["platform"])
-    try:
-        model.save(cached)  # atomic; a concurrent first run that won is replaced by an equal one
-    except (OSError, ModelError) as e:
-        if verbose:
-            print(f"carb_nas: could not cache the model ({e})", file=sys.stderr)
-    if verbose:
-        print(f"carb_nas: trained in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-    return _with_origin(model, "trained")
+    return _cache_trained(model, cached, t0, verbose, "model")
 
 
 def _shipped_dataset(platform: str) -> Path:
@@ -152,6 +145,19 @@ def _load_cached(cached: Path, loader: Any) -> Any:
         except ModelError:
             shutil.rmtree(cached, ignore_errors=True)
     return None
+
+
+def _cache_trained(model: Any, cached: Path, t0: float, verbose: bool, what: str) -> Any:
+    """Save a just-trained default model to ``cached`` (a failure only warns: the model is
+    still usable) and mark it trained."""
+    try:
+        model.save(cached)  # atomic; a concurrent first run that won is replaced by an equal one
+    except (OSError, ModelError) as e:
+        if verbose:
+            print(f"carb_nas: could not cache the {what} ({e})", file=sys.stderr)
+    if verbose:
+        print(f"carb_nas: trained in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    return _with_origin(model, "trained")
 
 
 def _with_origin(model: Any, origin: str) -> Any:
@@ -258,14 +264,7 @@ def load_default_module_model(
     ops = pd.read_csv(paths[1])
     net, tab = network_tables(rows, ops[ops["key"].isin(set(rows["key"]))])
     model = ModuleCostModel(**recipe_params).fit(net, tab)
-    try:
-        model.save(cached)  # atomic; a concurrent first run that won is replaced by an equal one
-    except (OSError, ModelError) as e:
-        if verbose:
-            print(f"carb_nas: could not cache the module model ({e})", file=sys.stderr)
-    if verbose:
-        print(f"carb_nas: trained in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-    return _with_origin(model, "trained")
+    return _cache_trained(model, cached, t0, verbose, "module model")
 
 
 def check_model(spec: str | Path, role: str = "model") -> None:

@@ -1,19 +1,22 @@
 """Export the OpenVINO fp32 / int8 campaigns of the zoo configs into the shipped datasets
 (issue 15), paired with the torch rows of ``cpu_torch_fp32_zoo.csv``, and describe them.
 
-    PYTHONPATH=$PWD python benchmarks/openvino_data.py export CAMPAIGN [CAMPAIGN ...]
+    PYTHONPATH=$PWD python benchmarks/openvino_data.py export PASS [PASS ...]
         [--out-dir carb_nas/data/zoo]
     PYTHONPATH=$PWD python benchmarks/openvino_data.py describe [DATASET ...]
 
-The campaigns are ``carb-nas profile CONFIGS --runtime openvino --precision fp32|int8
---threads 1`` runs over configs of the torch zoo dataset (``configs.csv``: family, depth,
-width, resolution, batch_size). ``export`` reads each campaign read-only
-(``carb_nas.measure.campaign_rows``: one row per key), keeps the rows whose config pairs with
-a torch zoo row (on family, depth, width, resolution, batch_size), sorts them by key and
-writes ``<platform>_zoo.csv`` per campaign platform (``cpu_openvino_fp32_zoo.csv``,
+The passes are ``carb-nas profile CONFIGS --runtime openvino --precision fp32|int8
+--threads 1`` campaigns over configs of the torch zoo dataset (``configs.csv``: family, depth,
+width, resolution, batch_size), given as campaign directories (read read-only with
+``carb_nas.measure.campaign_rows``: one row per key) or as row tables exported from them
+(``docs/passes/cpu_openvino_*/``). ``export`` groups the passes by platform; a platform with
+several passes keeps each config's median-latency ok row (``datasets.median_of_passes``: with
+two passes the faster one, contention only slows a run down). It keeps the rows whose config
+pairs with a torch zoo row (on family, depth, width, resolution, batch_size), sorts them by key
+and writes ``<platform>_zoo.csv`` per platform (``cpu_openvino_fp32_zoo.csv``,
 ``cpu_openvino_int8_zoo.csv``), so `carb-nas dataset list` names them ``cpu/openvino/fp32/zoo``
 and ``load_dataset("cpu/openvino/int8")`` finds them. A partial campaign exports what it has;
-the same command on the finished campaigns rewrites the files.
+the same command on the finished passes rewrites the files.
 
 ``describe`` prints, per dataset: rows (ok), paired torch rows, latency CV median / p90, rows
 with CV > 0.10, the time span, the runtime versions, conversion, quantization scheme and
@@ -55,29 +58,45 @@ def _pair_keys(frame: pd.DataFrame) -> pd.Series:
     )
 
 
-def export(campaigns: list[str], out_dir: Path) -> list[Path]:
-    from carb_nas.datasets import load_dataset, write_table
+def _pass_rows(source: str) -> pd.DataFrame:
+    from carb_nas.datasets import load_dataset
     from carb_nas.measure import campaign_rows
 
+    if Path(source).is_dir():
+        return campaign_rows(source)
+    return load_dataset(source)
+
+
+def export(passes: list[str], out_dir: Path) -> list[Path]:
+    from carb_nas.datasets import load_dataset, median_of_passes, write_table
+
     torch_keys = set(_pair_keys(pd.read_csv(TORCH)))
-    written = []
-    for campaign in campaigns:
-        rows = campaign_rows(campaign)
+    by_platform: dict[str, list[tuple[str, pd.DataFrame]]] = {}
+    for source in passes:
+        rows = _pass_rows(source)
         if rows.empty:
-            print(f"{campaign}: no rows yet, skipped")
+            print(f"{source}: no rows yet, skipped")
             continue
         platforms = sorted(rows["platform"].astype(str).unique())
         if len(platforms) != 1 or platforms[0] not in PLATFORMS:
-            sys.exit(f"{campaign}: expected one platform of {PLATFORMS}, got {platforms}")
+            sys.exit(f"{source}: expected one platform of {PLATFORMS}, got {platforms}")
+        by_platform.setdefault(platforms[0], []).append((source, rows))
+    written = []
+    for platform, found in sorted(by_platform.items()):
+        sources = [s for s, _ in found]
+        if len(found) == 1:
+            rows = found[0][1]
+        else:
+            rows = median_of_passes([r for _, r in found], sources=sources)
         paired = _pair_keys(rows).isin(torch_keys)
         if (~paired).any():
-            print(f"{campaign}: dropped {int((~paired).sum())} rows without a torch zoo row")
+            print(f"{platform}: dropped {int((~paired).sum())} rows without a torch zoo row")
         rows = rows[paired.to_numpy()].sort_values("key").reset_index(drop=True)
-        out = out_dir / f"{platforms[0].replace('/', '_')}_zoo.csv"
+        out = out_dir / f"{platform.replace('/', '_')}_zoo.csv"
         load_dataset(rows, name=str(out))  # the shipped rule, before writing
         write_table(rows, out)
         counts = rows["status"].value_counts().to_dict()
-        print(f"wrote {len(rows)} rows ({counts}) of {campaign} to {out}")
+        print(f"wrote {len(rows)} rows ({counts}) of {len(found)} pass(es) {sources} to {out}")
         written.append(out)
     return written
 
@@ -141,14 +160,14 @@ def describe(paths: list[Path]) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
-    e = sub.add_parser("export", help="campaigns -> the shipped OpenVINO zoo datasets")
-    e.add_argument("campaigns", nargs="+")
+    e = sub.add_parser("export", help="passes -> the shipped OpenVINO zoo datasets")
+    e.add_argument("passes", nargs="+", help="campaign directories or exported row tables")
     e.add_argument("--out-dir", default=str(ZOO))
     d = sub.add_parser("describe", help="provenance figures of the datasets")
     d.add_argument("datasets", nargs="*")
     args = p.parse_args()
     if args.cmd == "export":
-        paths = export(args.campaigns, Path(args.out_dir))
+        paths = export(args.passes, Path(args.out_dir))
     else:
         paths = [Path(x) for x in args.datasets] or [
             ZOO / f"{x.replace('/', '_')}_zoo.csv" for x in PLATFORMS

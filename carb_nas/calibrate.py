@@ -13,7 +13,11 @@ knob space (log batch, log resolution, log width, log depth, family), each dista
 the config's relative conformal interval width (where the model is least sure counts more) --
 keeping only configs that are cheap to measure (predicted under ``MAX_PREDICTED_MS``, and not
 in the largest quarter by parameters, whose models take seconds to build or export). Measuring
-stops when the next config would overrun the budget.
+stops when the next config would overrun the budget, leaving room to measure the first
+``repeats`` configs once more at the end: the two measurements of a config say how far this
+machine's timings move on their own (``Calibration.repeatability``). On a shared or throttled
+machine that spread, not the model, bounds how closely any prediction can be checked (on this
+project's 2-core VM on one day, two passes over 20 configs differed by a MAPE of 13.5 %).
 
 Cache: ``$CARB_NAS_CACHE/calibrations/<platform>-<machine key>/`` with ``calibration.json``
 (fingerprint, source-model identity, the fitted maps) and ``rows.csv`` (the measured rows), both
@@ -70,6 +74,8 @@ MIN_TIME_BUDGET_S = 5.0  # profiler set-up plus one config: less measures nothin
 MIN_CALIBRATION_ROWS = 3  # the smallest map with a leave-one-out error
 MAX_PREDICTED_MS = 60.0  # configs predicted slower than this cost seconds each to measure
 MAX_PARAMS_QUANTILE = 0.75  # the largest quarter of the models costs seconds to build
+REPEATS = 2  # configs measured twice, for the machine's own repeatability
+NOISY_REPEATABILITY_PCT = 10.0  # above this, a note says validation cannot be closer
 INTERVAL_ALPHA = 0.1
 # fingerprint fields that describe the measuring process, not the machine
 _NOT_MACHINE = (
@@ -215,7 +221,8 @@ class Calibration:
 
     ``model``: the :class:`carb_nas.costmodel.CalibratedModel` (predicts every target of the
     source model; the uncalibrated ones, e.g. energy without a meter, pass through).
-    ``rows``: the measured rows it was fitted on. ``replaced``: a line describing the
+    ``rows``: the measured rows it was fitted on. ``repeats``: second measurements of the
+    first configs (not fitted; see :meth:`repeatability`). ``replaced``: a line describing the
     calibration this one replaced (None when it is the first).
     """
 
@@ -228,6 +235,7 @@ class Calibration:
     created: str = ""
     replaced: str | None = None
     notes: list[str] = field(default_factory=list)
+    repeats: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(SCHEMA)))
 
     @property
     def n_rows(self) -> int:
@@ -246,6 +254,17 @@ class Calibration:
             out[t] = float(np.median(ratio)) if len(ratio) else math.nan
         return out
 
+    def repeatability(self) -> dict[str, float | int]:
+        """How far this machine's latency moved between two measurements of the same config:
+        ``n`` configs measured twice, the median and largest ``|second / first - 1|`` in %
+        (NaN without repeats)."""
+        pct = _repeat_pct(self.rows, self.repeats)
+        return {
+            "n": len(pct),
+            "median_pct": float(np.median(pct)) if len(pct) else math.nan,
+            "max_pct": float(np.max(pct)) if len(pct) else math.nan,
+        }
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "platform": self.platform,
@@ -259,6 +278,7 @@ class Calibration:
             "methods": {t: m["method"] for t, m in self.model.maps_.items()},
             "loo_rmse_log": {t: m["loo_rmse_log"] for t, m in self.model.maps_.items()},
             "factors": self.factors(),
+            "repeatability": self.repeatability(),
             "notes": self.notes,
         }
 
@@ -273,10 +293,29 @@ class Calibration:
                 f"  {t:<12} {m['method']:<9} leave-one-out error {100 * m['loo_rmse_log']:.1f}% "
                 f"(log RMSE), median measured/default x{factors[t]:.2f}"
             )
+        rep = self.repeatability()
+        if rep["n"]:
+            lines.append(
+                f"  repeatability: {rep['n']} configs measured twice differ by a median "
+                f"{rep['median_pct']:.1f}% (largest {rep['max_pct']:.1f}%)"
+            )
         if self.replaced:
             lines.append(f"  replaced {self.replaced}")
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
+
+
+def _repeat_pct(rows: pd.DataFrame, repeats: pd.DataFrame) -> np.ndarray:
+    """``100 * |second / first - 1|`` of the latency of every config measured ok twice."""
+    if len(repeats) == 0 or len(rows) == 0:
+        return np.zeros(0)
+    first = rows[rows["status"] == "ok"].drop_duplicates("key").set_index("key")["latency_ms"]
+    again = repeats[repeats["status"] == "ok"].drop_duplicates("key").set_index("key")
+    common = again.index.intersection(first.index)
+    a = pd.to_numeric(first.loc[common], errors="coerce").to_numpy(float)
+    b = pd.to_numeric(again.loc[common, "latency_ms"], errors="coerce").to_numpy(float)
+    ok = np.isfinite(a) & np.isfinite(b) & (a > 0)
+    return 100 * np.abs(b[ok] / a[ok] - 1)
 
 
 def _fit(
@@ -332,9 +371,12 @@ def _save(cal: Calibration, source: Any, kept_rows: bool = False) -> None:
         },
         "model_platform": getattr(cal.model, "platform_", {}),
         "calibration": cal.model.to_dict(),
+        "repeatability": cal.repeatability(),
     }
     with atomic_directory(cal.directory) as tmp:
         write_table(cal.rows, tmp / "rows.csv")
+        if len(cal.repeats):
+            write_table(cal.repeats, tmp / "repeats.csv")
         (tmp / "calibration.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
 
 
@@ -357,6 +399,7 @@ def calibrate_on_arrival(
     exclude: pd.DataFrame | None = None,
     progress: Callable[[int, float, float], None] | None = None,
     save: bool = True,
+    repeats: int = REPEATS,
 ) -> Calibration:
     """Measure informative configs here for up to ``time_budget_s`` seconds, fit the few-shot
     calibration of the default ``platform`` model and cache it for this machine.
@@ -365,9 +408,16 @@ def calibrate_on_arrival(
     default: one built for the platform with the thread count of the default model's data.
     ``source_model``: the model to calibrate (default :func:`load_default_model`).
     ``exclude``: configs never measured (held-out validation). ``progress(n_measured,
-    elapsed_s, time_budget_s)`` is called after each config. A calibration that replaces an
-    earlier one says so in ``Calibration.replaced``. Nothing is written when it fails.
+    elapsed_s, time_budget_s)`` is called after each config. ``repeats``: how many of the first
+    configs to measure again at the end, within the budget (0: none). A calibration that
+    replaces an earlier one says so in ``Calibration.replaced``. Nothing is written when it
+    fails.
     """
+    if not (isinstance(repeats, int) and not isinstance(repeats, bool) and repeats >= 0):
+        raise ConfigError(
+            f"bad repeats: expected an integer >= 0 (configs measured twice), got {repeats!r}. "
+            f"Use e.g. {REPEATS}."
+        )
     if not (
         isinstance(time_budget_s, (int, float))
         and math.isfinite(time_budget_s)
@@ -399,18 +449,27 @@ def calibrate_on_arrival(
     own = profiler is None
     prof = profiler if profiler is not None else _profiler_for(platform, source)
     measured: list[dict[str, Any]] = []
+    again: list[dict[str, Any]] = []
+    configs = frame_to_configs(candidates[list(CONFIG_COLUMNS)])
     try:
         fingerprint = machine_fingerprint(prof)
-        for config in frame_to_configs(candidates[list(CONFIG_COLUMNS)]):
+        for config in configs:
             elapsed = time.perf_counter() - t0
             per_config = elapsed / len(measured) if measured else 0.0
-            if measured and elapsed + per_config > time_budget_s:
+            # room for this config and for the repeats still owed at the end
+            owed = min(repeats, len(measured) + 1)
+            if measured and elapsed + per_config * (1 + owed) > time_budget_s:
                 break
             if elapsed > time_budget_s:
                 break
             measured.append(prof.profile(config))
             if progress is not None:
                 progress(len(measured), time.perf_counter() - t0, float(time_budget_s))
+        ok = [i for i, r in enumerate(measured) if r.get("status") == "ok"][:repeats]
+        for i in ok:
+            again.append(prof.profile(configs[i]))
+            if progress is not None:
+                progress(len(measured) + len(again), time.perf_counter() - t0, float(time_budget_s))
     finally:
         if own:
             prof.close()
@@ -426,7 +485,15 @@ def calibrate_on_arrival(
         seconds=time.perf_counter() - t0,
         created=datetime.now(UTC).isoformat(timespec="seconds"),
         replaced=_previous(directory),
+        repeats=pd.DataFrame(again, columns=list(SCHEMA)),
     )
+    spread = cal.repeatability()["median_pct"]
+    if spread > NOISY_REPEATABILITY_PCT:
+        cal.notes.append(
+            f"this machine's timings moved by a median {spread:.0f}% between two measurements "
+            "of the same configs: no prediction can be checked closer than that here (a "
+            "shared or throttled machine); calibrate again when it is quiet"
+        )
     uncalibrated = [t for t in model.targets_ if t not in model.maps_]
     if uncalibrated:
         cal.notes.append(
@@ -491,6 +558,11 @@ def load_calibration(
     try:
         doc = json.loads(doc_path.read_text())
         rows = read_table(d / "rows.csv")
+        repeats = (
+            read_table(d / "repeats.csv")
+            if (d / "repeats.csv").is_file()
+            else pd.DataFrame(columns=list(SCHEMA))
+        )
     except (OSError, ValueError) as e:
         raise ModelError(
             f"damaged calibration {str(d)!r}: expected readable calibration.json and rows.csv, "
@@ -522,6 +594,7 @@ def load_calibration(
         directory=d,
         seconds=float(doc.get("seconds", 0.0)),
         created=str(doc.get("created", "")),
+        repeats=repeats,
     )
 
 
@@ -574,6 +647,7 @@ def recalibrate(
         seconds=(old.seconds if old is not None else 0.0) + time.perf_counter() - t0,
         created=datetime.now(UTC).isoformat(timespec="seconds"),
         replaced=_previous(directory),
+        repeats=old.repeats if old is not None else pd.DataFrame(columns=list(SCHEMA)),
     )
     if old is not None:
         cal.notes.append(f"folded {len(new)} validated rows into {len(old.rows)} earlier rows")

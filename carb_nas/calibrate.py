@@ -12,12 +12,14 @@ on), ordered so that every prefix is informative -- farthest-point order in the 
 knob space (log batch, log resolution, log width, log depth, family), each distance weighted by
 the config's relative conformal interval width (where the model is least sure counts more) --
 keeping only configs that are cheap to measure (predicted under ``MAX_PREDICTED_MS``, and not
-in the largest quarter by parameters, whose models take seconds to build or export). Measuring
-stops when the next config would overrun the budget, leaving room to measure the first
-``repeats`` configs once more at the end: the two measurements of a config say how far this
-machine's timings move on their own (``Calibration.repeatability``). On a shared or throttled
-machine that spread, not the model, bounds how closely any prediction can be checked (on this
-project's 2-core VM on one day, two passes over 20 configs differed by a MAPE of 13.5 %).
+in the largest quarter by parameters, whose models take seconds to build or export). Each config is
+measured in ``passes`` interleaved rounds and its fastest row kept
+(:func:`carb_nas.measure.profile_passes`: on a shared VM, contention only adds time and comes and
+goes); the first round stops when one more config, with its later rounds, would overrun the
+budget. The first two rounds of a config say how far this machine's timings move on their own
+(``Calibration.repeatability``): on a shared or throttled machine that spread bounds how
+closely a single measurement can check any prediction (on this project's 2-core VM on one day,
+two single passes over 20 configs differed by a MAPE of 13.5 %, the fastest of 3 by 5.9 %).
 
 Cache: ``$CARB_NAS_CACHE/calibrations/<platform>-<machine key>/`` with ``calibration.json``
 (fingerprint, source-model identity, the fitted maps) and ``rows.csv`` (the measured rows), both
@@ -56,6 +58,7 @@ __all__ = [
     "CALIBRATION_FORMAT",
     "MIN_CALIBRATION_ROWS",
     "MIN_TIME_BUDGET_S",
+    "PASSES",
     "Calibration",
     "calibrate_on_arrival",
     "calibration_dir",
@@ -74,8 +77,8 @@ MIN_TIME_BUDGET_S = 5.0  # profiler set-up plus one config: less measures nothin
 MIN_CALIBRATION_ROWS = 3  # the smallest map with a leave-one-out error
 MAX_PREDICTED_MS = 60.0  # configs predicted slower than this cost seconds each to measure
 MAX_PARAMS_QUANTILE = 0.75  # the largest quarter of the models costs seconds to build
-REPEATS = 2  # configs measured twice, for the machine's own repeatability
-NOISY_REPEATABILITY_PCT = 10.0  # above this, a note says validation cannot be closer
+PASSES = 3  # rounds per config, the fastest kept: see profile_passes
+NOISY_REPEATABILITY_PCT = 10.0  # above this, a note says single measurements cannot check closer
 INTERVAL_ALPHA = 0.1
 # fingerprint fields that describe the measuring process, not the machine
 _NOT_MACHINE = (
@@ -221,9 +224,9 @@ class Calibration:
 
     ``model``: the :class:`carb_nas.costmodel.CalibratedModel` (predicts every target of the
     source model; the uncalibrated ones, e.g. energy without a meter, pass through).
-    ``rows``: the measured rows it was fitted on. ``repeats``: second measurements of the
-    first configs (not fitted; see :meth:`repeatability`). ``replaced``: a line describing the
-    calibration this one replaced (None when it is the first).
+    ``rows``: the measured rows it was fitted on (each config's fastest of its passes, which
+    ``protocol_params`` lists). ``replaced``: a line describing the calibration this one
+    replaced (None when it is the first).
     """
 
     platform: str
@@ -235,7 +238,6 @@ class Calibration:
     created: str = ""
     replaced: str | None = None
     notes: list[str] = field(default_factory=list)
-    repeats: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(SCHEMA)))
 
     @property
     def n_rows(self) -> int:
@@ -256,9 +258,11 @@ class Calibration:
 
     def repeatability(self) -> dict[str, float | int]:
         """How far this machine's latency moved between two measurements of the same config:
-        ``n`` configs measured twice, the median and largest ``|second / first - 1|`` in %
-        (NaN without repeats)."""
-        pct = _repeat_pct(self.rows, self.repeats)
+        ``n`` configs measured in two passes or more, the median and largest ``|second / first
+        - 1|`` in % (NaN without passes)."""
+        from carb_nas.measure import pass_spread_pct
+
+        pct = pass_spread_pct(self.rows.to_dict("records"))
         return {
             "n": len(pct),
             "median_pct": float(np.median(pct)) if len(pct) else math.nan,
@@ -303,19 +307,6 @@ class Calibration:
             lines.append(f"  replaced {self.replaced}")
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
-
-
-def _repeat_pct(rows: pd.DataFrame, repeats: pd.DataFrame) -> np.ndarray:
-    """``100 * |second / first - 1|`` of the latency of every config measured ok twice."""
-    if len(repeats) == 0 or len(rows) == 0:
-        return np.zeros(0)
-    first = rows[rows["status"] == "ok"].drop_duplicates("key").set_index("key")["latency_ms"]
-    again = repeats[repeats["status"] == "ok"].drop_duplicates("key").set_index("key")
-    common = again.index.intersection(first.index)
-    a = pd.to_numeric(first.loc[common], errors="coerce").to_numpy(float)
-    b = pd.to_numeric(again.loc[common, "latency_ms"], errors="coerce").to_numpy(float)
-    ok = np.isfinite(a) & np.isfinite(b) & (a > 0)
-    return 100 * np.abs(b[ok] / a[ok] - 1)
 
 
 def _fit(
@@ -375,8 +366,6 @@ def _save(cal: Calibration, source: Any, kept_rows: bool = False) -> None:
     }
     with atomic_directory(cal.directory) as tmp:
         write_table(cal.rows, tmp / "rows.csv")
-        if len(cal.repeats):
-            write_table(cal.repeats, tmp / "repeats.csv")
         (tmp / "calibration.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
 
 
@@ -399,7 +388,7 @@ def calibrate_on_arrival(
     exclude: pd.DataFrame | None = None,
     progress: Callable[[int, float, float], None] | None = None,
     save: bool = True,
-    repeats: int = REPEATS,
+    passes: int = PASSES,
 ) -> Calibration:
     """Measure informative configs here for up to ``time_budget_s`` seconds, fit the few-shot
     calibration of the default ``platform`` model and cache it for this machine.
@@ -408,16 +397,13 @@ def calibrate_on_arrival(
     default: one built for the platform with the thread count of the default model's data.
     ``source_model``: the model to calibrate (default :func:`load_default_model`).
     ``exclude``: configs never measured (held-out validation). ``progress(n_measured,
-    elapsed_s, time_budget_s)`` is called after each config. ``repeats``: how many of the first
-    configs to measure again at the end, within the budget (0: none). A calibration that
-    replaces an earlier one says so in ``Calibration.replaced``. Nothing is written when it
-    fails.
+    elapsed_s, time_budget_s)`` is called after each measurement. ``passes``: rounds per
+    config, the fastest kept (1: one measurement each). A calibration that replaces an
+    earlier one says so in ``Calibration.replaced``. Nothing is written when it fails.
     """
-    if not (isinstance(repeats, int) and not isinstance(repeats, bool) and repeats >= 0):
-        raise ConfigError(
-            f"bad repeats: expected an integer >= 0 (configs measured twice), got {repeats!r}. "
-            f"Use e.g. {REPEATS}."
-        )
+    from carb_nas.measure import check_passes, fastest_of_passes
+
+    passes = check_passes(passes)
     if not (
         isinstance(time_budget_s, (int, float))
         and math.isfinite(time_budget_s)
@@ -448,32 +434,39 @@ def calibrate_on_arrival(
         )
     own = profiler is None
     prof = profiler if profiler is not None else _profiler_for(platform, source)
-    measured: list[dict[str, Any]] = []
-    again: list[dict[str, Any]] = []
+    rounds: list[list[dict[str, Any]]] = [[]]
     configs = frame_to_configs(candidates[list(CONFIG_COLUMNS)])
+    done = 0
     try:
         fingerprint = machine_fingerprint(prof)
         for config in configs:
             elapsed = time.perf_counter() - t0
-            per_config = elapsed / len(measured) if measured else 0.0
-            # room for this config and for the repeats still owed at the end
-            owed = min(repeats, len(measured) + 1)
-            if measured and elapsed + per_config * (1 + owed) > time_budget_s:
+            n = len(rounds[0])
+            per_config = elapsed / n if n else 0.0
+            # room for this config and for the later rounds of every config so far, once
+            # the fit has its fewest rows (a short budget then gets fewer later rounds)
+            later = (passes - 1) * (n + 1) if n >= MIN_CALIBRATION_ROWS else 0
+            if n and elapsed + per_config * (1 + later) > time_budget_s:
                 break
             if elapsed > time_budget_s:
                 break
-            measured.append(prof.profile(config))
+            rounds[0].append(prof.profile(config))
+            done += 1
             if progress is not None:
-                progress(len(measured), time.perf_counter() - t0, float(time_budget_s))
-        ok = [i for i, r in enumerate(measured) if r.get("status") == "ok"][:repeats]
-        for i in ok:
-            again.append(prof.profile(configs[i]))
-            if progress is not None:
-                progress(len(measured) + len(again), time.perf_counter() - t0, float(time_budget_s))
+                progress(done, time.perf_counter() - t0, float(time_budget_s))
+        for _ in range(passes - 1):
+            rounds.append([])
+            for config in configs[: len(rounds[0])]:
+                if time.perf_counter() - t0 > time_budget_s:
+                    break
+                rounds[-1].append(prof.profile(config))
+                done += 1
+                if progress is not None:
+                    progress(done, time.perf_counter() - t0, float(time_budget_s))
     finally:
         if own:
             prof.close()
-    rows = pd.DataFrame(measured, columns=list(SCHEMA))
+    rows = pd.DataFrame(fastest_of_passes(rounds), columns=list(SCHEMA))
     model = _fit(platform, source, rows, fingerprint)
     directory = calibration_dir(platform, fingerprint)
     cal = Calibration(
@@ -485,14 +478,14 @@ def calibrate_on_arrival(
         seconds=time.perf_counter() - t0,
         created=datetime.now(UTC).isoformat(timespec="seconds"),
         replaced=_previous(directory),
-        repeats=pd.DataFrame(again, columns=list(SCHEMA)),
     )
     spread = cal.repeatability()["median_pct"]
     if spread > NOISY_REPEATABILITY_PCT:
         cal.notes.append(
             f"this machine's timings moved by a median {spread:.0f}% between two measurements "
-            "of the same configs: no prediction can be checked closer than that here (a "
-            "shared or throttled machine); calibrate again when it is quiet"
+            "of the same configs: a single measurement cannot check any prediction closer "
+            "than that here (a shared or throttled machine); validate with --passes 3, or "
+            "calibrate again when it is quiet"
         )
     uncalibrated = [t for t in model.targets_ if t not in model.maps_]
     if uncalibrated:
@@ -558,11 +551,6 @@ def load_calibration(
     try:
         doc = json.loads(doc_path.read_text())
         rows = read_table(d / "rows.csv")
-        repeats = (
-            read_table(d / "repeats.csv")
-            if (d / "repeats.csv").is_file()
-            else pd.DataFrame(columns=list(SCHEMA))
-        )
     except (OSError, ValueError) as e:
         raise ModelError(
             f"damaged calibration {str(d)!r}: expected readable calibration.json and rows.csv, "
@@ -594,7 +582,6 @@ def load_calibration(
         directory=d,
         seconds=float(doc.get("seconds", 0.0)),
         created=str(doc.get("created", "")),
-        repeats=repeats,
     )
 
 
@@ -647,7 +634,6 @@ def recalibrate(
         seconds=(old.seconds if old is not None else 0.0) + time.perf_counter() - t0,
         created=datetime.now(UTC).isoformat(timespec="seconds"),
         replaced=_previous(directory),
-        repeats=old.repeats if old is not None else pd.DataFrame(columns=list(SCHEMA)),
     )
     if old is not None:
         cal.notes.append(f"folded {len(new)} validated rows into {len(old.rows)} earlier rows")

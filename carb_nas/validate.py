@@ -352,6 +352,7 @@ def validate(
     calibration: Any = None,
     scenario: Any = None,
     loadgen_dir: str | Path | None = None,
+    passes: int = 1,
 ) -> ValidationResult | ScenarioValidationResult:
     """Profile every config of ``pareto_frame`` and score ``model``'s predictions.
 
@@ -382,22 +383,26 @@ def validate(
             the runtime's seeded set).
         scenario / loadgen_dir: measure under an MLPerf LoadGen scenario
             (:func:`validate_scenario`).
+        passes: measure the shortlist this many times, in interleaved rounds, and keep each
+            config's fastest row (:func:`carb_nas.measure.profile_passes`; for shared machines,
+            where contention only adds time). 1: one measurement per config.
     """
+    from carb_nas.measure import check_passes, fastest_of_passes
+
+    passes = check_passes(passes)
     if scenario is not None:
-        if append is not None or confidence is not None or fresh_process or scored is not None:
-            given = [
-                n
-                for n, v in (
-                    ("append", append),
-                    ("confidence", confidence),
-                    ("fresh_process", fresh_process or None),
-                    ("scored", scored),
-                )
-                if v is not None
-            ]
+        conflicts = (
+            ("append", append),
+            ("confidence", confidence),
+            ("fresh_process", fresh_process or None),
+            ("scored", scored),
+            ("passes", passes if passes > 1 else None),
+        )
+        given = [n for n, v in conflicts if v is not None]
+        if given:
             raise ConfigError(
                 f"options of the profiler's validation given with a LoadGen scenario: expected "
-                f"none of append, confidence, fresh_process, scored with scenario=, got "
+                f"none of append, confidence, fresh_process, scored, passes with scenario=, got "
                 f"{given}. LoadGen rows are kept in the run directory, decided on measurements "
                 "only and predicted here; drop those options (or the scenario)."
             )
@@ -468,12 +473,16 @@ def validate(
         warn = fingerprint_mismatch(model, prof.device_name, prof.runtime.name, prof.kind)
         for w in warn:
             warnings.warn(w, stacklevel=2)
-        measured = []
         configs = frame_to_configs(frame)
-        for i, config in enumerate(configs):
-            if progress is not None:
-                progress(i, len(configs), config)
-            measured.append(prof.profile(config))
+        rounds = []
+        for p in range(passes):
+            measured = []
+            for i, config in enumerate(configs):
+                if progress is not None:
+                    progress(p * len(configs) + i, passes * len(configs), config)
+                measured.append(prof.profile(config))
+            rounds.append(measured)
+        measured = fastest_of_passes(rounds) if passes > 1 else rounds[0]
         platform = prof.platform
     finally:
         if profiler is None:

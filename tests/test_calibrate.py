@@ -114,14 +114,13 @@ def test_calibration_recovers_the_machine_factor_and_is_cached(torch_model, mode
     prof = FakeProfiler(torch_model, 1.3, clock=clock, seconds_per_config=1.0)
     seen = []
     cal = calibrate_on_arrival(
-        PLATFORM, 12, prof, source_model=torch_model, progress=lambda *a: seen.append(a)
-    )
-    # the budget stops it: 1 s per config, 12 s in all, two of them measured again at the end
-    assert 8 <= cal.n_rows <= 10 and len(prof.profiled) == cal.n_rows + 2
-    assert prof.profiled[-2:] == prof.profiled[:2]
-    assert all(e <= 12 for _, e, _ in seen) and seen[-1][0] == cal.n_rows + 2
-    assert cal.repeatability() == {"n": 2, "median_pct": 0.0, "max_pct": 0.0}
-    assert not any("timings moved" in n for n in cal.notes)
+        PLATFORM, 12, prof, source_model=torch_model, progress=lambda *a: seen.append(a),
+        passes=1,
+    )  # fmt: skip
+    # the budget stops it: 1 s per config, 12 s in all
+    assert 10 <= cal.n_rows <= 12 and len(prof.profiled) == cal.n_rows
+    assert all(e <= 12 for _, e, _ in seen) and seen[-1][0] == cal.n_rows
+    assert cal.repeatability()["n"] == 0 and "repeatability" not in cal.summary()
     assert cal.factors()["latency_ms"] == pytest.approx(1.3, rel=1e-6)
     assert cal.factors()["peak_mem_mb"] == pytest.approx(1.0, rel=1e-6)
     assert cal.replaced is None
@@ -131,11 +130,10 @@ def test_calibration_recovers_the_machine_factor_and_is_cached(torch_model, mode
     )
     d = calibration_dir(PLATFORM, machine_fingerprint(prof))
     assert d == cal.directory and str(d).startswith(str(model_cache))
-    assert sorted(p.name for p in d.iterdir()) == ["calibration.json", "repeats.csv", "rows.csv"]
+    assert sorted(p.name for p in d.iterdir()) == ["calibration.json", "rows.csv"]
     assert not list(d.glob("*.pkl")) and (pd.read_csv(d / "rows.csv")["meter"] == "fake").all()
     again = load_calibration(PLATFORM, FakeProfiler(torch_model), source_model=torch_model)
     assert again is not None and again.n_rows == cal.n_rows
-    assert again.repeatability() == cal.repeatability()
     pd.testing.assert_frame_equal(again.model.predict(X, alpha=0.1), cal.model.predict(X, 0.1))
     assert again.model.platform_["device_name"] == FAKE  # the model now describes this machine
 
@@ -149,24 +147,28 @@ class DriftingProfiler(FakeProfiler):
         return row
 
 
-def test_calibration_measures_the_machines_repeatability(torch_model, model_cache, clock):
+def test_calibration_interleaves_passes_and_keeps_the_fastest(torch_model, model_cache, clock):
     prof = DriftingProfiler(torch_model, 1.0, clock=clock, seconds_per_config=1.0)
-    cal = calibrate_on_arrival(PLATFORM, 10, prof, source_model=torch_model, repeats=3)
+    cal = calibrate_on_arrival(PLATFORM, 20, prof, source_model=torch_model, passes=3)
     n = cal.n_rows
-    assert len(prof.profiled) == n + 3 and prof.profiled[n:] == prof.profiled[:3]
+    # 1 s per measurement, 20 s: the first round stops while its later rounds still fit
+    assert n == 6 and len(prof.profiled) == 3 * n and prof.profiled == prof.profiled[:n] * 3
+    params = [json.loads(p) for p in cal.rows["protocol_params"]]
+    assert all(p["passes"] == 3 and len(p["pass_latency_ms"]) == 3 for p in params)
+    # the machine only got slower: every kept row is its config's first (fastest) pass
+    for p, lat in zip(params, cal.rows["latency_ms"]):
+        assert lat == pytest.approx(min(p["pass_latency_ms"]), rel=1e-6)
+        assert p["pass_latency_ms"][0] == min(p["pass_latency_ms"])
     rep = cal.repeatability()
     # config i was measured at call i and again at call n + i: 1.1 ** n - 1 apart
-    assert rep["n"] == 3 and rep["median_pct"] == pytest.approx(100 * (1.1**n - 1), rel=1e-6)
+    assert rep["n"] == n and rep["median_pct"] == pytest.approx(100 * (1.1**n - 1), rel=1e-4)
     assert any("timings moved" in note for note in cal.notes)
-    assert "repeatability: 3 configs measured twice" in cal.summary()
-    assert cal.to_dict()["repeatability"]["n"] == 3
-    none = calibrate_on_arrival(
-        PLATFORM, 10, FakeProfiler(torch_model, clock=clock, seconds_per_config=1.0),
-        source_model=torch_model, repeats=0, save=False,
-    )  # fmt: skip
-    assert none.repeatability()["n"] == 0 and "repeatability" not in none.summary()
-    with pytest.raises(ConfigError, match="bad repeats"):
-        calibrate_on_arrival(PLATFORM, 10, prof, source_model=torch_model, repeats=-1)
+    assert f"repeatability: {n} configs measured twice" in cal.summary()
+    assert cal.to_dict()["repeatability"]["n"] == n
+    again = load_calibration(PLATFORM, FakeProfiler(torch_model), source_model=torch_model)
+    assert again is not None and again.repeatability() == rep
+    with pytest.raises(ConfigError, match="bad passes"):
+        calibrate_on_arrival(PLATFORM, 10, prof, source_model=torch_model, passes=0)
 
 
 def test_calibrated_model_keeps_uncalibrated_targets_and_widens_intervals(
@@ -285,7 +287,9 @@ def test_cli_calibrate_json_and_recalibration_note(torch_model, model_cache, mon
     res = CliRunner().invoke(cli, ["calibrate", PLATFORM, "--time-budget-s", "8", "--json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
-    assert 6 <= doc["n_rows"] <= 8 and doc["factors"]["latency_ms"] == pytest.approx(1.3)
+    # 8 s at 1 s per measurement: the fewest rows a fit takes, then their later passes
+    assert doc["n_rows"] == 3 and doc["factors"]["latency_ms"] == pytest.approx(1.3)
+    assert doc["repeatability"] == {"n": 3, "median_pct": 0.0, "max_pct": 0.0}
     assert "ETA" in res.stderr and doc["replaced"] is None
     res = CliRunner().invoke(cli, ["calibrate", PLATFORM, "--time-budget-s", "8"])
     assert res.exit_code == 0 and "replaced the calibration of" in res.stderr

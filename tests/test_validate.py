@@ -454,3 +454,40 @@ def test_cli_validate_says_which_keys_were_replaced(model_dirs, tmp_path):
     key = json.loads(second.stdout)["replaced_keys"][0]
     assert f"replaced 1 earlier row(s) of the same configs (keys {key})" in second.stderr
     assert len(pd.read_csv(tmp_path / "d.csv")) == 1
+
+
+def test_validate_passes_keep_each_configs_fastest_row(torch_model, profiler):
+    seen = []
+    r = validate(
+        TINY, model=torch_model, profiler=profiler, passes=3,
+        progress=lambda i, n, c: seen.append((i, n, c.key)),
+    )  # fmt: skip
+    # three interleaved rounds over the two configs
+    assert [(i, n) for i, n, _ in seen] == [(i, 6) for i in range(6)]
+    assert [k for _, _, k in seen] == [seen[0][2], seen[1][2]] * 3
+    for lat, params in zip(r.measurements["latency_ms"], r.measurements["protocol_params"]):
+        doc = json.loads(params)
+        assert doc["passes"] == 3 and lat == pytest.approx(min(doc["pass_latency_ms"]))
+    assert (r.rows["measured_latency_ms"] == r.measurements["latency_ms"].to_numpy()).all()
+
+
+def test_bad_passes_is_refused_before_measuring(torch_model, model_dirs, tmp_path):
+    from carb_nas.errors import ConfigError
+
+    class Refuse:
+        def profile(self, config):  # pragma: no cover - must not be reached
+            raise AssertionError("measured despite a bad --passes")
+
+    with pytest.raises(ConfigError, match="bad passes"):
+        validate(TINY, model=torch_model, profiler=Refuse(), passes=0)
+    pareto = tmp_path / "pareto.csv"
+    TINY.to_csv(pareto, index=False)
+    res = CliRunner().invoke(
+        cli, ["validate", str(pareto), "--model", str(model_dirs[0]), "--passes", "0"]
+    )
+    assert res.exit_code == 1 and res.output.startswith("error: bad passes")
+    res = CliRunner().invoke(
+        cli, ["validate", str(pareto), "--model", str(model_dirs[0]), "--passes", "3",
+              "--scenario", "single-stream"],
+    )  # fmt: skip
+    assert res.exit_code == 1 and "--passes does not apply under a LoadGen scenario" in res.output

@@ -32,12 +32,16 @@ def progress_bar(platform: str) -> Callable[[int, float, float], None]:
     return show
 
 
-def run_calibration(platform: str, time_budget_s: float, quiet: bool = False) -> Any:
+def run_calibration(
+    platform: str, time_budget_s: float, quiet: bool = False, passes: int | None = None
+) -> Any:
     """Calibrate ``platform`` here with a progress bar; says what it replaced (stderr)."""
-    from carb_nas.calibrate import calibrate_on_arrival
+    from carb_nas.calibrate import PASSES, calibrate_on_arrival
 
     bar = None if quiet else progress_bar(platform)
-    cal = calibrate_on_arrival(platform, time_budget_s, progress=bar)
+    cal = calibrate_on_arrival(
+        platform, time_budget_s, progress=bar, passes=PASSES if passes is None else passes
+    )
     if bar is not None and sys.stderr.isatty():
         click.echo("", err=True)
     if cal.replaced:
@@ -58,15 +62,25 @@ def time_budget_option() -> Callable[[Any], Any]:
 @click.command("calibrate")
 @click.argument("platform")
 @time_budget_option()
+@click.option(
+    "--passes",
+    type=int,
+    default=None,
+    help="Rounds per config, the fastest kept (default 3: contention on a shared machine only "
+    "adds time; 1: one measurement each).",
+)
 @json_option("Print the calibration (rows, methods, factors, cache directory) as JSON.")
 @example("carb-nas calibrate cpu/torch/fp32 --time-budget-s 60")
-def calibrate_command(platform: str, time_budget_s: float, as_json: bool) -> None:
+def calibrate_command(
+    platform: str, time_budget_s: float, passes: int | None, as_json: bool
+) -> None:
     """Calibrate the default PLATFORM model (e.g. cpu/torch/fp32) to this machine.
 
     Measures a spread of the shipped configs (more where the model is least sure) for about
-    --time-budget-s seconds, fits the few-shot calibration and caches it keyed by this
-    machine's fingerprint; `carb-nas search` then uses it. A recalibration says what it
-    replaces.
+    --time-budget-s seconds, each in --passes interleaved rounds (the fastest kept), fits the
+    few-shot calibration and caches it keyed by this machine's fingerprint; `carb-nas search`
+    then uses it. The summary says how far this machine repeats itself. A recalibration says
+    what it replaces.
     """
     from carb_nas.calibrate import MIN_TIME_BUDGET_S, check_runnable, split_platform
     from carb_nas.datasets import refuse_published
@@ -81,8 +95,12 @@ def calibrate_command(platform: str, time_budget_s: float, as_json: bool) -> Non
             f"{MIN_TIME_BUDGET_S:g} (profiler set-up plus one config), got {time_budget_s:g}. "
             "Use e.g. --time-budget-s 60."
         )
+    if passes is not None:
+        from carb_nas.measure import check_passes
+
+        check_passes(passes)
     check_runnable(platform)
-    cal = run_calibration(platform, time_budget_s)
+    cal = run_calibration(platform, time_budget_s, passes=passes)
     if as_json:
         echo_json(cal.to_dict())
         return

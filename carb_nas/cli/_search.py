@@ -613,6 +613,14 @@ def _validate_front(
     "measured the shipped data; see mmap_mb).",
 )
 @click.option(
+    "--passes",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Measure the shortlist this many times in interleaved rounds and keep each config's "
+    "fastest row (shared machines: contention only adds time; 3 is a good choice there).",
+)
+@click.option(
     "--recalibrate",
     is_flag=True,
     help="Fold the measured rows into this machine's calibration of the --model platform "
@@ -665,6 +673,7 @@ def validate_command(
     report_dir: str | None,
     append: str | None,
     fresh_process: bool,
+    passes: int,
     recalibrate: bool,
     calibrated: bool,
     calibration: str | None,
@@ -702,6 +711,9 @@ def validate_command(
             "Use e.g. --max-configs 6."
         )
     check_platform(device, runtime, precision)
+    from carb_nas.measure import check_passes
+
+    check_passes(passes)
     loadgen = _scenario_settings(
         scenario,
         parsed,
@@ -716,6 +728,7 @@ def validate_command(
             "--append": append is not None,
             "--confidence": confidence is not None,
             "--fresh-process": fresh_process,
+            "--passes": passes != 1,
             "--recalibrate": recalibrate,
             "--device " + device: device != "cpu",
         },
@@ -795,6 +808,7 @@ def validate_command(
                 progress=None if as_json else _progress,
                 fresh_process=fresh_process,
                 calibration=calibration,
+                passes=passes,
             )
     if result.appended_to:
         info(f"appended {len(result.measurements)} rows to {result.appended_to}")
@@ -856,7 +870,7 @@ def _scenario_settings(
     if bad:
         raise ConfigError(
             f"{bad[0]} does not apply under a LoadGen scenario: expected --scenario runs on the "
-            f"CPU without --append, --confidence, --fresh-process or --recalibrate, got "
+            f"CPU without --append, --confidence, --fresh-process, --passes or --recalibrate, got "
             f"--scenario {scenario} with {bad[0]}. LoadGen rows stay in --report DIR/loadgen and "
             "are decided on measurements; drop it or drop --scenario."
         )

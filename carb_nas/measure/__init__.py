@@ -58,6 +58,12 @@ from carb_nas.measure._ops import (
     read_ops_campaign,
     run_ops_campaign,
 )
+from carb_nas.measure._passes import (
+    check_passes,
+    fastest_of_passes,
+    pass_spread_pct,
+    profile_passes,
+)
 from carb_nas.measure._profiler import Profiler, cpu_model_name, platform_string, profile_config
 from carb_nas.measure._protocol import PROTOCOLS, Protocol, TimingResult, median_ci, time_runs
 from carb_nas.measure._quiet import others_cpu_cores, wait_for_quiet
@@ -102,6 +108,10 @@ __all__ = [
     "run_scenario",
     "why_invalid",
     "usable_cpus",
+    "check_passes",
+    "fastest_of_passes",
+    "pass_spread_pct",
+    "profile_passes",
     "CALIBRATION",
     "CampaignSummary",
     "JOURNAL",

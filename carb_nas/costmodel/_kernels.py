@@ -266,8 +266,9 @@ class KernelCostModel:
                 cache.clear()
             for i, m, v in zip(miss, ms_new.tolist(), seen_new.tolist()):
                 hits[i] = cache[keys[i]] = (m, v)
-        ms = np.array([h[0] for h in hits], dtype=float)  # type: ignore[index]
-        seen = np.array([h[1] for h in hits], dtype=bool)  # type: ignore[index]
+        done: list[tuple[float, bool]] = hits  # type: ignore[assignment]  # every miss filled
+        ms = np.array([h[0] for h in done], dtype=np.float64)
+        seen = np.array([h[1] for h in done], dtype=np.bool_)
         return ms, seen
 
     def _predict_of(
@@ -318,7 +319,7 @@ class KernelCostModel:
         if not ranges:
             return np.zeros(len(kinds), dtype=bool)
         top = np.array([ranges.get(k, [np.inf] * len(_RANGE)) for k in kinds])
-        return (logged[:, _RANGE_IN_LOGGED] > top).any(axis=1)
+        return np.asarray((logged[:, _RANGE_IN_LOGGED] > top).any(axis=1))
 
     @property
     def _seen_set(self) -> set[str]:

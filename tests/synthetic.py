@@ -1,4 +1,5 @@
-"""SYNTHETIC measurement tables and a tiny CostModel for the cost-model tests.
+"""SYNTHETIC measurement tables, a tiny CostModel and FAKE per-op times of small traced CNNs
+(the kernel-level module model) for the cost-model tests.
 
 Nothing here is a measurement: targets come from a physically plausible closed-form formula
 plus seeded log-normal noise, and every table carries ``meter="synthetic"`` and

@@ -457,7 +457,7 @@ def _run_example(tmp_path, *args: str) -> tuple[int, ...]:
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=600,  # the default module model's first use trains it (minutes, once)
     )
     assert out.returncode == 0, out.stderr[-2000:]
     return _counts(out.stdout)

@@ -13,7 +13,12 @@ trace + predict of a module not seen before whose layers are common (warm: see
 (this shared machine: the wall clock and the CV are printed too).
 The last line: ``lofo_latency_within10=<median over families> lofo_latency_min_within10=<worst
 family> lofo_mem_within10=<median> ms_per_model=<CPU ms> ms_per_model_wall=<ms>`` for the
-default mode (``feature``).
+default mode (``kernel``).
+
+``ms_per_model`` of the default module model (repeats 3, this shared 2-core VM at load
+3.0-3.4, the previous code run just before: docs/costmodel.md): warm CPU median 136.0 ->
+82.9 ms and 133.6 -> 95.1 ms after the per-op predictions moved to one booster call on numpy
+arrays, cached per distinct op row (session 15); the trace itself is the rest.
 """
 
 from __future__ import annotations
@@ -48,10 +53,13 @@ def ms_per_model(model, repeats: int = 3) -> dict[str, float]:
     """Trace + predict of each family's standard model (1x3x64x64), *warm*: imports done,
     the cost model loaded and used once, and the trace's layer cache holding the layers of
     the *other* standard models only (each timed model is new to the op-table cache and was
-    never traced itself: its layers are common, its structure is not). Median over models
-    and repeats of the process CPU time (``time.process_time``: this machine is shared, the
-    wall clock counts other processes' time too) and of the wall clock; the CV of the CPU
-    times; and the cold CPU median (every cache empty)."""
+    never traced itself: its layers are common, its structure is not; the kernel model's
+    per-op predictions likewise hold the other models' ops). Median over models and repeats
+    of the process CPU time (``time.process_time``: this machine is shared, the wall clock
+    counts other processes' time too) and of the wall clock; the CV of the CPU times; the
+    CPU median of the same warm trace with the per-op predictions forgotten
+    (``nocache_cpu_ms``: every distinct op through the booster); and the cold CPU median
+    (every cache empty)."""
     from carb_nas.features import clear_ops_cache
     from carb_nas.models import build_model
     from carb_nas.space import ZOO_FAMILIES, Config
@@ -61,10 +69,17 @@ def ms_per_model(model, repeats: int = 3) -> dict[str, float]:
     modules = [build_model(Config(f, depth[f], 1.0, 64, 1), "meta") for f in names]
     shape = (1, 3, 64, 64)
     model.predict_module(modules[0], shape)  # warm: imports, first predict
-    cpu, wall, cold = [], [], []
+    kernel = getattr(model, "kernel_", None)
+
+    def forget_predictions() -> None:
+        if kernel is not None and hasattr(kernel, "clear_cache"):
+            kernel.clear_cache()
+
+    cpu, wall, cold, nocache = [], [], [], []
     for _ in range(repeats):
         for i, m in enumerate(modules):
-            clear_ops_cache()  # cold: no table, no layer cached
+            clear_ops_cache()  # cold: no table, no layer, no op prediction cached
+            forget_predictions()
             t0 = time.process_time()
             model.predict_module(m, shape)
             cold.append((time.process_time() - t0) * 1e3)
@@ -77,10 +92,16 @@ def ms_per_model(model, repeats: int = 3) -> dict[str, float]:
             model.predict_module(m, shape)
             cpu.append((time.process_time() - t0) * 1e3)
             wall.append((time.perf_counter() - w0) * 1e3)
+            clear_ops_cache(layers=False)  # the same warm trace, every op through the booster
+            forget_predictions()
+            t0 = time.process_time()
+            model.predict_module(m, shape)
+            nocache.append((time.process_time() - t0) * 1e3)
     return {
         "cpu_ms": statistics.median(cpu),
         "wall_ms": statistics.median(wall),
         "cpu_cv": statistics.pstdev(cpu) / statistics.mean(cpu),
+        "nocache_cpu_ms": statistics.median(nocache),
         "cold_cpu_ms": statistics.median(cold),
     }
 
@@ -125,7 +146,8 @@ def main() -> None:
     print(
         f"ms_per_model (warm, see ms_per_model's docstring): CPU median {ms:.1f} ms (CV "
         f"{t['cpu_cv']:.2f}), wall median {t['wall_ms']:.1f} ms (shared machine, load "
-        f"{os.getloadavg()[0]:.1f}); cold (no cache) CPU median {t['cold_cpu_ms']:.1f} ms"
+        f"{os.getloadavg()[0]:.1f}); without cached op predictions {t['nocache_cpu_ms']:.1f} ms; "
+        f"cold (no cache) CPU median {t['cold_cpu_ms']:.1f} ms"
     )
     if args.json:
         Path(args.json).write_text(json.dumps({**report, "ms_per_model": t}, indent=1))

@@ -478,10 +478,11 @@ def spec_inputs(spec: Any) -> pd.DataFrame:
     return X
 
 
-def predict_spec(model: Any, spec: Any, alpha: float = 0.1) -> tuple[pd.DataFrame, bool]:
-    """Predictions (one row: ``<target>``, ``_lower``, ``_upper``) of ``spec`` by ``model``
-    and whether the model never saw its family. The one place where a spec's costs are
-    predicted (a kernel-level predictor plugs in here)."""
+def predict_spec(model: Any, spec: Any, alpha: float | None = 0.1) -> tuple[pd.DataFrame, bool]:
+    """Predictions (one row: ``<target>``, ``_lower``, ``_upper``; point predictions only
+    for ``alpha=None``) of ``spec`` by ``model`` and whether the model never saw its family.
+    The one place where a spec's costs are predicted (a kernel-level predictor plugs in
+    here)."""
     from carb_nas.costmodel import ModuleCostModel
 
     if isinstance(model, ModuleCostModel):  # per-operator models + network cascade

@@ -1,4 +1,5 @@
-"""SYNTHETIC measurement tables and a tiny CostModel for the cost-model tests.
+"""SYNTHETIC measurement tables, a tiny CostModel and FAKE per-op times of small traced CNNs
+(the kernel-level module model) for the cost-model tests.
 
 Nothing here is a measurement: targets come from a physically plausible closed-form formula
 plus seeded log-normal noise, and every table carries ``meter="synthetic"`` and
@@ -16,6 +17,7 @@ import math
 
 import numpy as np
 import pandas as pd
+from torch import nn as torch_nn
 
 from carb_nas.costmodel import CostModel, model_inputs
 from carb_nas.space import CONFIG_COLUMNS, load_space, stage_layout
@@ -204,3 +206,53 @@ def fit_fast(runtime: str, seed: int, n: int = 500):
     return CostModel(preset="fast", n_jobs=1, random_state=seed).fit(
         model_inputs(rows), rows[["peak_mem_mb", "latency_ms"]], platform=f"cpu/{runtime}/fp32"
     )
+
+
+# -- FAKE per-operator times of traced tiny networks (the kernel-level module model) ---------
+def small_cnn(c: int, depth: int, act: type | None = None, dw: bool = False) -> torch_nn.Module:
+    """A plain (or depthwise, ``dw``) conv-BN-activation stack with a linear head."""
+    act = act or torch_nn.ReLU
+    layers: list[torch_nn.Module] = [torch_nn.Conv2d(3, c, 3, 1, 1), torch_nn.BatchNorm2d(c), act()]
+    for _ in range(depth):
+        layers += [
+            torch_nn.Conv2d(c, c, 3, 1, 1, groups=c if dw else 1),
+            torch_nn.BatchNorm2d(c),
+            act(),
+        ]
+    layers += [torch_nn.AdaptiveAvgPool2d(1), torch_nn.Flatten(), torch_nn.Linear(c, 10)]
+    return torch_nn.Sequential(*layers)
+
+
+def fake_op_ms(ops: pd.DataFrame) -> np.ndarray:
+    """FAKE: 0.01 ms per op + 1 ms per GFLOP x (3 if depthwise) + 0.5 ms per MB moved."""
+    mb = (ops["read_bytes"] + ops["write_bytes"] + ops["weight_bytes"]) / 1e6
+    slow = np.where(ops["kind"] == "dwconv", 3.0, 1.0)
+    return 0.01 + ops["flops"] / 1e9 * slow + 0.5 * mb
+
+
+def fake_module_dataset(n: int = 105, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(rows, ops)`` of ``n`` traced small CNNs of three FAKE families with FAKE per-op
+    times (:func:`fake_op_ms`; latency 1.1 x their sum): what ``ModuleCostModel.fit`` takes."""
+    from carb_nas.features import trace_ops
+
+    rng = np.random.default_rng(seed)
+    rows, tables = [], []
+    for i in range(n):
+        fam = ("plain", "dw", "wide")[i % 3]
+        c = int(rng.choice([8, 16, 24])) * (2 if fam == "wide" else 1)
+        depth, b, r = int(rng.integers(1, 5)), int(rng.choice([1, 2, 4])), int(rng.choice([8, 16]))
+        ops, feats = trace_ops(small_cnn(c, depth, dw=fam == "dw"), (b, 3, r, r))
+        ops = ops.assign(key=f"k{i}", measured_ms=fake_op_ms(ops))
+        lat = float(ops["measured_ms"].sum() * 1.1)
+        rows.append(
+            {
+                **feats,
+                "key": f"k{i}",
+                "family": fam,
+                "batch_size": b,
+                "latency_ms": lat,
+                "peak_mem_mb": feats["tensor_peak_mb"] * 1.05,
+            }
+        )
+        tables.append(ops)
+    return pd.DataFrame(rows), pd.concat(tables, ignore_index=True)

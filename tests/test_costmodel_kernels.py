@@ -13,45 +13,13 @@ from torch import nn
 from carb_nas.costmodel import KernelCostModel, ModuleCostModel, leave_one_family_out
 from carb_nas.errors import ModelError
 from carb_nas.features import trace_ops
+from tests.synthetic import fake_module_dataset, small_cnn
 
-
-def _net(c: int, depth: int, act: type[nn.Module] = nn.ReLU, dw: bool = False) -> nn.Module:
-    layers: list[nn.Module] = [nn.Conv2d(3, c, 3, 1, 1), nn.BatchNorm2d(c), act()]
-    for _ in range(depth):
-        layers += [nn.Conv2d(c, c, 3, 1, 1, groups=c if dw else 1), nn.BatchNorm2d(c), act()]
-    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c, 10)]
-    return nn.Sequential(*layers)
-
-
-def _fake_ms(ops: pd.DataFrame) -> np.ndarray:
-    """FAKE: 0.01 ms per op + 1 ms per GFLOP x (3 if depthwise) + 0.5 ms per MB moved."""
-    mb = (ops["read_bytes"] + ops["write_bytes"] + ops["weight_bytes"]) / 1e6
-    slow = np.where(ops["kind"] == "dwconv", 3.0, 1.0)
-    return 0.01 + ops["flops"] / 1e9 * slow + 0.5 * mb
+_net = small_cnn
 
 
 def _fake_dataset(n: int = 105, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
-    rng = np.random.default_rng(seed)
-    rows, tables = [], []
-    for i in range(n):
-        fam = ("plain", "dw", "wide")[i % 3]
-        c = int(rng.choice([8, 16, 24])) * (2 if fam == "wide" else 1)
-        depth, b, r = int(rng.integers(1, 5)), int(rng.choice([1, 2, 4])), int(rng.choice([8, 16]))
-        ops, feats = trace_ops(_net(c, depth, dw=fam == "dw"), (b, 3, r, r))
-        ops = ops.assign(key=f"k{i}", measured_ms=_fake_ms(ops))
-        lat = float(ops["measured_ms"].sum() * 1.1)
-        rows.append(
-            {
-                **feats,
-                "key": f"k{i}",
-                "family": fam,
-                "batch_size": b,
-                "latency_ms": lat,
-                "peak_mem_mb": feats["tensor_peak_mb"] * 1.05,
-            }
-        )
-        tables.append(ops)
-    return pd.DataFrame(rows), pd.concat(tables, ignore_index=True)
+    return fake_module_dataset(n, seed)
 
 
 @pytest.fixture(scope="module")
@@ -199,3 +167,101 @@ def test_physics_memory_and_kernel_intervals_persist(fake_data, tmp_path):
     assert np.allclose(q["latency_ms_upper"], p["latency_ms_upper"])
     with pytest.raises(ModelError, match="invalid memory"):
         ModuleCostModel(memory="magic").fit(rows, ops)
+
+
+# -- the fast single-module path (issue 14: featurize + predict <= 50 ms) ---------------------
+_LOGGED = ("flops", "read_bytes", "write_bytes", "weight_bytes")
+_NUMERIC = ("batch", "c_in", "h_in", "w_in", "c_out", "h_out", "w_out", "kernel", "stride",
+            "groups", "native")  # fmt: skip
+
+
+def _reference_op_ms(km: KernelCostModel, ops: pd.DataFrame) -> np.ndarray:
+    """The per-op path as it was before the fast one: the booster's input built column by
+    column from the table's first row of each signature, XGBRegressor.predict, the prior, the
+    range clamp and the roofline of unmeasured ops from pandas columns."""
+    codes, _ = pd.factorize(ops["signature"])
+    first = ops.iloc[np.unique(codes, return_index=True)[1]]
+    col = lambda c: first[c].to_numpy(dtype=float)  # noqa: E731
+    moved = col("read_bytes") + col("write_bytes")
+    cols = [np.log1p(col(c)) for c in _LOGGED] + [col(c) for c in _NUMERIC]
+    cols += [np.log1p(moved), np.log1p(col("flops")) - np.log1p(moved)]
+    cols += [(first["kind"].to_numpy() == k).astype(float) for k in km.kinds_]
+    cols += [(first["op"].to_numpy() == o).astype(float) for o in km.ops_]
+    corr = np.exp(km.booster_.predict(np.column_stack(cols)))
+    A = np.column_stack([np.ones(len(first)), col("flops") / 1e9, moved / 1e6,
+                         col("weight_bytes") / 1e6])  # fmt: skip
+    coef = np.array([km.prior_.get(k, [1.0, 0.0, 0.0, 0.0]) for k in first["kind"]])
+    prior = np.maximum((A * coef).sum(axis=1), 1e-6)
+    top = np.array([km.range_.get(k, [np.inf] * 4) for k in first["kind"]])
+    rng = first[["flops", "weight_bytes", "read_bytes", "write_bytes"]].to_numpy(float)
+    pred = np.where((rng > top).any(axis=1), 1.0, corr) * prior
+    seen = np.array([f"{k}:{o}" in set(km.seen_) for k, o in zip(first["kind"], first["op"])])
+    mb, gflops = (moved + col("weight_bytes")) / 1e6, col("flops") / 1e9
+    roof = mb * km.ms_per_mb_ + gflops * km.ms_per_gflop_
+    return np.where(seen, pred, roof)[codes]
+
+
+@pytest.fixture(scope="module")
+def fitted_modes(fake_data):
+    rows, ops = fake_data
+    kernel = ModuleCostModel().kernel_part(rows, ops)
+    return {mode: ModuleCostModel(mode=mode).fit(rows, ops, kernel=kernel)
+            for mode in ("kernel", "both")}  # fmt: skip
+
+
+_MODULES = [
+    (lambda: _net(16, 3), (2, 3, 16, 16)),
+    (lambda: _net(8, 2, act=nn.GELU), (1, 3, 8, 8)),  # an op never measured
+    (lambda: _net(24, 4, dw=True), (4, 3, 16, 16)),
+    (lambda: _net(96, 1), (4, 3, 64, 64)),  # larger than every measured op: the prior alone
+]
+
+
+@pytest.mark.parametrize("mode", ["kernel", "both"])
+@pytest.mark.parametrize("alpha", [None, 0.1])
+def test_fast_module_prediction_equals_the_table_path(fitted_modes, mode, alpha):
+    m = fitted_modes[mode]
+    for make, shape in _MODULES:
+        m.kernel_.clear_cache()
+        fast = m.predict_module(make(), shape, alpha=alpha)
+        ops, feats = trace_ops(make(), shape)
+        row = pd.DataFrame([{**feats, "key": "module", "batch_size": shape[0]}])
+        table = m.predict(row, ops.assign(key="module"), alpha=alpha).iloc[0].to_dict()
+        assert list(fast) == list(table)  # the same columns, in the same order
+        assert fast["unmodelled_ops"] == table["unmodelled_ops"]
+        for c in fast:
+            if c != "unmodelled_ops":
+                assert fast[c] == pytest.approx(table[c], rel=1e-12, abs=1e-15), c
+        # both against the per-op computation as it was (XGBRegressor.predict, pandas)
+        ref = _reference_op_ms(m.kernel_, ops)
+        ms, _ = m.kernel_.predict_ops(ops)
+        np.testing.assert_allclose(ms, ref, rtol=1e-12)
+        if mode == "kernel":
+            a, b = m.kernel_coefs_
+            assert fast["latency_ms"] == pytest.approx(a * ref.sum() + b * len(ops), rel=1e-12)
+    assert m.predict_module(_net(8, 2, act=nn.GELU), (1, 3, 8, 8))["unmodelled_ops"] == ["gelu"]
+
+
+def test_per_op_predictions_are_cached_and_a_refit_forgets_them(fake_data, monkeypatch):
+    rows, ops = fake_data
+    km = KernelCostModel().fit(ops)
+    calls = []
+    real = KernelCostModel._predict_of
+
+    def counting(self, kinds, *args):
+        calls.append(len(kinds))
+        return real(self, kinds, *args)
+
+    monkeypatch.setattr(KernelCostModel, "_predict_of", counting)
+    net, _ = trace_ops(_net(16, 3), (2, 3, 16, 16))
+    first, _ = km.predict_ops(net)
+    n_distinct = net["signature"].nunique()
+    assert calls == [n_distinct]
+    again, _ = km.predict_ops(net)
+    assert calls == [n_distinct] and np.array_equal(first, again)  # a lookup, the same numbers
+    deeper, _ = trace_ops(_net(16, 5), (2, 3, 16, 16))  # the same layers, more of them
+    km.predict_ops(deeper)
+    assert calls == [n_distinct]
+    km.fit(ops.assign(measured_ms=ops["measured_ms"] * 2))  # refit: new numbers, no stale ones
+    doubled, _ = km.predict_ops(net)
+    assert len(calls) == 2 and np.median(doubled / first) == pytest.approx(2, rel=0.1)

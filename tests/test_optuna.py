@@ -457,7 +457,7 @@ def _run_example(tmp_path, *args: str) -> tuple[int, ...]:
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=600,  # the default module model's first use trains it (minutes, once)
     )
     assert out.returncode == 0, out.stderr[-2000:]
     return _counts(out.stdout)
@@ -511,3 +511,135 @@ def test_one_study_keeps_one_constraint_scale(model, space):
     study.optimize(lambda t: absolute.suggest(t, space).depth, n_trials=1)
     bare, _ = _run(CostConstraints(model), space, 2)
     assert "carb_nas.constraint_scale" not in bare.user_attrs
+
+
+# -- constrain with the kernel-level module model ---------------------------------------------
+@pytest.fixture(scope="module")
+def module_model():
+    """A ModuleCostModel fitted to FAKE per-op times of traced small CNNs (tests.synthetic)."""
+    from carb_nas.costmodel import ModuleCostModel
+    from tests.synthetic import fake_module_dataset
+
+    return ModuleCostModel().fit(*fake_module_dataset())
+
+
+def _constrain_study(costs, n_trials: int = 12):
+    """A user's study: its own small CNNs (ReLU, or a GELU the fake data never has)."""
+    from torch import nn
+
+    from tests.synthetic import small_cnn
+
+    trained = []
+
+    def objective(trial):
+        act = nn.GELU if trial.suggest_categorical("act", ["relu", "gelu"]) == "gelu" else None
+        net = small_cnn(trial.suggest_categorical("c", [8, 16, 24]), trial.suggest_int("d", 1, 4),
+                        act=act)  # fmt: skip
+        costs.constrain(trial, net, (2, 3, 16, 16))
+        trained.append(trial.number)
+        return 0.0
+
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    study.optimize(objective, n_trials=n_trials)
+    return study, trained
+
+
+def test_constrain_with_a_module_model_sets_costs_constraints_and_prunes(module_model):
+    from tests.synthetic import small_cnn
+
+    nets = [small_cnn(c, d) for c in (8, 16, 24) for d in (1, 4)]
+    lat = [module_model.predict_module(n, (2, 3, 16, 16))["latency_ms_upper"] for n in nets]
+    budget = float(np.median(lat))
+    costs = CostConstraints(module_model, {"latency_ms": budget}, confidence=0.9, prune=True)
+    assert costs.kernel_level
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        study, trained = _constrain_study(costs)
+    messages = [str(w.message) for w in record]
+    assert not any("never saw this architecture" in m for m in messages)  # no ResNet warning
+    assert len([m for m in messages if "never measured ops ['gelu']" in m]) == 1  # once
+    states = set()
+    for t in study.trials:
+        a = t.user_attrs
+        gelu = t.params["act"] == "gelu"
+        assert a["carb_nas.unmodelled_ops"] == (["gelu"] if gelu else [])
+        low, mid, up = (a[f"carb_nas.predicted.latency_ms{s}"] for s in ("_lower", "", "_upper"))
+        assert 0 < low <= mid < up and a["carb_nas.predicted.peak_mem_mb"] > 0
+        assert t.constraints["carb_nas.latency_ms"] == pytest.approx(up - budget)
+        pruned = t.state == optuna.trial.TrialState.PRUNED
+        assert pruned == (up > budget) == ("carb_nas.pruned_reason" in a)
+        assert pruned == (t.number not in trained)  # pruned before the objective's training
+        states.add(pruned)
+    assert states == {True, False}  # the budget splits the study, so the check has teeth
+    # the same numbers as the model's own prediction of such a module
+    t = next(t for t in study.trials if t.params["act"] == "relu")
+    direct = module_model.predict_module(small_cnn(t.params["c"], t.params["d"]), (2, 3, 16, 16))
+    assert t.user_attrs["carb_nas.predicted.latency_ms"] == pytest.approx(direct["latency_ms"])
+
+
+def test_constrain_bad_inputs_fail_before_anything_is_written(module_model):
+    from torch import nn
+
+    class DataDependent(nn.Module):
+        def forward(self, x):
+            return x if x.sum() > 0 else -x
+
+    costs = CostConstraints(module_model, {"latency_ms": 1.0})
+    study = optuna.create_study()
+    cases = [
+        ("resnet18", (1, 3, 32, 32), "expected a torch.nn.Module"),
+        (nn.Conv2d(3, 8, 3), (1, 3), "rejects input shape|invalid input shape"),
+        (nn.Conv2d(3, 8, 3), (0, 3, 8, 8), "invalid input shape|positive"),
+        (nn.Linear(5, 2), (1, 3, 8, 8), "rejects input shape"),
+        (DataDependent(), (1, 3, 8, 8), "meta device"),
+    ]
+    for module, shape, match in cases:
+        trial = study.ask()
+        with pytest.raises(ConfigError, match=match):
+            costs.constrain(trial, module, shape)
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    assert all(t.user_attrs == {} and t.constraints == {} for t in study.trials)
+    assert study.user_attrs == {}  # not even the constraint scale
+
+
+def test_module_model_from_default_or_a_directory(module_model, monkeypatch, tmp_path):
+    import carb_nas.costmodel as costmodel
+
+    loads = []
+    monkeypatch.setattr(
+        costmodel, "load_default_module_model", lambda *a, **k: loads.append(a) or module_model
+    )
+    for given in ("default", None):
+        costs = CostConstraints(given, {"latency_ms": 1.0})
+        assert costs.model is module_model and costs.kernel_level
+    assert CostConstraints(budgets={"peak_mem_mb": 5.0}).kernel_level
+    assert len(loads) == 3
+    module_model.save(tmp_path / "km")
+    from_dir = CostConstraints(str(tmp_path / "km"), {"latency_ms": 1.0})
+    assert from_dir.kernel_level and from_dir.targets == module_model.targets_
+    with pytest.raises(BudgetError, match="does not predict"):
+        CostConstraints(module_model, {"energy_j": 1.0})
+    with pytest.raises(BudgetError, match="invalid prune"):  # options first: no training
+        CostConstraints("default", {"latency_ms": 1.0}, prune="yes")
+    assert len(loads) == 3
+
+
+def test_suggest_with_a_module_model_predicts_the_configs_network(module_model):
+    from carb_nas.models import build_model
+
+    doc = {
+        "knobs": {"family": ["basic"], "resolution": [32], "batch_size": [1, 2]},
+        "family": {"basic": {"depth": [10, 18], "width": [0.25]}},
+    }
+    costs = CostConstraints(module_model, {"latency_ms": 1e9})
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    study.optimize(lambda t: costs.suggest(t, Space.from_dict(doc)).depth, n_trials=4)
+    for t in study.trials:
+        cfg = trial_config(t)
+        shape = (cfg.batch_size, 3, cfg.resolution, cfg.resolution)
+        direct = module_model.predict_module(build_model(cfg, "meta"), shape)
+        assert t.user_attrs["carb_nas.predicted.latency_ms"] == pytest.approx(direct["latency_ms"])
+        assert t.constraints["carb_nas.latency_ms"] < 0
+    onnx = Config("basic", 10, 0.25, 32, 1, runtime="onnxruntime")
+    with pytest.raises(ModelError, match="runtime 'torch'.*got 'onnxruntime'"):
+        costs.predict(onnx)

@@ -100,6 +100,9 @@ _NUMERIC = (
 _LOGGED = ("flops", "read_bytes", "write_bytes", "weight_bytes")
 _CONV = ("conv", "dwconv", "gconv", "linear")
 _RANGE = ("flops", "weight_bytes", "read_bytes", "write_bytes")
+_RANGE_IN_LOGGED = [_LOGGED.index(c) for c in _RANGE]
+#: distinct op rows whose prediction a KernelCostModel keeps (cleared when full)
+_PREDICT_CACHE_MAX = 65536
 _XGB = {
     "n_estimators": 300,
     "max_depth": 8,
@@ -131,16 +134,23 @@ class KernelCostModel:
 
     # -- features ---------------------------------------------------------------------------
     def _matrix(self, table: pd.DataFrame) -> np.ndarray:
-        cols = [np.log1p(table[c].to_numpy(dtype=float)) for c in _LOGGED]
-        cols += [table[c].to_numpy(dtype=float) for c in _NUMERIC]
-        moved = table["read_bytes"].to_numpy(float) + table["write_bytes"].to_numpy(float)
-        cols.append(np.log1p(moved))
-        cols.append(np.log1p(table["flops"].to_numpy(float)) - np.log1p(moved))
-        kinds = table["kind"].to_numpy()
-        names = table["op"].to_numpy()
-        cols += [(kinds == k).astype(float) for k in self.kinds_]
-        cols += [(names == n).astype(float) for n in self.ops_]
-        return np.column_stack(cols)
+        return self._matrix_of(*_op_arrays(table))
+
+    def _matrix_of(
+        self, kinds: np.ndarray, names: np.ndarray, num: np.ndarray, logged: np.ndarray
+    ) -> np.ndarray:
+        """The booster's input of op rows given as :func:`_op_arrays` (one float64 matrix)."""
+        moved = logged[:, 1] + logged[:, 2]
+        return np.hstack(
+            [
+                np.log1p(logged),
+                num,
+                np.log1p(moved)[:, None],
+                (np.log1p(logged[:, 0]) - np.log1p(moved))[:, None],
+                (kinds[:, None] == np.array(self.kinds_, dtype=object)[None, :]).astype(float),
+                (names[:, None] == np.array(self.ops_, dtype=object)[None, :]).astype(float),
+            ]
+        )
 
     # -- fitting ----------------------------------------------------------------------------
     def fit(self, ops: pd.DataFrame) -> KernelCostModel:
@@ -164,6 +174,7 @@ class KernelCostModel:
                 f"{len(table)}",
                 "Measure more networks (run_ops_campaign).",
             )
+        self._clear_cache()
         self.kinds_ = sorted(table["kind"].unique())
         self.ops_ = sorted(table["op"].unique())
         self.seen_ = sorted({f"{k}:{o}" for k, o in zip(table["kind"], table["op"])})
@@ -209,8 +220,12 @@ class KernelCostModel:
 
     def _prior(self, table: pd.DataFrame) -> np.ndarray:
         """The per-kind physical prior (ms) of op rows of seen kinds (1 ms elsewhere)."""
-        A = _prior_terms(table)
-        coef = np.array([self.prior_.get(k, [1.0, 0.0, 0.0, 0.0]) for k in table["kind"]])
+        kinds, _, _, logged = _op_arrays(table)
+        return self._prior_of(kinds, logged)
+
+    def _prior_of(self, kinds: np.ndarray, logged: np.ndarray) -> np.ndarray:
+        A = _prior_terms_of(logged)
+        coef = np.array([self.prior_.get(k, [1.0, 0.0, 0.0, 0.0]) for k in kinds])
         return np.maximum((A * coef).sum(axis=1), 1e-6)
 
     def _check_fitted(self) -> None:
@@ -229,32 +244,88 @@ class KernelCostModel:
         if "signature" not in ops:
             ops = ops.assign(signature=_row_signatures(ops))
         # one prediction per distinct signature: repeated blocks cost nothing
-        codes, uniq = pd.factorize(ops["signature"])
-        first = ops.iloc[np.unique(codes, return_index=True)[1]]
-        corr = np.exp(self.booster_.predict(self._matrix(first)))
-        pred = np.where(self._beyond(first), 1.0, corr) * self._prior(first)
-        seen = np.array([f"{k}:{o}" in self._seen_set for k, o in zip(first["kind"], first["op"])])
-        mb = (first["read_bytes"] + first["write_bytes"] + first["weight_bytes"]).to_numpy(
-            float
-        ) / 1e6
-        gf = first["flops"].to_numpy(float) / 1e9
-        roof = mb * self.ms_per_mb_ + gf * self.ms_per_gflop_
-        pred = np.where(seen, pred, roof)
-        return pred[codes], seen[codes]
+        codes, _ = pd.factorize(ops["signature"])
+        first = np.unique(codes, return_index=True)[1]
+        kinds, names, num, logged = _op_arrays(ops)
+        ms, seen = self._predict_cached(kinds[first], names[first], num[first], logged[first])
+        return ms[codes], seen[codes]
+
+    def _predict_cached(
+        self, kinds: np.ndarray, names: np.ndarray, num: np.ndarray, logged: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`_predict_of`, each distinct op row computed once per model: a prediction
+        depends on nothing but the row's kind, name, geometry and traffic, so the ops of
+        layers seen in earlier predictions cost a dictionary lookup, not a booster call."""
+        cache = self._cache()
+        keys = [(k, o, *n, *g) for k, o, n, g in zip(kinds, names, num.tolist(), logged.tolist())]
+        hits = [cache.get(key) for key in keys]
+        miss = [i for i, h in enumerate(hits) if h is None]
+        if miss:
+            ms_new, seen_new = self._predict_of(kinds[miss], names[miss], num[miss], logged[miss])
+            if len(cache) + len(miss) > _PREDICT_CACHE_MAX:
+                cache.clear()
+            for i, m, v in zip(miss, ms_new.tolist(), seen_new.tolist()):
+                hits[i] = cache[keys[i]] = (m, v)
+        done: list[tuple[float, bool]] = hits  # type: ignore[assignment]  # every miss filled
+        ms = np.array([h[0] for h in done], dtype=np.float64)
+        seen = np.array([h[1] for h in done], dtype=np.bool_)
+        return ms, seen
+
+    def _predict_of(
+        self, kinds: np.ndarray, names: np.ndarray, num: np.ndarray, logged: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(ms, seen) of distinct op rows given as :func:`_op_arrays` (one booster call)."""
+        if not len(kinds):
+            return np.zeros(0), np.zeros(0, dtype=bool)
+        # the Booster itself (what XGBRegressor.predict calls on a numpy matrix, without the
+        # wrapper's per-call configuration): the same trees, the same float32 inputs
+        corr = np.exp(self._booster().inplace_predict(self._matrix_of(kinds, names, num, logged)))
+        pred = np.where(self._beyond_of(kinds, logged), 1.0, corr) * self._prior_of(kinds, logged)
+        known = self._seen_set
+        seen = np.array([f"{k}:{o}" in known for k, o in zip(kinds, names)], dtype=bool)
+        flops, read, write, weight = logged.T
+        roof = (read + write + weight) / 1e6 * self.ms_per_mb_ + flops / 1e9 * self.ms_per_gflop_
+        return np.where(seen, pred, roof), seen
+
+    def _booster(self) -> Any:
+        b = self.__dict__.get("_booster_cache")
+        if b is None:
+            b = self.__dict__["_booster_cache"] = self.booster_.get_booster()
+        return b
+
+    def _cache(self) -> dict[tuple, tuple[float, bool]]:
+        c = self.__dict__.get("_predict_cache")
+        if c is None:
+            c = self.__dict__["_predict_cache"] = {}
+        return c
+
+    def _clear_cache(self) -> None:
+        """Forget the per-op predictions (and the derived lookups) of a model being refitted;
+        ``clear_cache`` for benchmarks timing a cold prediction."""
+        for name in ("_predict_cache", "_booster_cache", "_seen_cache"):
+            self.__dict__.pop(name, None)
+
+    def clear_cache(self) -> None:
+        """Forget the cached per-op predictions (a cold prediction: benchmarks)."""
+        self._cache().clear()
 
     def _beyond(self, table: pd.DataFrame) -> np.ndarray:
         """Rows larger than every measured op of their kind (see ``range_``)."""
+        kinds, _, _, logged = _op_arrays(table)
+        return self._beyond_of(kinds, logged)
+
+    def _beyond_of(self, kinds: np.ndarray, logged: np.ndarray) -> np.ndarray:
         ranges = getattr(self, "range_", None)
         if not ranges:
-            return np.zeros(len(table), dtype=bool)
-        top = np.array([ranges.get(k, [np.inf] * len(_RANGE)) for k in table["kind"]])
-        return (table[list(_RANGE)].to_numpy(float) > top).any(axis=1)
+            return np.zeros(len(kinds), dtype=bool)
+        top = np.array([ranges.get(k, [np.inf] * len(_RANGE)) for k in kinds])
+        return np.asarray((logged[:, _RANGE_IN_LOGGED] > top).any(axis=1))
 
     @property
     def _seen_set(self) -> set[str]:
-        s = getattr(self, "_seen_cache", None)
+        s = self.__dict__.get("_seen_cache")
         if s is None:
-            s = self._seen_cache = set(self.seen_)
+            s = self.__dict__["_seen_cache"] = set(self.seen_)
         return s
 
     def predict_network(self, ops: pd.DataFrame) -> dict[str, Any]:
@@ -331,17 +402,25 @@ def is_module_model_dir(path: str | Path) -> bool:
         return False
 
 
+def _op_arrays(table: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """What a per-op prediction depends on, as arrays: kinds, aten names (object), the
+    :data:`_NUMERIC` columns and the :data:`_LOGGED` columns (float64 matrices)."""
+    return (
+        table["kind"].to_numpy(dtype=object),
+        table["op"].to_numpy(dtype=object),
+        table[list(_NUMERIC)].to_numpy(dtype=float),
+        table[list(_LOGGED)].to_numpy(dtype=float),
+    )
+
+
 def _prior_terms(table: pd.DataFrame) -> np.ndarray:
     """Columns of the per-kind prior: 1 (per-op overhead), GFLOPs, MB moved, weight MB."""
-    moved = (table["read_bytes"] + table["write_bytes"]).to_numpy(float) / 1e6
-    return np.column_stack(
-        [
-            np.ones(len(table)),
-            table["flops"].to_numpy(float) / 1e9,
-            moved,
-            table["weight_bytes"].to_numpy(float) / 1e6,
-        ]
-    )
+    return _prior_terms_of(table[list(_LOGGED)].to_numpy(dtype=float))
+
+
+def _prior_terms_of(logged: np.ndarray) -> np.ndarray:
+    flops, read, write, weight = logged.T
+    return np.column_stack([np.ones(len(logged)), flops / 1e9, (read + write) / 1e6, weight / 1e6])
 
 
 def _row_signatures(ops: pd.DataFrame) -> np.ndarray:
@@ -446,6 +525,7 @@ class ModuleCostModel:
         """Fit on measured networks and their ops; ``platform`` the fingerprint of the rows
         (default: the ``fingerprint`` column's first value, if any)."""
         self._check_mode()
+        self.__dict__.pop("_quantiles", None)  # the interval levels of a previous fit
         if platform is None and "fingerprint" in rows and rows["fingerprint"].notna().any():
             try:
                 platform = json.loads(str(rows["fingerprint"].dropna().iloc[0]))
@@ -502,37 +582,64 @@ class ModuleCostModel:
     ) -> pd.DataFrame:
         """Per network row: ``latency_ms``, ``peak_mem_mb`` (with ``_lower``/``_upper`` when
         ``alpha``), ``kernel_sum_ms``, ``unmodelled_ms`` and ``unmodelled_ops``."""
+        self._check_predictable()
+        rows = rows.reset_index(drop=True)
+        seen_out: list = []
+        sums = self._network_sums(self.kernel_, rows, ops, seen_out)
+        out = pd.DataFrame(
+            self._assemble(
+                rows["n_ops"].to_numpy(float),
+                rows[list(MEMORY_TERMS)].to_numpy(float),
+                sums["ms"].to_numpy(),
+                sums["un"].to_numpy(),
+                lambda: rows,
+                alpha,
+            )
+        )
+        names = ops.assign(_seen=seen_out[0])
+        un_names = names[~names["_seen"]].groupby("key")["op"].agg(lambda s: sorted(set(s)))
+        out["unmodelled_ops"] = [un_names.get(k, []) for k in rows["key"]]
+        return out
+
+    def _check_predictable(self) -> None:
         if not hasattr(self, "network_"):
             raise ModelError(
                 "ModuleCostModel is not fitted: expected fit(rows, ops) or load(dir) first, "
                 "got an unfitted model. Fit it on a measured ops campaign."
             )
-        rows = rows.reset_index(drop=True)
-        seen_out: list = []
-        sums = self._network_sums(self.kernel_, rows, ops, seen_out)
-        ksum = sums["ms"].to_numpy() * self.scale_
-        un = sums["un"].to_numpy() * self.scale_
-        if self.mode == "kernel" and self.memory == "physics":
-            out = pd.DataFrame(index=range(len(rows)))  # neither target needs the cascade
-        else:
-            X = self._X(rows, ksum)
-            out = self.network_.predict(X, alpha=alpha) if alpha else self.network_.predict(X)
-            out = out.reset_index(drop=True)
+
+    def _assemble(
+        self,
+        n_ops: np.ndarray,
+        mem_terms: np.ndarray,
+        ms_sum: np.ndarray,
+        un_sum: np.ndarray,
+        frame: Any,
+        alpha: float | None,
+    ) -> dict[str, np.ndarray]:
+        """The prediction columns (in :meth:`predict`'s order) of networks given by their
+        ``n_ops``, :data:`MEMORY_TERMS` and per-op sums (all ops, unmodelled ops);
+        ``frame()`` gives their rows when the network cascade needs them."""
+        ksum = ms_sum * self.scale_
+        un = un_sum * self.scale_
+        out: dict[str, np.ndarray] = {}
+        if not (self.mode == "kernel" and self.memory == "physics"):  # neither needs it
+            X = self._X(frame().reset_index(drop=True), ksum)
+            net = self.network_.predict(X, alpha=alpha) if alpha else self.network_.predict(X)
+            out = {c: net[c].to_numpy() for c in net.columns}
         if self.mode == "kernel":
             a, b = self.kernel_coefs_
-            lat = a * sums["ms"].to_numpy() + b * rows["n_ops"].to_numpy(float)
+            lat = a * ms_sum + b * n_ops
             out["latency_ms"] = lat
-            ksum_lat = lat
             if alpha:
-                scores = getattr(self, "kernel_scores_", None) or [np.log(1.25)]
-                q = float(np.quantile(scores, 1 - alpha, method="higher"))
-                out["latency_ms_lower"] = ksum_lat * np.exp(-q)
-                out["latency_ms_upper"] = ksum_lat * np.exp(q)
+                q = self._quantile("kernel", alpha)
+                out["latency_ms_lower"] = lat * np.exp(-q)
+                out["latency_ms_upper"] = lat * np.exp(q)
         if self.memory == "physics":
-            mem = np.maximum(rows[list(MEMORY_TERMS)].to_numpy(float) @ self.mem_coefs_, 1e-9)
+            mem = np.maximum(mem_terms @ self.mem_coefs_, 1e-9)
             out["peak_mem_mb"] = mem
             if alpha:
-                q = float(np.quantile(self.mem_scores_, 1 - alpha, method="higher"))
+                q = self._quantile("mem", alpha)
                 out["peak_mem_mb_lower"] = mem * np.exp(-q)
                 out["peak_mem_mb_upper"] = mem * np.exp(q)
         out[KERNEL_SUM] = ksum
@@ -541,10 +648,20 @@ class ModuleCostModel:
             # ops never measured: their roofline estimate is a guess; widen by it both ways
             out["latency_ms_upper"] = out["latency_ms_upper"] + un
             out["latency_ms_lower"] = np.maximum(out["latency_ms_lower"] - un, 0.0)
-        names = ops.assign(_seen=seen_out[0])
-        un_names = names[~names["_seen"]].groupby("key")["op"].agg(lambda s: sorted(set(s)))
-        out["unmodelled_ops"] = [un_names.get(k, []) for k in rows["key"]]
         return out
+
+    def _quantile(self, which: str, alpha: float) -> float:
+        """The ``1 - alpha`` quantile of the kernel-mode latency or the physics-memory
+        scores (relative residuals), computed once per level."""
+        cache = self.__dict__.setdefault("_quantiles", {})
+        key = (which, float(alpha))
+        if key not in cache:
+            if which == "kernel":
+                scores = getattr(self, "kernel_scores_", None) or [np.log(1.25)]
+            else:
+                scores = self.mem_scores_
+            cache[key] = float(np.quantile(scores, 1 - alpha, method="higher"))
+        return cache[key]
 
     def predict_module(
         self,
@@ -554,11 +671,28 @@ class ModuleCostModel:
         alpha: float | None = 0.1,
     ) -> dict[str, Any]:
         """Trace ``module`` for ``input_shape`` and predict it (one dict, see
-        :meth:`predict`)."""
+        :meth:`predict`): the numbers of ``predict`` on its one row, without building
+        frames where arrays do (the per-op predictions are cached by the kernel model)."""
+        self._check_predictable()
         ops, feats = trace_ops(module, input_shape, precision)
-        row = pd.DataFrame([{**feats, "key": "module", "batch_size": int(input_shape[0])}])
-        pred = self.predict(row, ops.assign(key="module"), alpha=alpha)
-        return pred.iloc[0].to_dict()
+        ms, seen = self.kernel_.predict_ops(ops)
+        batch = int(input_shape[0])
+
+        def frame() -> pd.DataFrame:
+            return pd.DataFrame([{**feats, "key": "module", "batch_size": batch}])
+
+        cols = self._assemble(
+            np.array([float(feats["n_ops"])]),
+            np.array([[float(feats[c]) for c in MEMORY_TERMS]]),
+            np.array([ms.sum()]),
+            np.array([ms[~seen].sum()]),
+            frame,
+            alpha,
+        )
+        out: dict[str, Any] = {c: v[0].item() if hasattr(v[0], "item") else v[0]
+                               for c, v in cols.items()}  # fmt: skip
+        out["unmodelled_ops"] = sorted(set(ops["op"].to_numpy()[~seen])) if len(ops) else []
+        return out
 
     def predict_spec(self, spec: Any, alpha: float | None = 0.1) -> tuple[pd.DataFrame, bool]:
         """What ``carb_nas.scoring.predict_spec`` returns for a

@@ -1,8 +1,20 @@
 """Predicted costs and budget constraints for an Optuna study you already have.
 
 Your study keeps its objective, directions, sampler and storage; one call inside the objective
-adds a config suggested from a carb_nas space, its predicted costs, and one constraint per
-budget::
+adds predicted costs and one constraint per budget, either to the network your objective
+builds itself (:meth:`CostConstraints.constrain`, with the kernel-level module model: any
+CNN)::
+
+    from carb_nas.integrations import CostConstraints
+
+    costs = CostConstraints("default", budgets={"latency_ms": 50}, prune=True)
+
+    def objective(trial):
+        net = build_my_cnn(trial)                     # your own network and hyperparameters
+        costs.constrain(trial, net, (16, 3, 32, 32))  # trace, predict, constrain (maybe prune)
+        return train_and_evaluate(net)
+
+or to a config suggested from a carb_nas space (:meth:`CostConstraints.suggest`)::
 
     import optuna
     from carb_nas.costmodel import load_default_model
@@ -61,6 +73,7 @@ from carb_nas.budgets import (
     metric_values,
     model_targets,
     parse_budgets,
+    platform_name,
 )
 from carb_nas.errors import BudgetError, ModelError
 from carb_nas.scoring import resolve_model, trained_levels
@@ -70,6 +83,7 @@ from carb_nas.search.trial_params import (
     ATTR_KEY,
     ATTR_PREDICTED,
     ATTR_PRUNED,
+    ATTR_UNMODELLED,
     LIMIT_CONSTRAINT,
     PARAM_PREFIX,
     as_space,
@@ -87,6 +101,30 @@ def _model_inputs(frame: pd.DataFrame) -> pd.DataFrame:
     from carb_nas.costmodel import model_inputs  # lazily: keeps param-only use light
 
     return model_inputs(frame)
+
+
+#: what ``CostConstraints(model)`` takes for the default kernel-level module model
+DEFAULT_MODULE_MODEL = "default"
+
+
+def _resolve(model: Any) -> Any:
+    """The predictor ``CostConstraints`` was given: ``None`` / ``"default"`` the default
+    module model of cpu/torch/fp32 (trained on first use, then cached); a directory
+    ``ModuleCostModel.save`` or ``CostModel.save`` wrote; a shipped platform name (its
+    config-table CostModel); or a fitted model object."""
+    if model is None or (isinstance(model, str) and model == DEFAULT_MODULE_MODEL):
+        from carb_nas.costmodel import load_default_module_model
+
+        return load_default_module_model()
+    if isinstance(model, (str, Path)) and Path(model).is_dir():
+        return resolve_model(model, specs=True)  # a module model's directory too
+    return resolve_model(model)
+
+
+def _is_module_model(model: Any) -> bool:
+    from carb_nas.costmodel import ModuleCostModel
+
+    return isinstance(model, ModuleCostModel)
 
 
 def _one_row_model(model: Any) -> Any:
@@ -107,8 +145,15 @@ class CostConstraints:
     """Predicted costs and budget constraints for the trials of an existing Optuna study.
 
     Args:
-        model: a fitted :class:`carb_nas.costmodel.CostModel`, a directory saved by
-            ``CostModel.save``, or a shipped platform name such as ``"cpu/torch/fp32"``.
+        model: the cost model. ``"default"`` (or ``None``): the kernel-level module model
+            of ``cpu/torch/fp32`` (:func:`carb_nas.costmodel.load_default_module_model`:
+            per-operator models summed, for any CNN; trained on first use, a few minutes
+            once, then cached). Or a fitted :class:`carb_nas.costmodel.ModuleCostModel`, a
+            fitted :class:`carb_nas.costmodel.CostModel` (the config-table models, trained
+            on the ResNet spaces), a directory either one's ``save`` wrote, or a shipped
+            platform name such as ``"cpu/torch/fp32"`` (its CostModel). :meth:`constrain`
+            works with both kinds; :meth:`suggest` too (a module model predicts the
+            config's network, built on the meta device, for eager PyTorch configs).
         budgets: upper limits in the target's unit, per batch, e.g.
             ``{"latency_ms": 50, "peak_mem_mb": 200}`` or ``["latency_ms=50"]``; a
             ``<target>_per_image`` name divides the batch's cost by the batch size. Targets
@@ -132,29 +177,33 @@ class CostConstraints:
 
     def __init__(
         self,
-        model: Any,
+        model: Any = DEFAULT_MODULE_MODEL,
         budgets: Mapping[str, float] | None = None,
         *,
         confidence: float | None = None,
         prune: bool = False,
         normalize: bool = False,
     ) -> None:
-        # Validated before any trial runs: a typo in a budget must not surface after hours.
-        self.model = _one_row_model(resolve_model(model))
-        self.targets = model_targets(self.model)
-        # The same budget rules as `carb-nas screen/search --budget` (carb_nas.budgets).
-        self.budgets = parse_budgets(budgets)
-        check_budgets(self.budgets, self.model, role="cost model")
+        # Validated before any trial runs: a typo in a budget must not surface after hours
+        # (the options first: a bad one costs no first-use training of the default model).
         confidence = check_confidence(confidence)
         for name, flag in (("prune", prune), ("normalize", normalize)):
             if not isinstance(flag, bool):
                 raise BudgetError(f"invalid {name}: expected True or False, got {flag!r}.")
+        parsed = parse_budgets(budgets)
+        self.model = _one_row_model(_resolve(model))
+        self.kernel_level = _is_module_model(self.model)
+        self.targets = model_targets(self.model)
+        # The same budget rules as `carb-nas screen/search --budget` (carb_nas.budgets).
+        self.budgets = parsed
+        check_budgets(self.budgets, self.model, role="cost model")
         self.confidence = None if confidence is None else float(confidence)
         self.prune = prune
         self.normalize = normalize
         self._warned_spaces: set[str] = set()
         self._scaled_studies: set[tuple[int, str]] = set()
         self._warned_module = False
+        self._warned_ops: set[str] = set()
 
     def __repr__(self) -> str:
         return (
@@ -170,12 +219,25 @@ class CostConstraints:
     def predict(self, config: Config) -> dict[str, float]:
         """Predicted costs of one config: ``{target: value}`` plus ``{target}_lower`` and
         ``{target}_upper`` when a confidence is set (units as the target names say)."""
+        if self.kernel_level:
+            return self._predict(config, None)
         return self._predict(config, _model_inputs(configs_to_frame([config])))
 
     def _predict(self, config: Config, X: Any) -> dict[str, float]:
         alpha = confidence_alpha(self.confidence)
-        frame = self.model.predict(X) if alpha is None else self.model.predict(X, alpha=alpha)
-        row = frame.iloc[0]
+        if self.kernel_level:  # the config's network, built on the meta device, traced
+            from carb_nas.models import ModelSpec
+            from carb_nas.scoring import predict_spec
+
+            self._check_module_platform(config)
+            frame, _ = predict_spec(self.model, ModelSpec.from_config(config), alpha)
+        else:
+            frame = self.model.predict(X) if alpha is None else self.model.predict(X, alpha=alpha)
+        return self._costs(frame.iloc[0], repr(config))
+
+    def _costs(self, row: Any, what: str) -> dict[str, float]:
+        """``{target: value}`` (plus ``_lower``/``_upper`` with a confidence) of a predicted
+        row; ModelError for non-finite values."""
         out: dict[str, float] = {}
         for target in self.targets:
             out[target] = float(row[target])
@@ -185,10 +247,23 @@ class CostConstraints:
         bad = [k for k, v in out.items() if not math.isfinite(v)]
         if bad:
             raise ModelError(
-                f"cost model returned non-finite predictions for {config!r}: expected finite "
+                f"cost model returned non-finite predictions for {what}: expected finite "
                 f"numbers, got {[(k, out[k]) for k in bad]}. Check the model's training data."
             )
         return out
+
+    def _check_module_platform(self, config: Config) -> None:
+        """A module model predicts its own platform's runtime and precision only."""
+        parts = platform_name(self.model).split("/")
+        runtime, precision = (parts[1], parts[2]) if len(parts) == 3 else ("torch", "fp32")
+        if (config.runtime, config.precision) != (runtime, precision):
+            raise ModelError(
+                f"the kernel-level module model predicts {platform_name(self.model)}: expected "
+                f"configs of runtime {runtime!r} and precision {precision!r}, got "
+                f"{config.runtime!r} / {config.precision!r} ({config.key}). Use a CostModel "
+                "of that platform for this space (CostConstraints('cpu/<runtime>/<precision>')) "
+                f"or a space of {runtime} {precision} configs."
+            )
 
     def _check_scale(self, trial: Any) -> None:
         study = getattr(trial, "study", None)
@@ -219,12 +294,13 @@ class CostConstraints:
         everything) when ``prune=True`` and a constraint is violated.
         """
         space = as_space(space)
-        self._check_space(space)
+        if not self.kernel_level:  # a module model predicts any family's network
+            self._check_space(space)
         self._check_scale(trial)
         config = suggest_knobs(trial, space)
         X = _model_inputs(configs_to_frame([config]))  # featurized once for costs and limits
         constraints = space_limit_constraints(config, space, trial, flops=X["flops"].iloc[0])
-        predicted = self._predict(config, X)
+        predicted = self._predict(config, None if self.kernel_level else X)
         self._record(trial, predicted, config.batch_size, constraints, config.key, space)
         return config
 
@@ -240,38 +316,57 @@ class CostConstraints:
         ``input_shape``: one batch, batch first, e.g. ``(32, 3, 224, 224)``; budgets are per
         that batch (``<target>_per_image`` divides by its size). The module is traced on the
         meta device (its weights are untouched, nothing runs); the costs become user
-        attributes ``carb_nas.predicted.<target>``, each budget one ``set_constraint`` value
+        attributes ``carb_nas.predicted.<target>`` (with ``_lower`` / ``_upper`` when a
+        ``confidence`` is set), each budget one ``set_constraint`` value
         ``carb_nas.<target>``, and with ``prune=True`` an over-budget module raises
-        :class:`optuna.TrialPruned` here. Returns the predicted costs. The shipped models were
-        trained on ResNets only: other architectures get a warning (once) and rougher
-        predictions.
+        :class:`optuna.TrialPruned` here. Returns the predicted costs.
+
+        With the kernel-level module model (the default) every operator of the module is
+        predicted by the per-operator models; ops it never measured get a roofline estimate
+        and widen the interval by it, and are listed in the user attribute
+        ``carb_nas.unmodelled_ops`` (a warning names them, once per new op). A config-table
+        CostModel (trained on ResNets) predicts from the network features alone: other
+        architectures get a warning (once) and rougher predictions. A module that is not an
+        ``nn.Module``, an input shape it rejects or an op without a meta kernel raise
+        ``ConfigError`` before anything is written to the trial.
         """
         from carb_nas.models import ModelSpec
         from carb_nas.scoring import predict_spec
 
-        self._check_scale(trial)
         known = trained_levels(self.model, "precision")
         precision = known[0] if known and len(known) == 1 else "fp32"
         spec = ModelSpec.from_module(module, input_shape, precision)
         alpha = confidence_alpha(self.confidence)
         frame, unseen = predict_spec(self.model, spec, 0.1 if alpha is None else alpha)
-        if unseen and not self._warned_module:
+        row = frame.iloc[0]
+        predicted = self._costs(row, spec.name)
+        if self.kernel_level:
+            unmodelled = [str(op) for op in row["unmodelled_ops"]]
+            new = sorted(set(unmodelled) - self._warned_ops)
+            if new:
+                self._warned_ops.update(new)
+                warnings.warn(
+                    f"the module cost model ({platform_name(self.model)}) never measured ops "
+                    f"{new} of this module: their roofline estimate is added to its costs and "
+                    "widens the latency interval by as much; measure such a network "
+                    "(carb-nas profile --model-spec) for firm budgets.",
+                    UserWarning,
+                    stacklevel=2,
+                )
+        elif unseen and not self._warned_module:
             self._warned_module = True
             warnings.warn(
                 "the cost model never saw this architecture (trained on ResNets only): its "
                 "costs are predicted from the architecture features alone; expect rough "
-                "predictions until a model is trained on such networks.",
+                "predictions until a model is trained on such networks, or use the "
+                "kernel-level module model (CostConstraints('default')).",
                 UserWarning,
                 stacklevel=2,
             )
-        row = frame.iloc[0]
-        predicted: dict[str, float] = {}
-        for target in self.targets:
-            predicted[target] = float(row[target])
-            if self.confidence is not None:
-                predicted[f"{target}_lower"] = float(row[f"{target}_lower"])
-                predicted[f"{target}_upper"] = float(row[f"{target}_upper"])
+        self._check_scale(trial)  # the first write to the study: after every check
         trial.set_user_attr(ATTR_KEY, spec.key)
+        if self.kernel_level:
+            trial.set_user_attr(ATTR_UNMODELLED, unmodelled)
         self._record(trial, predicted, spec.batch_size, {}, spec.key, None)
         return predicted
 

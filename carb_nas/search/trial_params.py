@@ -33,6 +33,7 @@ __all__ = [
     "ATTR_PREDICTED",
     "ATTR_GFLOPS",
     "ATTR_PRUNED",
+    "ATTR_UNMODELLED",
     "ATTR_SCALE",
     "LIMIT_CONSTRAINT",
     "as_space",
@@ -65,6 +66,9 @@ ATTR_CONFIDENCE = PARAM_PREFIX + "confidence"
 ATTR_PREDICTED = PARAM_PREFIX + "predicted."
 ATTR_GFLOPS = PARAM_PREFIX + "gflops_per_batch"
 ATTR_PRUNED = PARAM_PREFIX + "pruned_reason"
+# the ops of a constrained module the kernel-level module model never measured (their roofline
+# estimate is in the costs and widens the interval)
+ATTR_UNMODELLED = PARAM_PREFIX + "unmodelled_ops"
 LIMIT_CONSTRAINT = PARAM_PREFIX + "space.max_gflops_per_batch"
 # study attribute: the scale of the study's carb_nas budget constraints ("absolute": cost -
 # budget; "relative": (cost - budget) / budget, what `carb-nas search` writes). Samplers sum

@@ -492,7 +492,8 @@ def _bent(runtime: str, precision: str, a0: float, a_width: float, a_depth: floa
 
 
 def test_transfer_prior_learned_on_other_pairs_helps_a_shared_shape():
-    from carb_nas.costmodel import fit_transfer_prior, model_inputs as _inputs
+    from carb_nas.costmodel import fit_transfer_prior
+    from carb_nas.costmodel import model_inputs as _inputs
 
     other = _bent("onnxruntime", "int8", 0.2, 0.1, 0.0)
     target = _bent("onnxruntime", "fp32", -0.5, -0.2, 0.15)

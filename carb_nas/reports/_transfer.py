@@ -66,11 +66,12 @@ def prior_pairs(prior: str, dataset_b: Any, variant_b: str) -> dict[str, tuple[A
     """The platform pairs ``--prior`` names for a transfer to B (variant ``variant_b``).
 
     ``"none"``: no prior. ``"auto"``: the shipped pairs (``PRIOR_PAIRS``) whose B runs B's
-    runtime on B's kind of device at another precision (torch -> ONNX Runtime int8 for an ONNX Runtime fp32 B, and
-    the other way round): the pairs whose shape was measured to help; none -> no prior (the
-    OpenVINO zoo pairs, another runtime on another machine, did not help ONNX Runtime at
-    N = 10 or 25; docs/costmodel.md). Otherwise comma-separated ``A:B`` dataset pairs. A pair
-    whose B is B itself, or B's platform, is refused: the prior must not see the target.
+    runtime on B's kind of device at another precision (torch -> ONNX Runtime int8 for an
+    ONNX Runtime fp32 B, and the other way round): the pairs whose shape was measured to
+    help; none -> no prior (the OpenVINO zoo pairs, another runtime on another machine, did
+    not help ONNX Runtime at N = 10 or 25; docs/costmodel.md). Otherwise comma-separated
+    ``A:B`` dataset pairs. A pair whose B is B itself, or B's platform, is refused: the prior
+    must not see the target.
     """
     if prior == "none":
         return {}

@@ -152,6 +152,13 @@ def characterize_command(
     show_default=True,
     help="CostModel preset for the models trained here.",
 )
+@click.option(
+    "--prior",
+    default="auto",
+    show_default=True,
+    help="Platform pairs the few-shot map's transfer prior is learned on: 'auto' (shipped "
+    "pairs with B's runtime at another precision), 'none', or A:B dataset pairs, comma-separated.",
+)
 @example("carb-nas transfer cpu/torch/fp32 cpu/onnxruntime/fp32 --few-shot 10,25 --repeats 3")
 def transfer_command(
     dataset_a: str,
@@ -164,13 +171,16 @@ def transfer_command(
     method: str,
     source_model: str | None,
     preset: str,
+    prior: str,
 ) -> None:
     """How well platform A's costs predict platform B's, on the configs both measured.
 
     DATASET_A and DATASET_B are .csv/.parquet rows files or shipped platform names. Per
     target: linear fit B = slope*A + intercept with R2, Spearman rank correlation and the
     overlap of the two top-100 (cheapest) lists; then few-shot calibration of A's cost model
-    with N measurements of B against a model trained on those N rows alone.
+    with N measurements of B against a model trained on those N rows alone; the map uses a
+    transfer prior learned on other platform pairs (--prior, see
+    carb_nas.costmodel.fit_transfer_prior) and reports the same draws without it.
 
     Two published platforms (``published/rtx4090 published/rtx3090``, see ``carb-nas dataset
     list --source published``) compare latency per image on the models both published.
@@ -193,6 +203,7 @@ def transfer_command(
             method,
             source_model,
             preset,
+            prior,
         )
         return
     if reports.same_dataset(dataset_a, dataset_b):
@@ -210,6 +221,7 @@ def transfer_command(
         source_model=model,
         preset=preset,
         progress=info,
+        prior=prior,
     )
     if report_dir:
         result = reports.write_transfer_report(dataset_a, dataset_b, report_dir, **kwargs)
@@ -234,10 +246,16 @@ def _published_transfer(
     method: str,
     source_model: str | None,
     preset: str,
+    prior: str,
 ) -> None:
     from carb_nas import reports
     from carb_nas.datasets import PublishedDatasetError, resolve_published
 
+    if prior not in ("auto", "none"):
+        raise PublishedDatasetError(
+            f"published transfer: expected --prior auto or none (published tables carry no "
+            f"config knobs for a prior's shape), got --prior {prior!r}. Drop --prior."
+        )
     if source_model or method != "auto":
         raise PublishedDatasetError(
             "published transfer: expected the default calibration (a CostModel of A trained "

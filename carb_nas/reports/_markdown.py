@@ -269,6 +269,16 @@ def transfer_markdown(result: Mapping[str, Any]) -> str:
             "Cells: R2 mean +- std over draws (mean median absolute percentage error).",
             "",
         ]
+        kinds = ["source_only", "calibrated", "target_only", "target_only_linear"]
+        heads = ["source only", "calibrated", "target only (CostModel)", "target only (log-linear)"]
+        if fs.get("prior_pairs"):
+            lines += [
+                f"Transfer prior (`--prior`) learned on: {', '.join(fs['prior_pairs'])}; "
+                "`calibrated` uses it, `calibrated without prior` is the same draw without it.",
+                "",
+            ]
+            kinds.append("calibrated_without_prior")
+            heads.append("calibrated without prior")
         rows = []
         for n, run in fs["runs"].items():
             for t in fs["targets"]:
@@ -277,20 +287,10 @@ def transfer_markdown(result: Mapping[str, Any]) -> str:
                     + [
                         f"{fmt(run[k][t]['r2_mean'])} +- {fmt(run[k][t]['r2_std'], 2)} "
                         f"({fmt(run[k][t]['mdape_pct_mean'], 2)}%)"
-                        for k in ("source_only", "calibrated", "target_only", "target_only_linear")
+                        for k in kinds
                     ]
                 )
-        lines += _table(
-            [
-                "N",
-                "target",
-                "source only",
-                "calibrated",
-                "target only (CostModel)",
-                "target only (log-linear)",
-            ],
-            rows,
-        )
+        lines += _table(["N", "target", *heads], rows)
         chosen = {n: run["methods_chosen"] for n, run in fs["runs"].items()}
         lines += [f"Calibration maps chosen (count over targets x draws): {chosen}", ""]
         for n, run in fs["runs"].items():

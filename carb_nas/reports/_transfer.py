@@ -16,7 +16,9 @@ from carb_nas.costmodel import (
     MIN_TRAIN_ROWS,
     CalibratedModel,
     CostModel,
+    TransferPrior,
     calibration_features,
+    fit_transfer_prior,
     informative_rows,
     model_inputs,
     penalized_fit,
@@ -39,11 +41,66 @@ __all__ = [
     "published_transfer",
     "FEW_SHOT_SIZES",
     "MIN_EVALUATION_ROWS",
+    "PRIOR_PAIRS",
+    "prior_pairs",
 ]
 
 FEW_SHOT_SIZES = (10, 25, 50, 100)
 MIN_EVALUATION_ROWS = 11
 """Rows of B each few-shot draw leaves out for evaluation at least (N + 11 usable rows)."""
+
+PRIOR_PAIRS = (
+    ("cpu/torch/fp32", "cpu/onnxruntime/fp32"),
+    ("cpu/torch/fp32", "cpu/onnxruntime/int8"),
+    ("cpu/torch/fp32/zoo", "cpu/openvino/fp32"),
+    ("cpu/torch/fp32/zoo", "cpu/openvino/int8"),
+)
+"""The shipped platform pairs (A, B) a transfer prior can be learned on (``--prior auto``)."""
+
+
+def _pair_name(a: str, b: str) -> str:
+    return f"{a}:{b}"
+
+
+def prior_pairs(prior: str, dataset_b: Any, variant_b: str) -> dict[str, tuple[Any, Any]]:
+    """The platform pairs ``--prior`` names for a transfer to B (variant ``variant_b``).
+
+    ``"none"``: no prior. ``"auto"``: the shipped pairs (``PRIOR_PAIRS``) whose B runs B's
+    runtime on B's kind of device at another precision (torch -> ONNX Runtime int8 for an
+    ONNX Runtime fp32 B, and the other way round): the pairs whose shape was measured to
+    help; none -> no prior (the OpenVINO zoo pairs, another runtime on another machine, did
+    not help ONNX Runtime at N = 10 or 25; docs/costmodel.md). Otherwise comma-separated
+    ``A:B`` dataset pairs. A pair whose B is B itself, or B's platform, is refused: the prior
+    must not see the target.
+    """
+    if prior == "none":
+        return {}
+    device_b, runtime_b, precision_b = variant_parts(variant_b)
+    if prior == "auto":
+        out = {}
+        for pa, pb in PRIOR_PAIRS:
+            device, runtime, precision = pb.split("/")[:3]
+            if (device, runtime) == (device_b, runtime_b) and precision != precision_b:
+                out[_pair_name(pa, pb)] = (pa, pb)
+        return out
+    out = {}
+    for item in str(prior).split(","):
+        sides = item.strip().split(":")
+        if len(sides) != 2 or not all(sides):
+            raise ModelError(
+                f"invalid --prior: expected 'auto', 'none' or comma-separated A:B dataset "
+                f"pairs such as cpu/torch/fp32:cpu/onnxruntime/int8, got {item!r}. Fix the "
+                "pair."
+            )
+        pb = load_measurements(sides[1])
+        if same_dataset(sides[1], dataset_b) or _single_variant(pb) == variant_b:
+            raise ModelError(
+                f"invalid --prior pair {item!r}: expected pairs that do not involve B's "
+                f"platform ({variant_b}), got one whose B is {_single_variant(pb)}. A prior "
+                "learned on the target would not be a prior; leave that pair out."
+            )
+        out[_pair_name(*sides)] = (sides[0], sides[1])
+    return out
 
 
 def _single_variant(frame: pd.DataFrame) -> str:
@@ -102,6 +159,7 @@ def _few_shot(
     preset: str,
     progress: Callable[[str], None] | None,
     n_jobs: int | None,
+    pairs: Mapping[str, tuple[Any, Any]],
 ) -> dict[str, Any]:
     say = progress or (lambda _msg: None)
     notes: list[str] = []
@@ -121,7 +179,17 @@ def _few_shot(
     X_pool = model_inputs(pool)
     probe = CalibratedModel(source_model, method, runtime_a, precision_a)
     zero = probe.source_predict(X_pool)
-    kinds = ("source_only", "calibrated", "target_only", "target_only_linear")
+    prior: TransferPrior | None = None
+    if pairs:
+        say(f"learning the transfer prior on {len(pairs)} other platform pair(s)")
+        prior = fit_transfer_prior(pairs, targets, seed=seed)
+        notes.append(
+            f"transfer prior learned on {', '.join(prior.pairs)} (targets "
+            f"{sorted(prior.shapes)}); 'calibrated without prior' is the same draw without it"
+        )
+    kinds = ("source_only", "calibrated", "target_only", "target_only_linear") + (
+        ("calibrated_without_prior",) if prior is not None else ()
+    )
     runs: dict[str, Any] = {}
     for n in sizes:  # transfer() checked n + MIN_EVALUATION_ROWS <= len(pool)
         say(f"few-shot N={n}: {repeats} draws")
@@ -139,10 +207,14 @@ def _few_shot(
             idx = informative_rows(X_pool, zero[spread_by].to_numpy(float), n, seed=draw)
             test = np.setdiff1d(np.arange(len(pool)), idx)
             train_rows, X_train, X_test = pool.iloc[idx], X_pool.iloc[idx], X_pool.iloc[test]
-            cal = CalibratedModel(source_model, method, runtime_a, precision_a)
+            cal = CalibratedModel(source_model, method, runtime_a, precision_a, prior=prior)
             pred_cal = cal.fit(X_train, train_rows[targets]).predict(X_test)
             for t in targets:
                 methods[cal.maps_[t]["method"]] = methods.get(cal.maps_[t]["method"], 0) + 1
+            pred_plain = None
+            if prior is not None:
+                plain = CalibratedModel(source_model, method, runtime_a, precision_a)
+                pred_plain = plain.fit(X_train, train_rows[targets]).predict(X_test)
             pred_own = None
             if n >= MIN_TRAIN_ROWS:
                 try:
@@ -166,6 +238,8 @@ def _few_shot(
                         X_train, train_rows[t].to_numpy(float), X_test
                     ),
                 }
+                if pred_plain is not None:
+                    preds["calibrated_without_prior"] = pred_plain[t].to_numpy(float)
                 for kind, p in preds.items():
                     rec[kind][t].append(
                         (math.nan, math.nan) if p is None else (r2(y, p), mdape(y, p))
@@ -179,6 +253,7 @@ def _few_shot(
         "method": method,
         "source_model": source_desc,
         "source_platform": f"{runtime_a}/{precision_a}",
+        "prior_pairs": [] if prior is None else prior.pairs,
         "selection": "informative_rows: greedy D-optimal design for the features map (log "
         "source prediction and CALIBRATION_FEATURES), a seeded random start per draw",
         "evaluation": "R2 on every usable row of B not drawn for calibration",
@@ -211,6 +286,7 @@ def transfer(
     top_k: int = 100,
     progress: Callable[[str], None] | None = None,
     n_jobs: int | None = None,
+    prior: str = "auto",
 ) -> dict[str, Any]:
     """Compare platform B with platform A on the configs both measured.
 
@@ -222,7 +298,9 @@ def transfer(
     with N random rows of B, ``repeats`` draws per N (seeds ``seed``, ``seed + 1``, ...;
     recorded as ``few_shot["seeds"]``), against a ``CostModel(preset)`` trained on the N rows
     alone; R2 on the rows of B not drawn. Every N must leave ``MIN_EVALUATION_ROWS`` usable
-    rows of B. ``n_jobs``: threads per learner (None: 1).
+    rows of B. ``n_jobs``: threads per learner (None: 1). ``prior``: the platform pairs the
+    calibration's ``TransferPrior`` is learned on (``prior_pairs``: ``"auto"``, ``"none"`` or
+    ``A:B,...``); with one, ``few_shot`` also reports ``calibrated_without_prior``.
     """
     return transfer_frames(
         dataset_a,
@@ -236,6 +314,7 @@ def transfer(
         top_k=top_k,
         progress=progress,
         n_jobs=n_jobs,
+        prior=prior,
     )[0]
 
 
@@ -252,6 +331,7 @@ def transfer_frames(
     top_k: int = 100,
     progress: Callable[[str], None] | None = None,
     n_jobs: int | None = None,
+    prior: str = "auto",
 ) -> tuple[dict[str, Any], pd.DataFrame, pd.DataFrame]:
     """``transfer`` and the two loaded datasets (for plotting without reading them again)."""
     if method not in CALIBRATION_METHODS:
@@ -273,8 +353,14 @@ def transfer_frames(
         raise ModelError(
             f"invalid few-shot size: expected sizes >= 1, got {sizes}. Use e.g. 10,25,50,100."
         )
+    if not isinstance(prior, str) or not prior.strip():
+        raise ModelError(
+            f"invalid prior: expected 'auto', 'none' or A:B dataset pairs, got {prior!r}. "
+            "Use --prior auto."
+        )
     a, b = load_measurements(dataset_a), load_measurements(dataset_b)
     va, vb = _single_variant(a), _single_variant(b)
+    pairs = prior_pairs(prior, dataset_b, vb) if sizes else {}
     targets = [t for t in TARGETS if t in a.attrs["targets"] and t in b.attrs["targets"]]
     if not targets:
         raise InputFileError(
@@ -373,6 +459,7 @@ def transfer_frames(
             preset,
             progress,
             n_jobs,
+            pairs,
         )
     return jsonable(result), a, b
 

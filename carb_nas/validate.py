@@ -42,7 +42,7 @@ from __future__ import annotations
 import json
 import time
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -474,9 +474,9 @@ def validate(
         for w in warn:
             warnings.warn(w, stacklevel=2)
         configs = frame_to_configs(frame)
-        rounds = []
+        rounds: list[list[dict[str, Any]]] = []
         for p in range(passes):
-            measured = []
+            measured: list[dict[str, Any]] = []
             for i, config in enumerate(configs):
                 if progress is not None:
                     progress(p * len(configs) + i, passes * len(configs), config)
@@ -580,7 +580,7 @@ def _config_name(c: Any) -> str:
     return f"{c.family}-{c.depth} w{c.width:g} r{c.resolution} b{c.batch_size}"
 
 
-def _not_measured(configs: list, rows: list[Mapping[str, Any]]) -> list[str]:
+def _not_measured(configs: list, rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """One warning per config the runtime could not run (status ``error``: a failed
     conversion names its op); MeasurementError when no config was measured at all."""
     failed = [(c, r) for c, r in zip(configs, rows) if r.get("status") == "error"]

@@ -323,7 +323,8 @@ class CalibratedModel:
       + b*s(x)``, same ridge and penalty choice;
     - ``auto`` (default): the method with the lowest leave-one-out RMSE of ``log(y)`` on the
       calibration rows, per target; with a ``prior``, the ``prior`` map wherever it can be
-      fitted (4+ rows; LOO error on 10 rows picks it too rarely to show what it is worth).
+      fitted (4+ rows), as measured in ``TransferPrior`` (the ridge penalty inside it is
+      still picked by LOO error).
 
     Every map's correction is clipped to the range of ``r`` seen on the calibration rows:
     fitted on a handful of noisy points, a trend must not be extrapolated into factors it

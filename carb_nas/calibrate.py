@@ -437,12 +437,13 @@ def calibrate_on_arrival(
     rounds: list[list[dict[str, Any]]] = [[]]
     configs = frame_to_configs(candidates[list(CONFIG_COLUMNS)])
     done = 0
+    measuring_s = 0.0  # time in profile() only: set-up must not count as a config's cost
     try:
         fingerprint = machine_fingerprint(prof)
         for config in configs:
             elapsed = time.perf_counter() - t0
             n = len(rounds[0])
-            per_config = elapsed / n if n else 0.0
+            per_config = measuring_s / n if n else 0.0
             # room for this config and for the later rounds of every config so far, once
             # the fit has its fewest rows (a short budget then gets fewer later rounds)
             later = (passes - 1) * (n + 1) if n >= MIN_CALIBRATION_ROWS else 0
@@ -450,7 +451,9 @@ def calibrate_on_arrival(
                 break
             if elapsed > time_budget_s:
                 break
+            started = time.perf_counter()
             rounds[0].append(prof.profile(config))
+            measuring_s += time.perf_counter() - started
             done += 1
             if progress is not None:
                 progress(done, time.perf_counter() - t0, float(time_budget_s))

@@ -431,3 +431,18 @@ def test_cli_validate_calibrated_uses_this_machines_calibration(
     assert ratio["plain"] == pytest.approx(1.3, rel=0.02)
     assert ratio["calibrated"] == pytest.approx(1.0, rel=0.05)  # the calibration absorbed it
     assert json.loads(cal.stdout)["calibrated"] is True and "calibrated" not in plain.stdout
+
+
+def test_set_up_time_does_not_count_as_a_configs_cost(torch_model, model_cache, clock,
+                                                      monkeypatch):  # fmt: skip
+    real = cal_mod.choose_configs
+
+    def slow_choice(*args, **kwargs):
+        clock.now += 10.0  # 10 s of set-up before the first measurement
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cal_mod, "choose_configs", slow_choice)
+    prof = FakeProfiler(torch_model, 1.3, clock=clock, seconds_per_config=1.0)
+    cal = calibrate_on_arrival(PLATFORM, 30, prof, source_model=torch_model, passes=3)
+    # 20 s left at 1 s per measurement: 6 configs in 3 rounds (not 3, as 13 s / 3 would say)
+    assert cal.n_rows == 6 and len(prof.profiled) == 18

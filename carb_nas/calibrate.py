@@ -437,13 +437,15 @@ def calibrate_on_arrival(
     rounds: list[list[dict[str, Any]]] = [[]]
     configs = frame_to_configs(candidates[list(CONFIG_COLUMNS)])
     done = 0
-    measuring_s = 0.0  # time in profile() only: set-up must not count as a config's cost
+    # a config's cost: the median time of its profile() calls so far, so neither the set-up
+    # nor the first call's one-off costs (imports, the runtime's first session) count
+    durations: list[float] = []
     try:
         fingerprint = machine_fingerprint(prof)
         for config in configs:
             elapsed = time.perf_counter() - t0
             n = len(rounds[0])
-            per_config = measuring_s / n if n else 0.0
+            per_config = float(np.median(durations)) if durations else 0.0
             # room for this config and for the later rounds of every config so far, once
             # the fit has its fewest rows (a short budget then gets fewer later rounds)
             later = (passes - 1) * (n + 1) if n >= MIN_CALIBRATION_ROWS else 0
@@ -453,7 +455,7 @@ def calibrate_on_arrival(
                 break
             started = time.perf_counter()
             rounds[0].append(prof.profile(config))
-            measuring_s += time.perf_counter() - started
+            durations.append(time.perf_counter() - started)
             done += 1
             if progress is not None:
                 progress(done, time.perf_counter() - t0, float(time_budget_s))

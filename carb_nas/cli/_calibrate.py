@@ -66,8 +66,8 @@ def time_budget_option() -> Callable[[Any], Any]:
     "--passes",
     type=int,
     default=None,
-    help="Rounds per config, the fastest kept (default 3: contention on a shared machine only "
-    "adds time; 1: one measurement each).",
+    help="Rounds per config, the fastest kept (default 1; 3 on a shared machine, where "
+    "contention only adds time: the summary then says how far this machine repeats itself).",
 )
 @json_option("Print the calibration (rows, methods, factors, cache directory) as JSON.")
 @example("carb-nas calibrate cpu/torch/fp32 --time-budget-s 60")

@@ -387,7 +387,7 @@ def validate(
             config's fastest row (:func:`carb_nas.measure.profile_passes`; for shared machines,
             where contention only adds time). 1: one measurement per config.
     """
-    from carb_nas.measure import check_passes, fastest_of_passes
+    from carb_nas.measure import check_passes, profile_passes
 
     passes = check_passes(passes)
     if scenario is not None:
@@ -473,16 +473,7 @@ def validate(
         warn = fingerprint_mismatch(model, prof.device_name, prof.runtime.name, prof.kind)
         for w in warn:
             warnings.warn(w, stacklevel=2)
-        configs = frame_to_configs(frame)
-        rounds: list[list[dict[str, Any]]] = []
-        for p in range(passes):
-            measured: list[dict[str, Any]] = []
-            for i, config in enumerate(configs):
-                if progress is not None:
-                    progress(p * len(configs) + i, passes * len(configs), config)
-                measured.append(prof.profile(config))
-            rounds.append(measured)
-        measured = fastest_of_passes(rounds) if passes > 1 else rounds[0]
+        measured = profile_passes(prof, frame_to_configs(frame), passes, progress)
         platform = prof.platform
     finally:
         if profiler is None:

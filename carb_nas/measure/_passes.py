@@ -77,24 +77,24 @@ def profile_passes(
     profiler: Any,
     configs: Sequence[Any],
     passes: int = 3,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[int, int, Any], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Measure ``configs`` in ``passes`` interleaved rounds with ``profiler.profile`` and keep
-    each config's fastest ok row (:func:`fastest_of_passes`). ``progress(done, total)`` after
-    each measurement. ``passes=1`` is one plain measurement per config."""
+    each config's fastest ok row (:func:`fastest_of_passes`). ``progress(i, total, config)``
+    before each measurement (``i`` counts from 0 over all rounds). ``passes=1`` is one plain
+    measurement per config."""
     passes = check_passes(passes)
     configs = list(configs)
+    total = passes * len(configs)
     rounds: list[list[dict[str, Any]]] = []
-    done, total = 0, passes * len(configs)
-    for _ in range(passes):
+    for p in range(passes):
         rows = []
-        for config in configs:
-            rows.append(profiler.profile(config))
-            done += 1
+        for i, config in enumerate(configs):
             if progress is not None:
-                progress(done, total)
+                progress(p * len(configs) + i, total, config)
+            rows.append(profiler.profile(config))
         rounds.append(rows)
-    return fastest_of_passes(rounds) if passes > 1 else rounds[0] if rounds else []
+    return fastest_of_passes(rounds) if passes > 1 else rounds[0]
 
 
 def _latency(row: dict[str, Any]) -> float:

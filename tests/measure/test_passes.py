@@ -46,8 +46,8 @@ class SlowingProfiler:
 
 def test_profile_passes_interleaves_rounds():
     prof, seen = SlowingProfiler(), []
-    rows = profile_passes(prof, ["x", "y"], passes=3, progress=lambda d, t: seen.append((d, t)))
-    assert prof.calls == ["x", "y"] * 3 and seen[-1] == (6, 6)
+    rows = profile_passes(prof, ["x", "y"], passes=3, progress=lambda *a: seen.append(a))
+    assert prof.calls == ["x", "y"] * 3 and seen == [(i, 6, "xy"[i % 2]) for i in range(6)]
     assert [r["latency_ms"] for r in rows] == pytest.approx([1.0, 1.05])
     single = profile_passes(SlowingProfiler(), ["x"], passes=1)
     assert "passes" not in json.loads(single[0]["protocol_params"])

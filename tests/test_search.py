@@ -24,9 +24,11 @@ from carb_nas.integrations import SpaceProblem
 from carb_nas.search import (
     QualityError,
     SpaceEncoding,
+    SurrogateEvaluator,
     capacity_proxy,
     default_objectives,
     load_quality,
+    refine_front,
     search,
 )
 from carb_nas.space import CONFIG_COLUMNS, Space, load_space
@@ -663,3 +665,41 @@ def test_cli_search_embedded_default_says_where_models_come_from(model_dirs, mon
     assert "150 distinct configs to evaluate" in res.stderr  # announced ...
     assert "150 distinct configs evaluated" in res.stdout  # ... and made
     assert "latency_ms_per_image" in res.stdout and "batch sizes" in res.stdout
+
+
+def test_refine_front_evaluates_unseen_neighbours_of_the_front_within_budget(torch_model):
+    from carb_nas.search._pymoo import STEPS
+
+    space = small_space()
+    ev = SurrogateEvaluator(space, torch_model, budgets={"latency_ms": 20.0})
+    start = space.grid().sample(n=12, random_state=0).reset_index(drop=True)
+    ev.evaluate(start)
+    enc = ev.encoding
+    front = enc.encode(ev.pareto()).astype(int)
+    calls = []
+    real = ev.evaluate
+
+    def spy(frame):
+        calls.append(frame.copy())
+        return real(frame)
+
+    ev.evaluate = spy  # type: ignore[method-assign]
+    made = refine_front(ev, 30)
+    assert made == 18 and ev.n_evaluated == 30  # exactly the budget left
+    # the first round: configs one STEPS move of one knob away from a front member (as the
+    # encoding decodes it: a family switch maps the other knobs to that family's values)
+    moves = []
+    for j in range(enc.n_var):
+        for d in STEPS:
+            Y = front.copy()
+            Y[:, j] += d
+            moves.append(Y[(Y[:, j] >= 0) & (Y[:, j] <= enc.upper[j])])
+    reachable = set(enc.config_codes(enc.decode(np.vstack(moves))).tolist())
+    assert set(enc.config_codes(calls[0]).tolist()) <= reachable
+    seen = pd.concat(calls)[list(CONFIG_COLUMNS)]
+    assert not seen.duplicated().any()
+    assert not seen.merge(start[list(CONFIG_COLUMNS)]).shape[0]
+    # a space evaluated whole has no unseen neighbour: nothing more to do
+    ev.evaluate = real  # type: ignore[method-assign]
+    ev.evaluate(space.grid())
+    assert refine_front(ev, len(space) + 10) == 0

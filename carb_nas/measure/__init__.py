@@ -64,7 +64,13 @@ from carb_nas.measure._passes import (
     pass_spread_pct,
     profile_passes,
 )
-from carb_nas.measure._profiler import Profiler, cpu_model_name, platform_string, profile_config
+from carb_nas.measure._profiler import (
+    Profiler,
+    cpu_identity,
+    cpu_model_name,
+    platform_string,
+    profile_config,
+)
 from carb_nas.measure._protocol import PROTOCOLS, Protocol, TimingResult, median_ci, time_runs
 from carb_nas.measure._quiet import others_cpu_cores, wait_for_quiet
 from carb_nas.measure._runtimes import (
@@ -149,6 +155,7 @@ __all__ = [
     "TorchRuntime",
     "check_platform",
     "check_runtime",
+    "cpu_identity",
     "cpu_model_name",
     "get_meter",
     "get_runtime",

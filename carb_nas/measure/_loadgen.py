@@ -439,11 +439,12 @@ class LoadGenSummary:
 
 
 def _fingerprint(runtime: Runtime) -> dict[str, Any]:
-    from carb_nas.measure._profiler import cpu_model_name
+    from carb_nas.measure._profiler import cpu_identity, cpu_model_name
 
     return {
         "platform": f"cpu/{runtime.name}/{runtime.precision}",
         "cpu_model": cpu_model_name(),
+        "cpu": cpu_identity(),
         "threads": runtime.threads,
         "python": _platform.python_version(),
         **runtime.versions(),

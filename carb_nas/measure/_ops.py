@@ -37,7 +37,7 @@ from torch import nn
 
 from carb_nas.errors import ConfigError
 from carb_nas.features import op_kind, trace_ops
-from carb_nas.measure._profiler import cpu_model_name
+from carb_nas.measure._profiler import cpu_identity, cpu_model_name
 from carb_nas.measure._protocol import Protocol, time_runs
 from carb_nas.measure._runtimes import _quiet_stderr, torch_cpu_peak_bytes
 
@@ -174,6 +174,7 @@ def ops_fingerprint(protocol: Protocol) -> dict[str, Any]:
         "device": "cpu",
         "device_name": cpu_model_name(),
         "cpu_model": cpu_model_name(),
+        "cpu": cpu_identity(),
         "threads": torch.get_num_threads(),
         "runtime": "torch",
         "precision": "fp32",

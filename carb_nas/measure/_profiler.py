@@ -42,7 +42,7 @@ from carb_nas.measure._runtimes import (
 )
 from carb_nas.space import Config
 
-__all__ = ["Profiler", "profile_config", "cpu_model_name", "platform_string"]
+__all__ = ["Profiler", "profile_config", "cpu_identity", "cpu_model_name", "platform_string"]
 
 ERROR_MAX_CHARS = 500
 #: platforms whose shipped rows predate ``scheme`` in the fingerprint (kept as they were)
@@ -60,6 +60,61 @@ def cpu_model_name() -> str:
     except OSError:
         pass
     return _platform.processor() or _platform.machine() or "unknown CPU"
+
+
+#: instruction-set extensions that change which kernels the runtimes pick (oneDNN, MLAS, OpenVINO)
+ISA_FLAGS = (
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "avx_vnni",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+)
+_CPUINFO_FIELDS = {
+    "vendor_id": "vendor",
+    "cpu family": "family",
+    "model": "model",
+    "stepping": "stepping",
+    "microcode": "microcode",
+    "cache size": "cache",
+}
+
+
+@functools.cache
+def cpu_identity() -> dict[str, Any]:
+    """What tells two CPUs of the same ``model name`` apart (/proc/cpuinfo's first processor):
+    vendor, family, model, stepping, microcode, cache size and the ISA extensions of
+    :data:`ISA_FLAGS` it has. Two VMs that both report ``AMD EPYC`` ran the same configs 3x
+    apart; the name alone could not say they differ. Empty off Linux. No clock: the current
+    frequency moves from one read to the next."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return parse_cpuinfo(f.read())
+    except OSError:
+        return {}
+
+
+def parse_cpuinfo(text: str) -> dict[str, Any]:
+    """:func:`cpu_identity` of a /proc/cpuinfo text."""
+    out: dict[str, Any] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            if out:
+                break  # the first processor is enough
+            continue
+        key, _, value = line.partition(":")
+        key, value = key.strip().lower(), value.strip()
+        if key in _CPUINFO_FIELDS:
+            out[_CPUINFO_FIELDS[key]] = value
+        elif key == "flags":
+            flags = set(value.split())
+            out["isa"] = [f for f in ISA_FLAGS if f in flags]
+    return out
 
 
 def platform_string(device: str, runtime: str, precision: str) -> str:
@@ -236,6 +291,7 @@ class Profiler:
             "device": self.kind,
             "device_name": self.device_name,
             "cpu_model": cpu_model_name(),
+            "cpu": cpu_identity(),
             "threads": self.runtime.threads,
             "runtime": self.runtime.name,
             "precision": self.precision,

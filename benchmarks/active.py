@@ -2,20 +2,25 @@
 
 Pool-based, on a shipped dataset (no new measurement): a seeded quarter of its configs is the
 test set, the rest the pool. Three ways choose rows from the pool, growing the training set
-along a geometric grid of sizes, and a model (the FAST preset, same cascade as CARB, about 6x
-cheaper to fit) is fitted on each prefix and scored on the test set (latency and memory R2 and
-MAPE, sklearn.metrics):
+along a geometric grid of sizes, and a model is fitted on each prefix and scored on the test
+set (latency and memory R2 and MAPE, sklearn.metrics). The model (``--learner physical``, the
+default) is the default models' recipe at the FAST preset's sizes: the same cascade as CARB,
+about 6x cheaper to fit, with the physical offsets (``costmodel.physical_offsets``: latency
+relative to fitted costs per FLOP, MB and layer, memory relative to ``tensor_peak_mb``), which
+is also what an active campaign refits each round; ``--learner fast`` drops the offsets (the
+figures before issue 18's second pass).
 
 - ``random``: a seeded random order;
 - ``stratified``: a seeded sample stratified over family x batch-size quartile x resolution
   half (sklearn ``train_test_split(stratify=...)``) at each size;
 - ``active``: :func:`carb_nas.active.choose_active` -- the same seeded random rows as
   ``random`` at the first size, then rounds of a tenth of the rows chosen so far (at least
-  16): query by committee (bootstrap LightGBM models of the chosen rows' log latency), times
-  the candidates' density, discounted near what is chosen (``--uncertainty interval``: the
-  first version, the cost model's interval widths and coverage).
+  16): query by committee (bootstrap LightGBM models of the chosen rows' latency relative to
+  its physical prior), their spread weighting a greedy facility location over the pool in the
+  knob space (``--uncertainty interval``: the first version, the cost model's interval widths
+  and coverage).
 
-Every way's rows are scored with the same learner (fast preset, ``random_state=0``, rows
+Every way's rows and the reference are scored with the same learner (``random_state=0``, rows
 sorted so that only the set matters). ``--seeds`` (default 0,1,2) repeats the whole replay
 with another split and random order; the figures are medians over seeds.
 
@@ -25,6 +30,7 @@ of the reference's, the median over seeds. Writes a PNG of the median learning c
 (``--png``, default ``docs/active_learning.png``).
 
     nice python benchmarks/active.py [--platform cpu/torch/fp32] [--seeds 0,1,2]
+        [--learner physical|fast] [--uncertainty committee|interval]
 
 Last line: ``active_rows_to_match=<f> random_rows_to_match=<f>``.
 """

@@ -8,19 +8,26 @@ predicts well. :func:`choose_active` picks the next ``n`` configs of a candidate
   model's predictions (log latency, log memory: configs that *cost* alike are alike), so the
   measured set spreads over the space and over the range of costs;
 - **uncertainty** (default, ``uncertainty="committee"``): query by committee. Eight small
-  LightGBM models, each fitted on a bootstrap resample of the measured rows' log latency
-  (:func:`committee_disagreement`), disagree most where the measured rows teach them least;
-  their spread (the std of ``log(latency)``, a relative error) times the candidates'
-  density (configs in a crowded region stand for many) times ``1 - exp(-(d / h)^2)`` (``d``
-  the coverage distance, ``h`` its median: a config next to a measured or chosen one counts
-  for little) is the value of measuring a config;
+  LightGBM models, each fitted on a bootstrap resample of the measured rows
+  (:func:`committee_disagreement`), disagree most where the measured rows teach them least.
+  They fit, as the product's cost model does, the log-ratio of the latency to its physical
+  prior (non-negative costs per FLOP, MB and layer fitted on the measured rows), so their
+  spread (the std of ``log(latency)``, the relative scale MAPE counts) is large where the
+  physics leaves something to learn. The batch is then chosen by disagreement-weighted
+  facility location in the standardized knob space: each pick most reduces ``sum_j u_j *
+  d_j`` over the candidates (``u`` the spread, ``d`` the distance to the nearest measured or
+  chosen config), so the picks follow the candidates' density, go where the committee is
+  unsure, and a pick lowers the value of its neighbours. (The first committee version scored
+  ``u * density * (1 - exp(-(d / h)^2))`` on plain log latency; see docs/benchmarks.md for
+  both.)
 - ``uncertainty="interval"`` (the first version): the coverage distance weighted by
   ``1 + w / median(w)``, ``w`` the relative width of the model's conformal latency interval
   (``log(upper / lower)``). Those intervals vary only by batch regime, so it chose about like
   random;
 
-greedily (each pick updating the distances). Before there is a model (fewer than ``n_seed``
-measured rows), the picks are seeded random ones. Each chosen config carries why it was
+greedily (each pick updating the distances; the committee's facility location measures
+distance in the knobs alone). Before there is a model (fewer than ``n_seed`` measured rows),
+the picks are seeded random ones. Each chosen config carries why it was
 chosen: ``active_reason`` (``seed``, ``coverage`` or ``uncertainty``: the latter when its
 disagreement, or interval width, is above the median), ``active_interval_width`` (``w``; NaN
 for a seed) and, for the committee, ``active_disagreement``.
@@ -224,12 +231,12 @@ def choose_active(
         seed: the random picks' and the committee's seed.
         n_seed: below this many measured rows (or with no model) the picks are random.
         uncertainty: ``"committee"`` (default): the disagreement of a bootstrap committee
-            (:func:`committee_disagreement`) on the measured rows' latency, discounted near
-            what is measured or chosen (coverage) and weighted by the candidates' density;
-            with no measured latencies (configs only) it falls back to ``"interval"``:
-            the coverage distance
-            weighted by the model's latency interval width (the first version; its
-            intervals vary only by batch regime, so it chose about like random).
+            (:func:`committee_disagreement`) on the measured rows' latency (relative to its
+            physical prior), as weights of a greedy facility location over the candidates
+            in the knob space (see the module docstring); with no measured latencies
+            (configs only) it falls back to ``"interval"``: the coverage distance weighted
+            by the model's latency interval width (the first version; its intervals vary
+            only by batch regime, so it chose about like random).
 
     Returns ``candidates``' chosen rows (index reset) with ``active_reason``,
     ``active_interval_width`` and, for the committee, ``active_disagreement`` (see the

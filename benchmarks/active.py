@@ -2,20 +2,25 @@
 
 Pool-based, on a shipped dataset (no new measurement): a seeded quarter of its configs is the
 test set, the rest the pool. Three ways choose rows from the pool, growing the training set
-along a geometric grid of sizes, and a model (the FAST preset, same cascade as CARB, about 6x
-cheaper to fit) is fitted on each prefix and scored on the test set (latency and memory R2 and
-MAPE, sklearn.metrics):
+along a geometric grid of sizes, and a model is fitted on each prefix and scored on the test
+set (latency and memory R2 and MAPE, sklearn.metrics). The model (``--learner physical``, the
+default) is the default models' recipe at the FAST preset's sizes: the same cascade as CARB,
+about 6x cheaper to fit, with the physical offsets (``costmodel.physical_offsets``: latency
+relative to fitted costs per FLOP, MB and layer, memory relative to ``tensor_peak_mb``), which
+is also what an active campaign refits each round; ``--learner fast`` drops the offsets (the
+figures before issue 18's second pass).
 
 - ``random``: a seeded random order;
 - ``stratified``: a seeded sample stratified over family x batch-size quartile x resolution
   half (sklearn ``train_test_split(stratify=...)``) at each size;
 - ``active``: :func:`carb_nas.active.choose_active` -- the same seeded random rows as
   ``random`` at the first size, then rounds of a tenth of the rows chosen so far (at least
-  16): query by committee (bootstrap LightGBM models of the chosen rows' log latency), times
-  the candidates' density, discounted near what is chosen (``--uncertainty interval``: the
-  first version, the cost model's interval widths and coverage).
+  16): query by committee (bootstrap LightGBM models of the chosen rows' latency relative to
+  its physical prior), their spread weighting a greedy facility location over the pool in the
+  knob space (``--uncertainty interval``: the first version, the cost model's interval widths
+  and coverage).
 
-Every way's rows are scored with the same learner (fast preset, ``random_state=0``, rows
+Every way's rows and the reference are scored with the same learner (``random_state=0``, rows
 sorted so that only the set matters). ``--seeds`` (default 0,1,2) repeats the whole replay
 with another split and random order; the figures are medians over seeds.
 
@@ -25,8 +30,13 @@ of the reference's, the median over seeds. Writes a PNG of the median learning c
 (``--png``, default ``docs/active_learning.png``).
 
     nice python benchmarks/active.py [--platform cpu/torch/fp32] [--seeds 0,1,2]
+        [--learner physical|fast] [--uncertainty committee|interval]
 
-Last line: ``active_rows_to_match=<f> random_rows_to_match=<f>``.
+Last line: ``active_rows_to_match=<f> random_rows_to_match=<f>``. Last measured (cpu/torch/fp32,
+seeds 0,1,2, physical learner): ``active_rows_to_match=0.8047 random_rows_to_match=0.8047``;
+median latency MAPE random/stratified/active 7.50/7.16/6.71 % at 272 rows, 5.85/5.43/5.48 % at
+544, 4.59/4.30/4.14 % at 1,088, all rows 3.30-3.45 % (``--learner fast``: 10.8/10.9/9.4 % at
+544, all rows 5.4-5.7 %, also 0.8047/0.8047). Goal (active <= 0.25, below random) not met.
 """
 
 from __future__ import annotations
@@ -42,7 +52,7 @@ from sklearn.metrics import mean_absolute_percentage_error, r2_score
 from sklearn.model_selection import train_test_split
 
 from carb_nas.active import choose_active, config_keys
-from carb_nas.costmodel import CostModel, prepare_table
+from carb_nas.costmodel import CostModel, physical_offsets, prepare_table
 from carb_nas.datasets import load_dataset
 from carb_nas.space import CONFIG_COLUMNS
 
@@ -60,13 +70,20 @@ def sizes_for(n_pool: int, start: int = MIN_FIT_ROWS) -> list[int]:
     return sorted(set(out)) + [n_pool]
 
 
-def fit_score(rows: pd.DataFrame, test: dict, seed: int) -> dict[str, float]:
+LEARNERS = ("physical", "fast")
+
+
+def fit_score(
+    rows: pd.DataFrame, test: dict, seed: int, learner: str = "physical"
+) -> dict[str, float]:
     # the model's internal train/validation/calibration split follows row order: sort, so the
     # same set of rows gives the same model whichever way chose it (the fit's own noise is
     # ~10 % of latency MAPE between two orders of the whole pool)
     rows = rows.sort_values(list(CONFIG_COLUMNS), kind="stable").reset_index(drop=True)
     data = prepare_table(rows, "pool rows")
-    model = CostModel(preset="fast", random_state=seed, n_jobs=1)
+    # "physical": the default models' recipe (physical offsets) at the fast preset's sizes
+    offsets = physical_offsets(data["X"], data["targets"]) if learner == "physical" else None
+    model = CostModel(preset="fast", target_offsets=offsets or None, random_state=seed, n_jobs=1)
     model.fit(data["X"], data["Y"], platform=data["platform"])
     pred = model.predict(test["X"])
     out = {}
@@ -84,7 +101,7 @@ def stratify_key(frame: pd.DataFrame) -> pd.Series:
     return frame["family"].astype(str) + "-" + b.astype(str) + "-" + r.astype(str)
 
 
-def run_seed(rows: pd.DataFrame, seed: int, uncertainty: str) -> dict:
+def run_seed(rows: pd.DataFrame, seed: int, uncertainty: str, learner: str = "physical") -> dict:
     """One replay: split, reference, and the three curves (model random_state 0 throughout:
     every strategy is scored with the same learner, only the chosen rows differ)."""
     pool, test_rows = train_test_split(rows, test_size=0.25, random_state=seed)
@@ -93,7 +110,7 @@ def run_seed(rows: pd.DataFrame, seed: int, uncertainty: str) -> dict:
     n_pool = len(pool)
     sizes = sizes_for(n_pool)
     print(f"seed {seed}: pool {n_pool} configs, test {len(test_rows)}; sizes {sizes}")
-    ref = fit_score(pool, test, 0)
+    ref = fit_score(pool, test, 0, learner)
     print(
         f"  all-rows model: latency MAPE {ref['latency_ms_mape']:.2f} %, R2 "
         f"{ref['latency_ms_r2']:.3f}; memory MAPE {ref['peak_mem_mb_mape']:.2f} %"
@@ -107,14 +124,16 @@ def run_seed(rows: pd.DataFrame, seed: int, uncertainty: str) -> dict:
     reasons: dict[str, int] = {}
     model = None
     for n in sizes:
-        curves["random"].append({"n": n, **fit_score(pool.iloc[random_order[:n]], test, 0)})
+        curves["random"].append(
+            {"n": n, **fit_score(pool.iloc[random_order[:n]], test, 0, learner)}
+        )
         if n < n_pool:
             strat, _ = train_test_split(
                 pool, train_size=n, random_state=seed, stratify=stratify_key(pool)
             )
         else:
             strat = pool
-        curves["stratified"].append({"n": n, **fit_score(strat, test, 0)})
+        curves["stratified"].append({"n": n, **fit_score(strat, test, 0, learner)})
         # active: grow the chosen set to n with the model of the rows chosen so far; the
         # first size is a seeded random draw (the same rows as random's first size)
         if not chosen:
@@ -135,7 +154,7 @@ def run_seed(rows: pd.DataFrame, seed: int, uncertainty: str) -> dict:
             chosen += [index_of[key] for key in config_keys(more)]
         for r in picks["active_reason"]:
             reasons[r] = reasons.get(r, 0) + 1
-        scored = fit_score(pool.iloc[chosen], test, 0)
+        scored = fit_score(pool.iloc[chosen], test, 0, learner)
         model = scored["model"]
         curves["active"].append({"n": n, **scored})
         print(
@@ -182,6 +201,13 @@ def main() -> None:
     ap.add_argument("--platform", default="cpu/torch/fp32")
     ap.add_argument("--seeds", default="0,1,2", help="comma-separated split/order seeds")
     ap.add_argument("--uncertainty", default="committee", choices=("committee", "interval"))
+    ap.add_argument(
+        "--learner",
+        default="physical",
+        choices=LEARNERS,
+        help="what every way is scored with: the fast preset with the default models' physical "
+        "offsets (default), or without them (the earlier figures)",
+    )
     ap.add_argument("--png", default="docs/active_learning.png")
     args = ap.parse_args()
     os.nice(10)
@@ -189,18 +215,19 @@ def main() -> None:
     rows = load_dataset(args.platform, ok_only=True)
     rows = rows.drop_duplicates(subset=list(CONFIG_COLUMNS)).reset_index(drop=True)
     seeds = [int(s) for s in args.seeds.split(",")]
-    runs = [run_seed(rows, s, args.uncertainty) for s in seeds]
+    runs = [run_seed(rows, s, args.uncertainty, args.learner) for s in seeds]
     match = {k: float(np.median([r["match"][k] for r in runs])) for k in runs[0]["match"]}
     per_seed = {k: [round(r["match"][k], 4) for r in runs] for k in match}
     print(f"rows to match per seed {seeds}: {per_seed}")
     print(median_table(runs))
-    print(f"elapsed {time.perf_counter() - t0:.0f} s (fast preset; no measurement)")
+    print(f"elapsed {time.perf_counter() - t0:.0f} s ({args.learner} learner; no measurement)")
     _plot(runs, args.platform, Path(args.png))
     print(f"wrote {args.png}")
     goals = ", ".join(f"{r['goal']:.2f}" for r in runs)
     print(
         f"stratified_rows_to_match={match['stratified']:.4f} (median of {len(seeds)} seeds; "
-        f"goal per seed: latency MAPE <= {goals} %; uncertainty={args.uncertainty})"
+        f"goal per seed: latency MAPE <= {goals} %; uncertainty={args.uncertainty}, "
+        f"learner={args.learner})"
     )
     print(f"active_rows_to_match={match['active']:.4f} random_rows_to_match={match['random']:.4f}")
 

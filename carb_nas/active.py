@@ -8,19 +8,26 @@ predicts well. :func:`choose_active` picks the next ``n`` configs of a candidate
   model's predictions (log latency, log memory: configs that *cost* alike are alike), so the
   measured set spreads over the space and over the range of costs;
 - **uncertainty** (default, ``uncertainty="committee"``): query by committee. Eight small
-  LightGBM models, each fitted on a bootstrap resample of the measured rows' log latency
-  (:func:`committee_disagreement`), disagree most where the measured rows teach them least;
-  their spread (the std of ``log(latency)``, a relative error) times the candidates'
-  density (configs in a crowded region stand for many) times ``1 - exp(-(d / h)^2)`` (``d``
-  the coverage distance, ``h`` its median: a config next to a measured or chosen one counts
-  for little) is the value of measuring a config;
+  LightGBM models, each fitted on a bootstrap resample of the measured rows
+  (:func:`committee_disagreement`), disagree most where the measured rows teach them least.
+  They fit, as the product's cost model does, the log-ratio of the latency to its physical
+  prior (non-negative costs per FLOP, MB and layer fitted on the measured rows), so their
+  spread (the std of ``log(latency)``, the relative scale MAPE counts) is large where the
+  physics leaves something to learn. The batch is then chosen by disagreement-weighted
+  facility location in the standardized knob space: each pick most reduces ``sum_j u_j *
+  d_j`` over the candidates (``u`` the spread, ``d`` the distance to the nearest measured or
+  chosen config), so the picks follow the candidates' density, go where the committee is
+  unsure, and a pick lowers the value of its neighbours. (The first committee version scored
+  ``u * density * (1 - exp(-(d / h)^2))`` on plain log latency; see docs/benchmarks.md for
+  both.)
 - ``uncertainty="interval"`` (the first version): the coverage distance weighted by
   ``1 + w / median(w)``, ``w`` the relative width of the model's conformal latency interval
   (``log(upper / lower)``). Those intervals vary only by batch regime, so it chose about like
   random;
 
-greedily (each pick updating the distances). Before there is a model (fewer than ``n_seed``
-measured rows), the picks are seeded random ones. Each chosen config carries why it was
+greedily (each pick updating the distances; the committee's facility location measures
+distance in the knobs alone). Before there is a model (fewer than ``n_seed`` measured rows),
+the picks are seeded random ones. Each chosen config carries why it was
 chosen: ``active_reason`` (``seed``, ``coverage`` or ``uncertainty``: the latter when its
 disagreement, or interval width, is above the median), ``active_interval_width`` (``w``; NaN
 for a seed) and, for the committee, ``active_disagreement``.
@@ -37,7 +44,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from carb_nas.costmodel import model_inputs
+from carb_nas.costmodel import PHYSICAL_OFFSETS, model_inputs, physical_offsets
 from carb_nas.errors import ConfigError
 from carb_nas.space import CONFIG_COLUMNS
 
@@ -60,6 +67,7 @@ UNCERTAINTIES = ("committee", "interval")
 N_MEMBERS = 8  # committee size: the spread of 8 bootstrap fits is stable to ~20 %
 N_SEED = 8  # random picks before the first model: a model needs a few rows of every kind
 INTERVAL_ALPHA = 0.1
+MAX_FACILITY = 4096  # candidates the committee's facility location scores (pair matrix ~64 MB)
 _KNOBS = ("batch_size", "resolution", "width", "depth")
 
 
@@ -94,11 +102,27 @@ def _predict(model: Any, frame: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]
     return pred, width
 
 
-def _committee_inputs(frame: pd.DataFrame) -> np.ndarray:
-    X = model_inputs(frame)
+def _committee_inputs(X: pd.DataFrame) -> np.ndarray:
     num = X.select_dtypes(include="number").to_numpy(float)
     fam = (X["family"].astype(str) == "bottleneck").to_numpy(float)
     return np.column_stack([num, fam])
+
+
+def _physical_prior(X: pd.DataFrame, measured: np.ndarray, y: np.ndarray) -> np.ndarray | None:
+    """log of the physical latency prior on every row of ``X``: the non-negative sum of the
+    resource columns of :data:`carb_nas.costmodel.PHYSICAL_OFFSETS` (FLOPs, weights, activations,
+    page faults, layers) whose costs minimize the relative error on the ``measured`` rows
+    (``y``), as the cost model's ``target_offsets`` fits it; None when ``X`` lacks them."""
+    from scipy.optimize import nnls
+
+    cols = PHYSICAL_OFFSETS["latency_ms"]
+    if isinstance(cols, str) or not all(c in X for c in cols):
+        return None
+    M = X[list(cols)].to_numpy(float)
+    scale = np.where(M.max(axis=0) > 0, M.max(axis=0), 1.0)
+    c, _ = nnls(M[measured] / scale / y[:, None], np.ones(len(y)))
+    prior = M @ (c / scale)
+    return np.log(prior) if (prior > 0).all() else None
 
 
 def committee_disagreement(
@@ -107,16 +131,22 @@ def committee_disagreement(
     target: str = "latency_ms",
     n_members: int = N_MEMBERS,
     seed: int = 0,
+    physical: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Query by committee: how much ``n_members`` small models disagree on each candidate.
 
     Each member is a LightGBM regressor (100 trees, 15 leaves, 80 % of the features per tree)
     fitted on a bootstrap resample of the measured rows, on the same architecture features as
-    the cost model, in log space of ``target``. Returns ``(disagreement, mean)`` per row of
+    the cost model, in log space of ``target``. With ``physical`` (default; latency only) the
+    members fit, as the product's cost model does (``target_offsets``), the log-ratio of the
+    latency to its physical prior (:data:`carb_nas.costmodel.PHYSICAL_OFFSETS`, costs fitted on
+    the measured rows), so they disagree where the physics leaves something to learn, not
+    where latencies are merely large. Returns ``(disagreement, mean)`` per row of
     ``candidates``: the standard deviation of the members' ``log(target)`` predictions (a
-    relative spread: 0.1 is about +-10 %) and their mean (log units). Far from the measured
-    rows the members extrapolate differently, so the spread grows there; on the measured rows
-    it is small. Needs at least 4 measured rows with a positive ``target``.
+    relative spread, the scale MAPE counts: 0.1 is about +-10 %) and their mean (log units).
+    Far from the measured rows the members extrapolate differently, so the spread grows
+    there; on the measured rows it is small. Needs at least 4 measured rows with a positive
+    ``target``.
     """
     ok = measured
     if "status" in ok:
@@ -131,11 +161,20 @@ def committee_disagreement(
     keep = np.isfinite(y) & (y > 0)
     from lightgbm import LGBMRegressor
 
-    Xm = _committee_inputs(ok[keep].reset_index(drop=True))
-    Xc = _committee_inputs(candidates.reset_index(drop=True))
-    z = np.log(y[keep])
+    both = pd.concat(
+        [ok[keep][list(CONFIG_COLUMNS)], candidates[list(CONFIG_COLUMNS)]], ignore_index=True
+    )
+    X = model_inputs(both)
+    F = _committee_inputs(X)
+    n = int(keep.sum())
+    Xm, Xc = F[:n], F[n:]
+    base = None
+    if physical and target == "latency_ms":
+        base = _physical_prior(X, np.arange(n), y[keep])
+    if base is None:
+        base = np.zeros(len(F))
+    z = np.log(y[keep]) - base[:n]
     rng = np.random.default_rng(seed)
-    n = len(z)
     preds = np.empty((n_members, len(Xc)))
     for k in range(n_members):
         rows = rng.integers(0, n, n)
@@ -151,7 +190,7 @@ def committee_disagreement(
         )
         member.fit(Xm[rows], z[rows])
         preds[k] = member.predict(Xc)
-    return preds.std(axis=0), preds.mean(axis=0)
+    return preds.std(axis=0), preds.mean(axis=0) + base[n:]
 
 
 def _standardized(*mats: np.ndarray) -> list[np.ndarray]:
@@ -192,12 +231,12 @@ def choose_active(
         seed: the random picks' and the committee's seed.
         n_seed: below this many measured rows (or with no model) the picks are random.
         uncertainty: ``"committee"`` (default): the disagreement of a bootstrap committee
-            (:func:`committee_disagreement`) on the measured rows' latency, discounted near
-            what is measured or chosen (coverage) and weighted by the candidates' density;
-            with no measured latencies (configs only) it falls back to ``"interval"``:
-            the coverage distance
-            weighted by the model's latency interval width (the first version; its
-            intervals vary only by batch regime, so it chose about like random).
+            (:func:`committee_disagreement`) on the measured rows' latency (relative to its
+            physical prior), as weights of a greedy facility location over the candidates
+            in the knob space (see the module docstring); with no measured latencies
+            (configs only) it falls back to ``"interval"``: the coverage distance weighted
+            by the model's latency interval width (the first version; its intervals vary
+            only by batch regime, so it chose about like random).
 
     Returns ``candidates``' chosen rows (index reset) with ``active_reason``,
     ``active_interval_width`` and, for the committee, ``active_disagreement`` (see the
@@ -237,7 +276,7 @@ def choose_active(
     Xc, Xm = _standardized(coverage_matrix(cand, pred_c), coverage_matrix(measured, pred_m))
     dist = _nearest_distance(Xc, Xm)
     if uncertainty == "committee" and _committee_ready(measured_rows):
-        return _choose_by_committee(cand, measured_rows, Xc, dist, width, n, seed, rng)
+        return _choose_by_committee(cand, measured_rows, measured, width, n, seed, rng)
     med = float(np.median(width)) or 1.0
     weight = 1.0 + width / med
     order: list[int] = []
@@ -271,41 +310,38 @@ def _committee_ready(measured_rows: pd.DataFrame | None) -> bool:
 def _choose_by_committee(
     cand: pd.DataFrame,
     measured_rows: pd.DataFrame,
-    Xc: np.ndarray,
-    dist: np.ndarray,
+    measured: pd.DataFrame,
     width: np.ndarray,
     n: int,
     seed: int,
     rng: np.random.Generator,
 ) -> pd.DataFrame:
-    """Greedy batch: the highest ``disagreement * density * (1 - exp(-(d / h)^2))``, ``d``
-    the distance to the nearest measured or already chosen config and ``h`` the median of
-    those distances before the round: a pick discounts its neighbours, so a batch does not
-    pile onto one uncertain corner, and a config next to a measured one counts for little."""
+    """Greedy batch by disagreement-weighted facility location in the knob space: each pick
+    is the candidate that most reduces ``sum_j u_j * d_j`` over the candidates ``j`` (``u``
+    the committee's disagreement, ``d_j`` the distance from ``j`` to its nearest measured or
+    chosen config). A config stands for the candidates near it, so the picks follow the
+    candidates' density (the test set is drawn like them) and go where the committee is
+    unsure, and a pick lowers the value of its neighbours (a batch does not pile onto one
+    corner). Above :data:`MAX_FACILITY` candidates, a seeded sample of them is scored."""
     u, _ = committee_disagreement(measured_rows, cand, seed=seed)
-    # information density: a config in a crowded part of the candidates stands for many
-    # (a test set drawn like the candidates weighs it more); the inverse mean distance to its
-    # 10 nearest candidates, relative to the median
-    from sklearn.neighbors import NearestNeighbors
-
-    k = min(11, len(Xc))
-    dk, _ = NearestNeighbors(n_neighbors=k).fit(Xc).kneighbors(Xc)
-    density = 1.0 / np.maximum(dk[:, 1:].mean(axis=1) if k > 1 else np.ones(len(Xc)), 1e-9)
-    density = density / np.median(density)
-    value = u * density
-    h = float(np.median(dist[np.isfinite(dist)])) if np.isfinite(dist).any() else 1.0
-    h = h if h > 0 else 1.0
+    Kc, Km = _standardized(coverage_matrix(cand), coverage_matrix(measured))
+    pick_from = np.arange(len(cand))
+    if len(cand) > MAX_FACILITY:
+        pick_from = np.sort(rng.choice(len(cand), MAX_FACILITY, replace=False))
+    K, w = Kc[pick_from].astype(np.float32), u[pick_from]
+    cur = _nearest_distance(K, Km.astype(np.float32))
+    pair = np.sqrt(np.maximum(((K[:, None, :] - K[None, :, :]) ** 2).sum(axis=2), 0.0))
     order: list[int] = []
-    taken = np.zeros(len(cand), dtype=bool)
-    for _ in range(n):
-        score = value * (1.0 - np.exp(-((dist / h) ** 2)))
-        score[taken] = -np.inf
-        i = int(np.argmax(score))
-        if not np.isfinite(score[i]) or score[i] <= 0:
+    taken = np.zeros(len(K), dtype=bool)
+    for _ in range(min(n, len(K))):
+        gain = (np.maximum(cur[None, :] - pair, 0.0) * w[None, :]).sum(axis=1)
+        gain[taken] = -np.inf
+        i = int(np.argmax(gain))
+        if not gain[i] > 0:
             break
-        order.append(i)
+        order.append(int(pick_from[i]))
         taken[i] = True
-        dist = np.minimum(dist, np.linalg.norm(Xc - Xc[i], axis=1))
+        cur = np.minimum(cur, pair[i])
     if len(order) < n:  # the rest coincide with measured configs in these coordinates
         left = np.setdiff1d(np.arange(len(cand)), order)
         order += list(rng.choice(left, n - len(order), replace=False))
@@ -325,7 +361,8 @@ ROUND_SIZE = 8
 
 
 def fit_round_model(rows: pd.DataFrame, seed: int = 0) -> Any | None:
-    """A fast-preset CostModel of latency (and memory) on a campaign's ok rows, or None when
+    """A fast-preset CostModel of latency (and memory) on a campaign's ok rows, with the
+    physical offsets of the default models (``costmodel.physical_offsets``), or None when
     there are fewer than :data:`MIN_FIT_ROWS` of them.
 
     The model only ranks the next configs to measure and is never saved; it is refitted every
@@ -342,14 +379,16 @@ def fit_round_model(rows: pd.DataFrame, seed: int = 0) -> Any | None:
     ]
     if "latency_ms" not in targets or len(ok) < MIN_FIT_ROWS:
         return None
+    X = model_inputs(ok)
     model = CostModel(
         preset="fast",
         targets=targets,
         validation_fraction=0.0,
         calibration_fraction=max(0.2, 10.5 / len(ok)),
+        target_offsets=physical_offsets(X, targets) or None,
         random_state=seed,
     )
-    return model.fit(model_inputs(ok), ok[targets].astype(float))
+    return model.fit(X, ok[targets].astype(float))
 
 
 def _candidates(configs: pd.DataFrame, runtime: str, precision: str) -> pd.DataFrame:

@@ -381,11 +381,32 @@ def test_committee_disagrees_more_far_from_the_measured_rows(grid):
     measured = small.iloc[:80].assign(latency_ms=lambda f: _synthetic_latency(f))
     near = small.iloc[:80]  # the measured configs themselves
     far = grid[grid["batch_size"] >= 128].iloc[:80]  # batch sizes never measured
-    u_near, _ = committee_disagreement(measured, near, seed=0)
-    u_far, mean_far = committee_disagreement(measured, far, seed=0)
+    # plain log-latency members (physical=False): they extrapolate to unseen batch sizes
+    u_near, _ = committee_disagreement(measured, near, seed=0, physical=False)
+    u_far, mean_far = committee_disagreement(measured, far, seed=0, physical=False)
     assert np.all(np.isfinite(u_far)) and np.median(u_far) > 2 * np.median(u_near)
     # the members' mean is in log units of the target
     assert mean_far.shape == (len(far),)
+
+
+def test_physical_committee_is_sure_where_the_physics_explains_the_latency(grid):
+    """A latency the physical prior explains (a fake: seconds per FLOP plus per layer) leaves
+    the physical committee little to disagree on, also at batch sizes never measured."""
+    from carb_nas.active import committee_disagreement
+    from carb_nas.costmodel import model_inputs
+
+    def physics(f):
+        X = model_inputs(f)
+        return 1e-8 * X["flops"].to_numpy(float) + 0.01 * X["n_conv"].to_numpy(float)
+
+    small = grid[grid["batch_size"] <= 8].reset_index(drop=True)
+    measured = small.iloc[:80].assign(latency_ms=physics)
+    far = grid[grid["batch_size"] >= 128].iloc[:80]
+    u_phys, mean_phys = committee_disagreement(measured, far, seed=0)
+    u_plain, _ = committee_disagreement(measured, far, seed=0, physical=False)
+    assert np.median(u_phys) < 0.5 * np.median(u_plain)
+    # and its mean carries the prior: within 5 % of the fake latency where none was measured
+    assert np.median(np.abs(np.exp(mean_phys) / physics(far) - 1)) < 0.05
 
 
 def test_committee_needs_measured_latencies(grid):
@@ -408,6 +429,47 @@ def test_committee_choice_prefers_the_unmeasured_region_and_records_it(grid, tor
     # seeded: the same call gives the same picks
     again = choose_active(grid, measured, torch_model, n=20, seed=0)
     assert config_keys(again) == config_keys(picks)
+
+
+def test_committee_batch_spreads_instead_of_piling_onto_the_most_uncertain(grid, torch_model):
+    from carb_nas.active import committee_disagreement
+
+    small = grid[grid["batch_size"] <= 8]
+    measured = small.iloc[:60].assign(latency_ms=lambda f: _synthetic_latency(f))
+    picks = choose_active(grid, measured, torch_model, n=20, seed=0)
+    # the 20 configs the committee is least sure of, taken alone
+    done = set(config_keys(measured))
+    rest = grid[[k not in done for k in config_keys(grid)]].reset_index(drop=True)
+    u, _ = committee_disagreement(measured, rest, seed=0)
+    top = rest.iloc[np.argsort(-u)[:20]]
+    knobs = ["family", "batch_size", "resolution", "width", "depth"]
+    assert sum(picks[k].nunique() for k in knobs) > sum(top[k].nunique() for k in knobs)
+
+
+def test_committee_scores_a_sample_of_a_large_candidate_set(grid, torch_model, monkeypatch):
+    import carb_nas.active as active
+
+    monkeypatch.setattr(active, "MAX_FACILITY", 50)
+    measured = grid.iloc[:30].assign(latency_ms=lambda f: _synthetic_latency(f))
+    picks = choose_active(grid, measured, torch_model, n=12, seed=1)
+    keys = config_keys(picks)
+    assert len(set(keys)) == 12 and not set(keys) & set(config_keys(measured))
+    assert config_keys(choose_active(grid, measured, torch_model, n=12, seed=1)) == keys
+
+
+def test_round_model_uses_the_physical_offsets(grid):
+    from carb_nas.active import fit_round_model
+    from carb_nas.costmodel import PHYSICAL_OFFSETS, model_inputs
+
+    rows = grid.iloc[:40].assign(
+        status="ok",
+        latency_ms=lambda f: _synthetic_latency(f),
+        peak_mem_mb=lambda f: model_inputs(f)["tensor_peak_mb"].to_numpy(float) * 1.2,
+    )
+    model = fit_round_model(rows)
+    assert model.offsets_["latency_ms"] == list(PHYSICAL_OFFSETS["latency_ms"])
+    assert model.offsets_["peak_mem_mb"] == PHYSICAL_OFFSETS["peak_mem_mb"]
+    assert fit_round_model(rows.iloc[:20]) is None  # fewer than MIN_FIT_ROWS
 
 
 def test_unknown_uncertainty_is_refused(grid):

@@ -2,7 +2,8 @@
 modelling choice, and the cost of featurizing + predicting an arbitrary module.
 
     PYTHONPATH=$PWD python benchmarks/any_cnn.py [--dataset CSV --ops OPS] [--campaign DIR]
-        [--modes kernel,network,feature,both] [--json OUT]
+        [--modes kernel,network,feature,both] [--json OUT] [--repeats N]
+    PYTHONPATH=$PWD python benchmarks/any_cnn.py --speed-only [--repeats N]
 
 For each family group (ResNet, ResNeXt, VGG, DenseNet, MobileNetV2, MobileNetV3,
 EfficientNet, RegNet) the per-operator models and the network cascade are trained on all the
@@ -106,6 +107,20 @@ def ms_per_model(model, repeats: int = 3) -> dict[str, float]:
     }
 
 
+def _speed_only(repeats: int) -> None:
+    """``ms_per_model`` of the default module model (trained on first use, then cached)."""
+    from carb_nas.costmodel import load_default_module_model
+
+    model = load_default_module_model("cpu/torch/fp32")
+    t = ms_per_model(model, repeats)
+    print(
+        f"ms_per_model={t['cpu_ms']:.1f} ms_per_model_wall={t['wall_ms']:.1f} "
+        f"cpu_cv={t['cpu_cv']:.2f} nocache_cpu_ms={t['nocache_cpu_ms']:.1f} "
+        f"cold_cpu_ms={t['cold_cpu_ms']:.1f} repeats={repeats} "
+        f"load={os.getloadavg()[0]:.1f}"
+    )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dataset", default=str(DEFAULT_ROWS))
@@ -114,7 +129,17 @@ def main() -> None:
     p.add_argument("--modes", default="kernel,network,feature,both")
     p.add_argument("--preset", default="fast")
     p.add_argument("--json", default=None, help="write the full report here")
+    p.add_argument(
+        "--speed-only",
+        action="store_true",
+        help="time ms_per_model alone, with the default module model (no LOFO: seconds)",
+    )
+    p.add_argument("--repeats", type=int, default=3, help="ms_per_model's repeats")
     args = p.parse_args()
+
+    if args.speed_only:
+        _speed_only(args.repeats)
+        return
 
     from carb_nas.costmodel import ModuleCostModel, lofo_report, network_tables
 
@@ -141,7 +166,7 @@ def main() -> None:
 
     net, tab = network_tables(rows, ops)
     model = ModuleCostModel(preset=args.preset).fit(net, tab)  # the default mode
-    t = ms_per_model(model)
+    t = ms_per_model(model, args.repeats)
     ms = t["cpu_ms"]
     print(
         f"ms_per_model (warm, see ms_per_model's docstring): CPU median {ms:.1f} ms (CV "

@@ -86,6 +86,7 @@ OP_COLUMNS = (
     "native",
     "signature",
 )
+_ROW_COLUMNS = OP_COLUMNS[1:]  # what a recorded row holds (the index is its position)
 #: network-level columns aggregated from the op table (per batch; MB = 1e6 bytes)
 OP_AGGREGATE_COLUMNS = (
     "dense_conv_flops",
@@ -253,15 +254,12 @@ class _OpRecorder(TorchFunctionMode):
         self.weight_ids = weight_ids
         self.rows: list[dict[str, Any]] = []
         self.cache: dict[tuple, dict[str, Any]] = {}
-        self.paused = False  # set while the tracer's layer cache rebuilds a layer's output
 
     def _bytes(self, t: torch.Tensor) -> int:
         return t.numel() * (self.elem if t.is_floating_point() else t.element_size())
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
-        if self.paused:
-            return func(*args, **kwargs)
         before = self.counter.n_ops
         out = func(*args, **kwargs)
         if self.counter.n_ops == before:
@@ -379,8 +377,11 @@ def trace_ops(
 
     features = run_trace(module, shape, precision, extra_mode=make_mode, walk=walk)
     rows = holder["rec"].rows
-    ops = pd.DataFrame([{**r} for r in rows], columns=[c for c in OP_COLUMNS if c != "index"])
-    ops.insert(0, "index", np.arange(len(ops), dtype=np.int64))
+    # column by column (a frame from a list of dicts costs several times more)
+    data: dict[str, Any] = {"index": np.arange(len(rows), dtype=np.int64)}
+    for c in _ROW_COLUMNS:
+        data[c] = [r[c] for r in rows]
+    ops = pd.DataFrame(data, columns=list(OP_COLUMNS))
     result = {**features, **op_aggregates(ops)}
     if key is not None:
         if len(_TABLE_CACHE) >= _TABLE_CACHE_MAX:

@@ -363,6 +363,12 @@ def _value_key(v: Any) -> Any:
     t = type(v)
     if t in _PLAIN_TYPES:
         return v
+    if t is tuple:  # a conv's stride: a hashable tuple keys as itself (the common case)
+        try:
+            hash(v)
+            return v
+        except TypeError:
+            pass
     if isinstance(v, (tuple, list)):
         return (t, tuple(_value_key(x) for x in v))
     if isinstance(v, torch.Tensor):
@@ -388,10 +394,12 @@ _KNOWN_CODE = ("torch.nn.modules.", "carb_nas.models.")
 class _ClassInfo:
     """What a module class contributes to the walk, computed once per class."""
 
-    __slots__ = ("torch_nn", "known", "own_repr")
+    __slots__ = ("torch_nn", "known", "own_repr", "plain_train")
 
     def __init__(self, cls: type) -> None:
         self.torch_nn = cls.__module__.startswith("torch.nn.modules.")
+        # nn.Module's own train/eval (only sets ``training``): the trace may set it directly
+        self.plain_train = cls.train is nn.Module.train and cls.eval is nn.Module.eval
         self.known = cls.__module__.startswith(_KNOWN_CODE)
         # a user class's extra_repr may show state kept elsewhere: it joins the key
         self.own_repr = not self.torch_nn and cls.extra_repr is not nn.Module.extra_repr
@@ -432,6 +440,7 @@ class ModuleWalk:
         self.buffers: dict[str, torch.Tensor] = {}
         self.layers: list[tuple[nn.Module, int, bool]] = []  # (layer, id, is a block)
         self.modules: list[nn.Module] = []  # every submodule once, the root first
+        self.plain_train = True  # no class overrides nn.Module.train / eval
         self._tensors: dict[int, int] = {}  # id(tensor) -> its ordinal in the walk
         self._keep: list[torch.Tensor] = []  # the tensors above, alive during the walk
         self._modules: dict[int, int] = {}  # id(module) -> its ordinal in ``modules``
@@ -439,7 +448,8 @@ class ModuleWalk:
         del self._keep
 
     def _visit(self, m: nn.Module, prefix: str) -> tuple[Any, bool]:
-        """``(structure id, whether the subtree is known code)`` of one submodule."""
+        """``(structure id, whether the subtree is known code)`` of one submodule (flat
+        tuples, plain loops: this runs once per submodule on every trace)."""
         seen = self._modules.get(id(m))
         if seen is not None:
             return ("shared", seen), False  # the same module object again (visited once)
@@ -449,44 +459,57 @@ class ModuleWalk:
         info = _CLASS_INFO.get(cls)
         if info is None:
             info = _CLASS_INFO[cls] = _ClassInfo(cls)
+        if not info.plain_train:
+            self.plain_train = False
         d = m.__dict__
-        own: list[tuple] = []
-        for kind, store, out in (("p", d["_parameters"], self.params),
-                                 ("b", d["_buffers"], self.buffers)):  # fmt: skip
+        state: list[Any] = []  # the hyper-parameters, in the order __init__ set them
+        for k, v in d.items():
+            if k not in _MODULE_INTERNALS:
+                state.append(k)
+                state.append(v if type(v) in _PLAIN_TYPES else _value_key(v))
+        tensors = self._tensors
+        owns: list[tuple] = []  # parameters, buffers
+        for store, out in ((d["_parameters"], self.params), (d["_buffers"], self.buffers)):
+            own: list[Any] = []  # per tensor: name, shape and dtype (or the tied one's ordinal)
             for attr, t in store.items():
+                own.append(attr)
                 if t is None:
-                    own.append((kind, attr))
+                    own.append(None)
                     continue
-                tied = self._tensors.get(id(t))
+                tied = tensors.get(id(t))
                 if tied is not None:
-                    own.append((kind, attr, tied))
+                    own.append(tied)
                     continue
-                self._tensors[id(t)] = len(self._tensors)
+                tensors[id(t)] = len(tensors)
                 self._keep.append(t)
                 out[prefix + attr] = t
-                own.append((kind, attr, tuple(t.shape), t.dtype))
-        state = sorted((k, _value_key(v)) for k, v in d.items() if k not in _MODULE_INTERNALS)
-        hooks = d["_forward_hooks"] or d["_forward_pre_hooks"]
-        hook_key = (
-            (tuple(d["_forward_pre_hooks"].values()), tuple(d["_forward_hooks"].values()))
-            if hooks
-            else None
-        )
+                own.append(t.shape)
+                own.append(t.dtype)
+            owns.append(tuple(own))
+        pre, post = d["_forward_pre_hooks"], d["_forward_hooks"]
+        hooks = bool(pre or post)
         pure = info.known and not hooks and "forward" not in d
-        children = []
+        leaf = True
+        children: list[Any] = []
         for name, c in d["_modules"].items():
+            children.append(name)
             if c is None:
-                children.append((name, None))
+                children.append(None)
                 continue
+            leaf = False
             sid, child_pure = self._visit(c, f"{prefix}{name}.")
-            children.append((name, sid))
+            children.append(sid)
             pure = pure and child_pure
-        extra = m.extra_repr() if info.own_repr else None
-        sid = _structure_id((cls, tuple(state), tuple(own), tuple(children), extra, hook_key))
-        if pure:
-            leaf = all(c is None for _, c in children)
-            if leaf or prefix:  # a leaf layer, or a block below the root (the table cache's)
-                self.layers.append((m, sid, not leaf))
+        sid = _structure_id((
+            cls,
+            tuple(state),
+            *owns,
+            tuple(children),
+            (tuple(pre.values()), tuple(post.values())) if hooks else None,
+            m.extra_repr() if info.own_repr else None,
+        ))  # fmt: skip
+        if pure and (leaf or prefix):  # a leaf layer, or a block below the root (the table's)
+            self.layers.append((m, sid, not leaf))
         return sid, pure
 
 
@@ -676,20 +699,28 @@ def run_trace(
     params, buffers = walk.params, walk.buffers
     # a module already on the meta device at the trace's dtype (the built-in families built
     # with device="meta") runs as it is; any other has its tensors swapped for meta ones
-    on_meta = all(
-        v.device.type == "meta" and (v.dtype == cdtype or not v.is_floating_point())
-        for v in (*params.values(), *buffers.values())
-    )
     tensors = {**params, **buffers}
+    on_meta = True
+    for v in tensors.values():
+        if not v.is_meta or (v.dtype != cdtype and v.is_floating_point()):
+            on_meta = False
+            break
     swapped = tensors if on_meta else {k: meta_like(v) for k, v in tensors.items()}
-    resident_bytes = sum(
-        (t.numel() * elem if t.is_floating_point() else t.numel() * t.element_size())
-        for t in swapped.values()
-    )
-    n_params = sum(t.numel() for t in params.values())
-    weight_max = max((t.numel() for t in params.values() if t.is_floating_point()), default=0)
-    modes = [(m, m.training) for m in walk.modules]
-    module.eval()
+    resident_bytes = 0
+    for t in swapped.values():
+        resident_bytes += t.numel() * (elem if t.is_floating_point() else t.element_size())
+    n_params, weight_max = 0, 0
+    for t in params.values():
+        n = t.numel()
+        n_params += n
+        if n > weight_max and t.is_floating_point():
+            weight_max = n
+    modes = [(m.__dict__, m.training) for m in walk.modules]
+    if walk.plain_train:  # what module.eval() does, without nn.Module.__setattr__ per module
+        for d, _ in modes:
+            d["training"] = False
+    else:
+        module.eval()
     try:
         x = torch.empty(shape, device="meta", dtype=cdtype)
         tracer = _ForwardTracer(elem, [x, *swapped.values()])
@@ -714,8 +745,8 @@ def run_trace(
             layers.restore()
         flops = int(tracer.flops)
     finally:
-        for m, training in modes:
-            m.training = training
+        for d, training in modes:
+            d["training"] = training
     input_bytes = math.prod(shape) * elem
     resident_bytes += input_bytes
     derived = derive(

@@ -261,7 +261,10 @@ class _ForwardTracer(dispatch_mode_base()):  # type: ignore[misc]
         out = self._shortcut(name, args, kwargs)
         if out is None:
             out = func(*args, **kwargs)
-        self.flops += _op_flops(func, args, kwargs, out)
+        g = _conv2d_geometry(name, args, kwargs, out)
+        # a 2-D convolution's FLOPs are FlopCounterMode's conv formula, 2 x out x weight[1:]
+        # (the composite conv2d would otherwise decompose once per new shape)
+        self.flops += g["flops"] if g is not None else _op_flops(func, args, kwargs, out)
         outs = out if isinstance(out, (tuple, list)) else (out,)
         if name in _BN_OPS:
             outs = outs[:1]  # eval BN statistics outputs are empty on CPU
@@ -280,9 +283,7 @@ class _ForwardTracer(dispatch_mode_base()):  # type: ignore[misc]
                 self.act_total += nbytes
                 self.act_max = max(self.act_max, nbytes)
                 self.dispatch.new_activation(nbytes)
-        out0 = outs[0] if outs else None
-        g = _conv2d_geometry(name, args, kwargs, out0)
-        ws = _op_workspace_bytes(name, args, kwargs, out0, self.elem, g)
+        ws = _op_workspace_bytes(name, args, kwargs, outs[0] if outs else None, self.elem, g)
         if name in _MAX_POOL_OPS:
             self.pool_in_bytes += args[0].numel() * self.elem
         if g is not None:

@@ -247,6 +247,17 @@ class _ForwardTracer(dispatch_mode_base()):  # type: ignore[misc]
                 and other.dtype == x.dtype
             ):
                 return x
+        if name == "add" and not kwargs and len(args) == 2 and x.is_floating_point():
+            other = args[1]  # a residual sum: both operands laid out alike, so is the result
+            if (
+                isinstance(other, torch.Tensor)
+                and other.device.type == "meta"
+                and other.shape == x.shape
+                and other.dtype == x.dtype
+                and other.stride() == x.stride()
+                and x.is_contiguous()
+            ):
+                return torch.empty_like(x)
         return None
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001

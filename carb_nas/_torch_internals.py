@@ -52,14 +52,14 @@ def flop_formulas() -> dict[Any, Any]:
     return flop_registry
 
 
-def torch_function_disabled() -> type:
+def torch_function_disabled() -> Any:
     """``torch._C.DisableTorchFunction``: the context manager (class) under which no
     ``__torch_function__`` runs, modes included. The tracer's layer cache reads a tensor's
     metadata and rebuilds a cached layer's output under it, where each read would otherwise
     be one Python call into the per-operator recorder's ``TorchFunctionMode``."""
     import torch
 
-    return torch._C.DisableTorchFunction  # type: ignore[no-any-return]
+    return torch._C.DisableTorchFunction
 
 
 def global_forward_hooks() -> bool:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+from functools import partial
 from pathlib import Path
 
-import pytest
 import torch
 from torch import nn
 
@@ -81,8 +81,8 @@ def _user_on_meta() -> nn.Module:
 def _cases() -> list[tuple[str, object, tuple[int, ...]]]:
     out: list[tuple[str, object, tuple[int, ...]]] = []
     for f, d, w, r, b in _CONFIGS:
-        out.append((f"{f}-{d}-{w}-{r}-{b}", lambda c=Config(f, d, w, r, b): build_model(c, "meta"),
-                    (b, 3, r, r)))  # fmt: skip
+        config = Config(f, d, w, r, b)
+        out.append((f"{f}-{d}-{w}-{r}-{b}", partial(build_model, config, "meta"), (b, 3, r, r)))
     out.append(("user-residual", lambda: _user(True), (2, 3, 16, 16)))
     out.append(("user-plain", lambda: _user(False), (2, 3, 16, 16)))
     out.append(("user-on-meta", _user_on_meta, (1, 3, 16, 16)))  # runs as it is, no swap
@@ -142,6 +142,7 @@ def test_equal_structures_with_other_hyper_parameters_do_not_share_an_entry():
     plain, plain_f = trace_ops(_user(False), (2, 3, 16, 16))
     assert "add" in set(res["kind"]) and "add" not in set(plain["kind"])
     assert res_f["n_blocks"] == 2 and plain_f["n_blocks"] == 0
+
     # a function held as an attribute is keyed by identity (its code)
     class Act(nn.Module):
         def __init__(self, fn: object) -> None:

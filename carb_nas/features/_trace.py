@@ -408,7 +408,7 @@ class _ClassInfo:
 
     __slots__ = ("torch_nn", "known", "own_repr", "plain_train")
 
-    def __init__(self, cls: type) -> None:
+    def __init__(self, cls: type[nn.Module]) -> None:
         self.torch_nn = cls.__module__.startswith("torch.nn.modules.")
         # nn.Module's own train/eval (only sets ``training``): the trace may set it directly
         self.plain_train = cls.train is nn.Module.train and cls.eval is nn.Module.eval
@@ -417,7 +417,7 @@ class _ClassInfo:
         self.own_repr = not self.torch_nn and cls.extra_repr is not nn.Module.extra_repr
 
 
-_CLASS_INFO: dict[type, _ClassInfo] = {}
+_CLASS_INFO: dict[type[nn.Module], _ClassInfo] = {}
 # structure keys -> small ints (a module's key holds its children's ints, so each key is
 # hashed once per walk, whatever the depth); ids are never reused, so clearing the table
 # only makes older cache entries unreachable

@@ -16,10 +16,16 @@ The last line: ``lofo_latency_within10=<median over families> lofo_latency_min_w
 family> lofo_mem_within10=<median> ms_per_model=<CPU ms> ms_per_model_wall=<ms>`` for the
 default mode (``kernel``).
 
+``--speed-only`` times ``ms_per_model`` alone with the default module model (trained on
+first use, then cached; no LOFO) and prints one line: ``ms_per_model=<CPU ms>
+ms_per_model_wall=<ms> cpu_cv=.. nocache_cpu_ms=.. cold_cpu_ms=.. repeats=N load=..``.
+
 ``ms_per_model`` of the default module model (repeats 3, this shared 2-core VM at load
 3.0-3.4, the previous code run just before: docs/costmodel.md): warm CPU median 136.0 ->
 82.9 ms and 133.6 -> 95.1 ms after the per-op predictions moved to one booster call on numpy
-arrays, cached per distinct op row (session 15); the trace itself is the rest.
+arrays, cached per distinct op row (session 15). Session 16 (the trace: structure key, layer
+and block cache, per-op shortcuts; ``--speed-only --repeats 1``, the previous code just
+before, load 3.1 / 3.5): 97.0 -> 50.4 ms warm CPU, cold 135.3 -> 79.1 ms.
 """
 
 from __future__ import annotations

@@ -359,8 +359,9 @@ def trace_ops(
     function-level op in execution order (see the module docstring); ``features`` the
     :func:`trace_features` dict (same values) plus :data:`OP_AGGREGATE_COLUMNS`. Raises
     ``ConfigError`` for a non-module or a bad shape, ``TraceError`` when the module cannot
-    run on the meta device. ``cache``: reuse the table of a module of the same structure,
-    input shape and precision (the module class's own code is assumed not to change).
+    run on the meta device. ``cache``: reuse the table of a module of the same structure
+    (``_trace.ModuleWalk``: classes, attributes, tensor shapes, children), input shape and
+    precision (a class's code is assumed not to change while the class object lives).
     """
     shape = tuple(int(s) for s in input_shape) if _is_shape(input_shape) else input_shape
     key = None

@@ -25,7 +25,8 @@ ms_per_model_wall=<ms> cpu_cv=.. nocache_cpu_ms=.. cold_cpu_ms=.. repeats=N load
 82.9 ms and 133.6 -> 95.1 ms after the per-op predictions moved to one booster call on numpy
 arrays, cached per distinct op row (session 15). Session 16 (the trace: structure key, layer
 and block cache, per-op shortcuts; ``--speed-only --repeats 1``, the previous code just
-before, load 3.1 / 3.5): 97.0 -> 50.4 ms warm CPU, cold 135.3 -> 79.1 ms.
+before, load 3.1 / 3.5): 97.0 -> 50.4 ms warm CPU, cold 135.3 -> 79.1 ms; at load 2.2,
+82.5 -> 36.1 ms (``--repeats 1``) and 87.3 -> 46.5 ms (``--repeats 3``, CV 1.08).
 """
 
 from __future__ import annotations

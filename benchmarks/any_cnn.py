@@ -2,7 +2,8 @@
 modelling choice, and the cost of featurizing + predicting an arbitrary module.
 
     PYTHONPATH=$PWD python benchmarks/any_cnn.py [--dataset CSV --ops OPS] [--campaign DIR]
-        [--modes kernel,network,feature,both] [--json OUT]
+        [--modes kernel,network,feature,both] [--json OUT] [--repeats N]
+    PYTHONPATH=$PWD python benchmarks/any_cnn.py --speed-only [--repeats N]
 
 For each family group (ResNet, ResNeXt, VGG, DenseNet, MobileNetV2, MobileNetV3,
 EfficientNet, RegNet) the per-operator models and the network cascade are trained on all the
@@ -15,10 +16,17 @@ The last line: ``lofo_latency_within10=<median over families> lofo_latency_min_w
 family> lofo_mem_within10=<median> ms_per_model=<CPU ms> ms_per_model_wall=<ms>`` for the
 default mode (``kernel``).
 
+``--speed-only`` times ``ms_per_model`` alone with the default module model (trained on
+first use, then cached; no LOFO) and prints one line: ``ms_per_model=<CPU ms>
+ms_per_model_wall=<ms> cpu_cv=.. nocache_cpu_ms=.. cold_cpu_ms=.. repeats=N load=..``.
+
 ``ms_per_model`` of the default module model (repeats 3, this shared 2-core VM at load
 3.0-3.4, the previous code run just before: docs/costmodel.md): warm CPU median 136.0 ->
 82.9 ms and 133.6 -> 95.1 ms after the per-op predictions moved to one booster call on numpy
-arrays, cached per distinct op row (session 15); the trace itself is the rest.
+arrays, cached per distinct op row (session 15). Session 16 (the trace: structure key, layer
+and block cache, per-op shortcuts; ``--speed-only --repeats 1``, the previous code just
+before, load 3.1 / 3.5): 97.0 -> 50.4 ms warm CPU, cold 135.3 -> 79.1 ms; at load 2.2,
+82.5 -> 36.1 ms (``--repeats 1``) and 87.3 -> 46.5 ms (``--repeats 3``, CV 1.08).
 """
 
 from __future__ import annotations
@@ -106,6 +114,20 @@ def ms_per_model(model, repeats: int = 3) -> dict[str, float]:
     }
 
 
+def _speed_only(repeats: int) -> None:
+    """``ms_per_model`` of the default module model (trained on first use, then cached)."""
+    from carb_nas.costmodel import load_default_module_model
+
+    model = load_default_module_model("cpu/torch/fp32")
+    t = ms_per_model(model, repeats)
+    print(
+        f"ms_per_model={t['cpu_ms']:.1f} ms_per_model_wall={t['wall_ms']:.1f} "
+        f"cpu_cv={t['cpu_cv']:.2f} nocache_cpu_ms={t['nocache_cpu_ms']:.1f} "
+        f"cold_cpu_ms={t['cold_cpu_ms']:.1f} repeats={repeats} "
+        f"load={os.getloadavg()[0]:.1f}"
+    )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dataset", default=str(DEFAULT_ROWS))
@@ -114,7 +136,17 @@ def main() -> None:
     p.add_argument("--modes", default="kernel,network,feature,both")
     p.add_argument("--preset", default="fast")
     p.add_argument("--json", default=None, help="write the full report here")
+    p.add_argument(
+        "--speed-only",
+        action="store_true",
+        help="time ms_per_model alone, with the default module model (no LOFO: seconds)",
+    )
+    p.add_argument("--repeats", type=int, default=3, help="ms_per_model's repeats")
     args = p.parse_args()
+
+    if args.speed_only:
+        _speed_only(args.repeats)
+        return
 
     from carb_nas.costmodel import ModuleCostModel, lofo_report, network_tables
 
@@ -141,7 +173,7 @@ def main() -> None:
 
     net, tab = network_tables(rows, ops)
     model = ModuleCostModel(preset=args.preset).fit(net, tab)  # the default mode
-    t = ms_per_model(model)
+    t = ms_per_model(model, args.repeats)
     ms = t["cpu_ms"]
     print(
         f"ms_per_model (warm, see ms_per_model's docstring): CPU median {ms:.1f} ms (CV "

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["dispatch_mode_base", "op_name", "flop_formulas", "overload_packet"]
+__all__ = [
+    "dispatch_mode_base",
+    "op_name",
+    "flop_formulas",
+    "overload_packet",
+    "torch_function_disabled",
+    "global_forward_hooks",
+]
 
 
 # -- carb_nas.features trace -----------------------------------------------------------------
@@ -43,6 +50,27 @@ def flop_formulas() -> dict[Any, Any]:
     from torch.utils.flop_counter import flop_registry
 
     return flop_registry
+
+
+def torch_function_disabled() -> Any:
+    """``torch._C.DisableTorchFunction``: the context manager (class) under which no
+    ``__torch_function__`` runs, modes included. The tracer's layer cache reads a tensor's
+    metadata and rebuilds a cached layer's output under it, where each read would otherwise
+    be one Python call into the per-operator recorder's ``TorchFunctionMode``."""
+    import torch
+
+    return torch._C.DisableTorchFunction
+
+
+def global_forward_hooks() -> bool:
+    """Whether module forward (pre-)hooks are registered for every module
+    (``torch.nn.modules.register_module_forward_hook``; the registries are private:
+    ``torch.nn.modules.module._global_forward_hooks`` and ``_global_forward_pre_hooks``).
+    Such hooks run around each submodule's call, so the tracer then replays no block of
+    submodules as a whole (their hooks would be skipped)."""
+    from torch.nn.modules import module
+
+    return bool(module._global_forward_hooks or module._global_forward_pre_hooks)
 
 
 # -- measure: the CPU profiler's raw allocation events (carb_nas.measure._runtimes) ----------

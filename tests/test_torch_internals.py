@@ -70,3 +70,55 @@ def test_flop_formulas_count_like_flop_counter_mode() -> None:
         "trace needs overload packets as keys"
     )
     assert formulas[packet](a, b, out_val=torch.empty((4, 3), device="meta")) == 2 * 4 * 8 * 3
+
+
+def test_torch_function_can_be_disabled_modes_included() -> None:
+    from torch.overrides import TorchFunctionMode
+
+    try:
+        disabled = internals.torch_function_disabled()
+    except AttributeError as e:
+        pytest.fail(
+            f"torch {TORCH} removed torch._C.DisableTorchFunction ({e}): the carb_nas.features "
+            "trace's layer cache needs it (carb_nas._torch_internals.torch_function_disabled)"
+        )
+    seen: list[str] = []
+
+    class Recorder(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            seen.append(getattr(func, "__name__", str(func)))
+            return func(*args, **(kwargs or {}))
+
+    x = torch.empty((2, 3), device="meta")
+    with Recorder():
+        with disabled():
+            y = torch.empty_strided((2, 3), x.stride(), device="meta")
+            assert tuple(x.shape) == (2, 3)
+        torch.relu(y)
+    assert seen == ["relu"], (
+        f"torch {TORCH} changed torch._C.DisableTorchFunction (a mode saw {seen} under it, "
+        "expected only the relu after it): the carb_nas.features trace's layer cache needs "
+        "it to switch TorchFunctionModes off too"
+    )
+
+
+def test_global_module_hooks_are_seen() -> None:
+    from torch import nn
+
+    try:
+        assert internals.global_forward_hooks() is False
+    except AttributeError as e:
+        pytest.fail(
+            f"torch {TORCH} moved torch.nn.modules.module._global_forward_hooks ({e}): the "
+            "carb_nas.features trace's block cache needs it "
+            "(carb_nas._torch_internals.global_forward_hooks)"
+        )
+    handle = nn.modules.module.register_module_forward_hook(lambda m, i, o: None)
+    try:
+        assert internals.global_forward_hooks() is True, (
+            f"torch {TORCH} keeps global forward hooks elsewhere: the carb_nas.features "
+            "trace's block cache would skip them (carb_nas._torch_internals.global_forward_hooks)"
+        )
+    finally:
+        handle.remove()
+    assert internals.global_forward_hooks() is False

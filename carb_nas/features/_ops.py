@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -86,6 +86,8 @@ OP_COLUMNS = (
     "native",
     "signature",
 )
+_ROW_COLUMNS = OP_COLUMNS[1:]  # what a recorded row holds (the index is its position)
+_TEXT_COLUMNS = frozenset({"kind", "op", "signature"})
 #: network-level columns aggregated from the op table (per batch; MB = 1e6 bytes)
 OP_AGGREGATE_COLUMNS = (
     "dense_conv_flops",
@@ -253,15 +255,12 @@ class _OpRecorder(TorchFunctionMode):
         self.weight_ids = weight_ids
         self.rows: list[dict[str, Any]] = []
         self.cache: dict[tuple, dict[str, Any]] = {}
-        self.paused = False  # set while the tracer's layer cache rebuilds a layer's output
 
     def _bytes(self, t: torch.Tensor) -> int:
         return t.numel() * (self.elem if t.is_floating_point() else t.element_size())
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
-        if self.paused:
-            return func(*args, **kwargs)
         before = self.counter.n_ops
         out = func(*args, **kwargs)
         if self.counter.n_ops == before:
@@ -360,8 +359,9 @@ def trace_ops(
     function-level op in execution order (see the module docstring); ``features`` the
     :func:`trace_features` dict (same values) plus :data:`OP_AGGREGATE_COLUMNS`. Raises
     ``ConfigError`` for a non-module or a bad shape, ``TraceError`` when the module cannot
-    run on the meta device. ``cache``: reuse the table of a module of the same structure,
-    input shape and precision (the module class's own code is assumed not to change).
+    run on the meta device. ``cache``: reuse the table of a module of the same structure
+    (``_trace.ModuleWalk``: classes, attributes, tensor shapes, children), input shape and
+    precision (a class's code is assumed not to change while the class object lives).
     """
     shape = tuple(int(s) for s in input_shape) if _is_shape(input_shape) else input_shape
     key = None
@@ -379,9 +379,20 @@ def trace_ops(
 
     features = run_trace(module, shape, precision, extra_mode=make_mode, walk=walk)
     rows = holder["rec"].rows
-    ops = pd.DataFrame([{**r} for r in rows], columns=[c for c in OP_COLUMNS if c != "index"])
-    ops.insert(0, "index", np.arange(len(ops), dtype=np.int64))
-    result = {**features, **op_aggregates(ops)}
+    if rows:
+        # column by column, the numbers as int64 arrays (a frame from a list of dicts costs
+        # several times more); the aggregates from the same arrays
+        data: dict[str, Any] = {"index": np.arange(len(rows), dtype=np.int64)}
+        for c in _ROW_COLUMNS:
+            col = [r[c] for r in rows]
+            data[c] = col if c in _TEXT_COLUMNS else np.array(col, dtype=np.int64)
+        aggregates = _aggregates(np.array(data["kind"], dtype=object), data)
+        ops = pd.DataFrame(data, columns=list(OP_COLUMNS))
+    else:
+        ops = pd.DataFrame([], columns=list(OP_COLUMNS[1:]))
+        ops.insert(0, "index", np.arange(0, dtype=np.int64))
+        aggregates = op_aggregates(ops)
+    result = {**features, **aggregates}
     if key is not None:
         if len(_TABLE_CACHE) >= _TABLE_CACHE_MAX:
             _TABLE_CACHE.pop(next(iter(_TABLE_CACHE)))
@@ -398,9 +409,17 @@ def _is_shape(s: Any) -> bool:
 
 def op_aggregates(ops: pd.DataFrame) -> dict[str, float | int]:
     """The :data:`OP_AGGREGATE_COLUMNS` of an op table (per batch; MB = 1e6 bytes)."""
-    kind = ops["kind"].to_numpy()
-    moved = (ops["read_bytes"] + ops["write_bytes"]).to_numpy(dtype=float) / 1e6
-    flops = ops["flops"].to_numpy(dtype=np.int64)
+    cols = {c: ops[c].to_numpy() for c in _AGGREGATED}
+    return _aggregates(ops["kind"].to_numpy(), cols)
+
+
+_AGGREGATED = ("read_bytes", "write_bytes", "flops", "native", "batch", "weight_bytes")
+
+
+def _aggregates(kind: np.ndarray, cols: Mapping[str, Any]) -> dict[str, float | int]:
+    """:func:`op_aggregates` of the op kinds and the :data:`_AGGREGATED` columns (arrays)."""
+    moved = (cols["read_bytes"] + cols["write_bytes"]).astype(float) / 1e6
+    flops = np.asarray(cols["flops"]).astype(np.int64)
 
     def s(mask: np.ndarray, v: np.ndarray) -> float:
         return float(v[mask].sum())
@@ -423,19 +442,20 @@ def op_aggregates(ops: pd.DataFrame) -> dict[str, float | int]:
         "n_elementwise": int(elementwise.sum()),
         "n_concat": int((kind == "cat").sum()),
         "n_ops": len(kind),
-        "onednn_reorder_mb": _reorder_mb(ops, kind),
+        "onednn_reorder_mb": _reorder_mb(kind, cols),
     }
 
 
-def _reorder_mb(ops: pd.DataFrame, kind: np.ndarray) -> float:
+def _reorder_mb(kind: np.ndarray, cols: Mapping[str, Any]) -> float:
     """The largest weight (MB) of a dense or grouped convolution oneDNN runs, at batch >= 2
     (0 at batch 1): oneDNN reorders a convolution's weights into its blocked layout on each
     call, so the copy of the largest one adds to the peak. On the zoo rows measured here
     (ResNets at batch >= 2) peak - traced tensor peak is a median 0.79 (p90 0.98) of this
     weight, and 0 at batch 1."""
-    sel = np.isin(kind, ("conv", "gconv")) & (ops["native"].to_numpy() == 0)
-    sel &= ops["batch"].to_numpy() >= 2
-    return float(ops["weight_bytes"].to_numpy(dtype=float)[sel].max() / 1e6) if sel.any() else 0.0
+    sel = np.isin(kind, ("conv", "gconv")) & (np.asarray(cols["native"]) == 0)
+    sel &= np.asarray(cols["batch"]) >= 2
+    weight = np.asarray(cols["weight_bytes"]).astype(float)
+    return float(weight[sel].max() / 1e6) if sel.any() else 0.0
 
 
 def clear_ops_cache(layers: bool = True) -> None:

@@ -8,8 +8,9 @@ private APIs the tracer needs come from :mod:`carb_nas._torch_internals`.
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import itertools
 import math
+import types
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -18,7 +19,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from carb_nas._torch_internals import dispatch_mode_base, flop_formulas, op_name, overload_packet
+from carb_nas._torch_internals import (
+    dispatch_mode_base,
+    flop_formulas,
+    global_forward_hooks,
+    op_name,
+    overload_packet,
+    torch_function_disabled,
+)
 from carb_nas.errors import ConfigError
 from carb_nas.features import _torch_cpu as torch_cpu
 from carb_nas.features._common import ELEMENT_BYTES, FEATURE_COLUMNS, MB, derive
@@ -77,9 +85,11 @@ def _conv2d_geometry(name: str, args: tuple, kwargs: dict, out: Any) -> dict[str
     }
 
 
-def _op_workspace_bytes(name: str, args: tuple, kwargs: dict, out: Any, elem: int) -> int:
-    """Bytes a CPU eager kernel allocates internally (and frees) beyond its outputs."""
-    g = _conv2d_geometry(name, args, kwargs, out)
+def _op_workspace_bytes(
+    name: str, args: tuple, kwargs: dict, out: Any, elem: int, g: dict[str, Any] | None
+) -> int:
+    """Bytes a CPU eager kernel allocates internally (and frees) beyond its outputs (``g``:
+    the op's :func:`_conv2d_geometry`)."""
     if g is not None:
         if g["dilated"]:
             return 0
@@ -154,11 +164,18 @@ class _FlopCounter(dispatch_mode_base()):  # type: ignore[misc]
         return out
 
 
+_FORMULAS: dict[Any, Any] = {}  # op overload -> its FLOP formula (or None), looked up once
+_OP_NAMES: dict[Any, str] = {}  # op overload -> its bare aten name
+
+
 def _op_flops(func: Any, args: tuple, kwargs: dict, out: Any) -> int:
     """The FLOPs ``FlopCounterMode`` counts for one op seen by the tracer."""
     if func in _FLOP_FREE:
         return 0
-    formula = flop_formulas().get(overload_packet(func))
+    try:
+        formula = _FORMULAS[func]
+    except KeyError:
+        formula = _FORMULAS[func] = flop_formulas().get(overload_packet(func))
     if formula is not None:
         return int(formula(*args, **kwargs, out_val=out))
     key = (func, _arg_key(args), _arg_key(tuple(sorted(kwargs.items()))))
@@ -230,19 +247,35 @@ class _ForwardTracer(dispatch_mode_base()):  # type: ignore[misc]
                 and other.dtype == x.dtype
             ):
                 return x
+        if name == "add" and not kwargs and len(args) == 2 and x.is_floating_point():
+            other = args[1]  # a residual sum: both operands laid out alike, so is the result
+            if (
+                isinstance(other, torch.Tensor)
+                and other.device.type == "meta"
+                and other.shape == x.shape
+                and other.dtype == x.dtype
+                and other.stride() == x.stride()
+                and x.is_contiguous()
+            ):
+                return torch.empty_like(x)
         return None
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
         if self.paused:  # a cached layer's outputs being rebuilt (_LayerCache)
             return func(*args, **kwargs)
-        name = op_name(func)
+        name = _OP_NAMES.get(func)
+        if name is None:
+            name = _OP_NAMES[func] = op_name(func)
         self.n_ops += 1
         self.last_op = name
         out = self._shortcut(name, args, kwargs)
         if out is None:
             out = func(*args, **kwargs)
-        self.flops += _op_flops(func, args, kwargs, out)
+        g = _conv2d_geometry(name, args, kwargs, out)
+        # a 2-D convolution's FLOPs are FlopCounterMode's conv formula, 2 x out x weight[1:]
+        # (the composite conv2d would otherwise decompose once per new shape)
+        self.flops += g["flops"] if g is not None else _op_flops(func, args, kwargs, out)
         outs = out if isinstance(out, (tuple, list)) else (out,)
         if name in _BN_OPS:
             outs = outs[:1]  # eval BN statistics outputs are empty on CPU
@@ -261,10 +294,9 @@ class _ForwardTracer(dispatch_mode_base()):  # type: ignore[misc]
                 self.act_total += nbytes
                 self.act_max = max(self.act_max, nbytes)
                 self.dispatch.new_activation(nbytes)
-        ws = _op_workspace_bytes(name, args, kwargs, outs[0] if outs else None, self.elem)
+        ws = _op_workspace_bytes(name, args, kwargs, outs[0] if outs else None, self.elem, g)
         if name in _MAX_POOL_OPS:
             self.pool_in_bytes += args[0].numel() * self.elem
-        g = _conv2d_geometry(name, args, kwargs, outs[0] if outs else None)
         if g is not None:
             self.dispatch.conv(g, self.elem)
         self.peak = max(self.peak, self.live + ws)
@@ -317,59 +349,180 @@ class _ForwardTracer(dispatch_mode_base()):  # type: ignore[misc]
         self.flops += delta[9]
 
 
-# -- the layer cache: a torch.nn leaf layer (conv, norm, activation, pooling, linear, ...)
-# called with an input of a shape it has seen is not run again: its effect on the trace
-# (op rows, counters, peak, outputs) is replayed, so repeated blocks cost a dictionary lookup.
+# -- the layer cache: a torch.nn leaf layer (conv, norm, activation, pooling, linear, ...),
+# or a block of known code below the root (an nn.Sequential of them, a built-in family's
+# residual block: ``_KNOWN_CODE``), called with an input of a shape it has seen is not run
+# again: its effect on the trace (op rows, counters, peak, outputs) is replayed, so repeated
+# blocks cost a dictionary lookup. The key is the module's structure id (ModuleWalk), so a
+# layer or block with other hyper-parameters or weight shapes never shares an entry.
 _LAYER_CACHE: dict[tuple, dict[str, Any]] = {}
 _LAYER_CACHE_MAX = 16384
+_CACHE_BLOCKS = True  # False: leaf layers only (to measure what the blocks save)
 
 
-def _plain(v: Any) -> bool:
-    if isinstance(v, (list, tuple)):
-        return all(_plain(x) for x in v)
-    return v is None or isinstance(v, (bool, int, float, str))
+_no_torch_function = torch_function_disabled()
+_PLAIN_TYPES = frozenset({bool, int, float, str, type(None)})
+# what every nn.Module keeps in its __dict__ (hooks, registries, the mode): not a hyper-parameter
+_MODULE_INTERNALS = frozenset(vars(nn.Module()))
+# torch objects that are values (compared by equality), not state
+_VALUE_TYPES = (torch.dtype, torch.device, torch.layout, torch.memory_format)
+
+
+def _value_key(v: Any) -> Any:
+    """A hashable key of one module attribute: plain values as they are (lists as tuples),
+    tensors by shape and dtype, bound methods by their function, other hashable objects as
+    they are (functions and classes by identity: their code), unhashable ones by type."""
+    t = type(v)
+    if t in _PLAIN_TYPES:
+        return v
+    if t is tuple:  # a conv's stride: a hashable tuple keys as itself (the common case)
+        try:
+            hash(v)
+            return v
+        except TypeError:
+            pass
+    if isinstance(v, (tuple, list)):
+        return (t, tuple(_value_key(x) for x in v))
+    if isinstance(v, torch.Tensor):
+        return (torch.Tensor, tuple(v.shape), v.dtype)
+    if isinstance(v, (bool, int, float, str, *_VALUE_TYPES)):
+        return (t, v)  # an enum member, a torch.dtype
+    if isinstance(v, types.MethodType):
+        return (t, v.__func__)
+    try:
+        hash(v)
+    except TypeError:
+        return t  # an unhashable object (a dict of settings): by type, as extra_repr would
+    return v  # by identity (a function, a class) or by value (a frozen dataclass)
+
+
+# Modules whose forward is known code, a function of the module's structure and its input's
+# shape alone (no side effects, no state outside the module): torch.nn's own and the
+# built-in families'. A subtree made only of them (no hooks) is a *block* the layer cache
+# may replay as a whole; a user's class is always run (its leaf layers are still cached).
+_KNOWN_CODE = ("torch.nn.modules.", "carb_nas.models.")
+
+
+class _ClassInfo:
+    """What a module class contributes to the walk, computed once per class."""
+
+    __slots__ = ("torch_nn", "known", "own_repr", "plain_train")
+
+    def __init__(self, cls: type[nn.Module]) -> None:
+        self.torch_nn = cls.__module__.startswith("torch.nn.modules.")
+        # nn.Module's own train/eval (only sets ``training``): the trace may set it directly
+        self.plain_train = cls.train is nn.Module.train and cls.eval is nn.Module.eval
+        self.known = cls.__module__.startswith(_KNOWN_CODE)
+        # a user class's extra_repr may show state kept elsewhere: it joins the key
+        self.own_repr = not self.torch_nn and cls.extra_repr is not nn.Module.extra_repr
+
+
+_CLASS_INFO: dict[type[nn.Module], _ClassInfo] = {}
+# structure keys -> small ints (a module's key holds its children's ints, so each key is
+# hashed once per walk, whatever the depth); ids are never reused, so clearing the table
+# only makes older cache entries unreachable
+_STRUCTURE_IDS: dict[tuple, int] = {}
+_STRUCTURE_IDS_MAX = 1 << 18
+_next_structure_id = itertools.count()
+
+
+def _structure_id(key: tuple) -> int:
+    sid = _STRUCTURE_IDS.get(key)
+    if sid is None:
+        if len(_STRUCTURE_IDS) >= _STRUCTURE_IDS_MAX:
+            _STRUCTURE_IDS.clear()
+        sid = _STRUCTURE_IDS[key] = next(_next_structure_id)
+    return sid
 
 
 class ModuleWalk:
     """One walk over a module tree: its parameters and buffers (deduplicated, by full name),
-    the torch.nn leaf layers the layer cache may take with their static keys, and a hash of
-    the structure (every submodule's name, class and ``extra_repr``, every tensor's name,
-    shape and dtype: what fixes a forward pass as far as shapes go)."""
+    the torch.nn leaf layers the layer cache may take with their keys, and ``structure``, an
+    id of everything that fixes a forward pass as far as shapes go: per submodule, its class,
+    its attributes (hyper-parameters such as a conv's stride or an activation's ``inplace``,
+    see :func:`_value_key`; a user class's own ``extra_repr`` too), its hooks, every
+    parameter's and buffer's name, shape and dtype (tied tensors and shared submodules as
+    such), and its children in order. Equal ids mean equal keys (no hash collisions).
+
+    The walk reads each module's ``__dict__`` directly (no ``named_modules`` /
+    ``extra_repr`` / string hashing): about 4 us per module."""
 
     def __init__(self, module: nn.Module) -> None:
         self.params: dict[str, torch.Tensor] = {}
         self.buffers: dict[str, torch.Tensor] = {}
-        self.layers: list[tuple[nn.Module, tuple]] = []
-        h = hashlib.sha1()
-        seen: set[int] = set()
-        for name, m in module.named_modules():
-            cls = type(m)
-            extra = m.extra_repr()
-            h.update(f"{name}:{cls.__module__}.{cls.__qualname__}({extra});".encode())
-            own = []
-            for kind, items in (("p", m.named_parameters(recurse=False)),
-                                ("b", m.named_buffers(recurse=False))):  # fmt: skip
-                for attr, t in items:
-                    own.append((attr, tuple(t.shape), t.dtype))
-                    if id(t) in seen:
-                        continue
-                    seen.add(id(t))
-                    full = f"{name}.{attr}" if name else attr
-                    (self.params if kind == "p" else self.buffers)[full] = t
-                    h.update(f"{full}{tuple(t.shape)}{t.dtype};".encode())
-            if (
-                cls.__module__.startswith("torch.nn.modules.")
-                and next(iter(m.children()), None) is None
-                and "forward" not in m.__dict__
-                and not m._forward_hooks
-                and not m._forward_pre_hooks
-            ):
-                # extra_repr does not always show the state that matters (Hardswish's
-                # ``inplace``): every plain public attribute is part of the key
-                state = tuple(sorted((k, v) for k, v in vars(m).items()
-                                     if not k.startswith("_") and _plain(v)))  # fmt: skip
-                self.layers.append((m, (cls, extra, tuple(own), state)))
-        self.structure = h.hexdigest()
+        self.layers: list[tuple[nn.Module, int, bool]] = []  # (layer, id, is a block)
+        self.modules: list[nn.Module] = []  # every submodule once, the root first
+        self.plain_train = True  # no class overrides nn.Module.train / eval
+        self._tensors: dict[int, int] = {}  # id(tensor) -> its ordinal in the walk
+        self._keep: list[torch.Tensor] = []  # the tensors above, alive during the walk
+        self._modules: dict[int, int] = {}  # id(module) -> its ordinal in ``modules``
+        self.structure = self._visit(module, "")[0]
+        del self._keep
+
+    def _visit(self, m: nn.Module, prefix: str) -> tuple[Any, bool]:
+        """``(structure id, whether the subtree is known code)`` of one submodule (flat
+        tuples, plain loops: this runs once per submodule on every trace)."""
+        seen = self._modules.get(id(m))
+        if seen is not None:
+            return ("shared", seen), False  # the same module object again (visited once)
+        self._modules[id(m)] = len(self.modules)
+        self.modules.append(m)
+        cls = type(m)
+        info = _CLASS_INFO.get(cls)
+        if info is None:
+            info = _CLASS_INFO[cls] = _ClassInfo(cls)
+        if not info.plain_train:
+            self.plain_train = False
+        d = m.__dict__
+        state: list[Any] = []  # the hyper-parameters, in the order __init__ set them
+        for k, v in d.items():
+            if k not in _MODULE_INTERNALS:
+                state.append(k)
+                state.append(v if type(v) in _PLAIN_TYPES else _value_key(v))
+        tensors = self._tensors
+        owns: list[tuple] = []  # parameters, buffers
+        for store, out in ((d["_parameters"], self.params), (d["_buffers"], self.buffers)):
+            own: list[Any] = []  # per tensor: name, shape and dtype (or the tied one's ordinal)
+            for attr, t in store.items():
+                own.append(attr)
+                if t is None:
+                    own.append(None)
+                    continue
+                tied = tensors.get(id(t))
+                if tied is not None:
+                    own.append(tied)
+                    continue
+                tensors[id(t)] = len(tensors)
+                self._keep.append(t)
+                out[prefix + attr] = t
+                own.append(t.shape)
+                own.append(t.dtype)
+            owns.append(tuple(own))
+        pre, post = d["_forward_pre_hooks"], d["_forward_hooks"]
+        hooks = bool(pre or post)
+        pure = info.known and not hooks and "forward" not in d
+        leaf = True
+        children: list[Any] = []
+        for name, c in d["_modules"].items():
+            children.append(name)
+            if c is None:
+                children.append(None)
+                continue
+            leaf = False
+            sid, child_pure = self._visit(c, f"{prefix}{name}.")
+            children.append(sid)
+            pure = pure and child_pure
+        sid = _structure_id((
+            cls,
+            tuple(state),
+            *owns,
+            tuple(children),
+            (tuple(pre.values()), tuple(post.values())) if hooks else None,
+            m.extra_repr() if info.own_repr else None,
+        ))  # fmt: skip
+        if pure and (leaf or prefix):  # a leaf layer, or a block below the root (the table's)
+            self.layers.append((m, sid, not leaf))
+        return sid, pure
 
 
 class _LayerCache:
@@ -378,43 +531,44 @@ class _LayerCache:
     def __init__(self, walk: ModuleWalk, tracer: _ForwardTracer, recorder: Any, tag: tuple):
         self.tracer, self.recorder, self.tag = tracer, recorder, tag
         self.wrapped: list[nn.Module] = []
-        for m, key in walk.layers:
+        # a replayed block would skip its children's global hooks
+        blocks = _CACHE_BLOCKS and not global_forward_hooks()
+        for m, key, block in walk.layers:
+            if block and not blocks:
+                continue
             # an instance attribute shadows the class's forward (nn.Module.__setattr__ would
             # cost more than the trace of the layer)
-            m.__dict__["forward"] = self._wrap(m, m.forward, key)
+            m.__dict__["forward"] = self._wrap(m.forward, key)
             self.wrapped.append(m)
 
     def restore(self) -> None:
         for m in self.wrapped:
             m.__dict__.pop("forward", None)
 
-    def _wrap(self, m: nn.Module, forward: Callable, static: tuple) -> Callable:
-        tracer = self.tracer
+    def _wrap(self, forward: Callable, static: int) -> Callable:
+        tracer, tag = self.tracer, self.tag
 
         def cached_forward(*args: Any, **kwargs: Any) -> Any:
-            x = args[0] if len(args) == 1 and not kwargs else None
-            if not isinstance(x, torch.Tensor) or tracer.paused:
+            if len(args) != 1 or kwargs or tracer.paused:
                 return forward(*args, **kwargs)
-            # the input's metadata, read past the modes (each read would be an op for them)
-            self._pause(True)
-            try:
-                key = (static, self.tag, tuple(x.shape), x.stride(), x.dtype,
-                       x.storage_offset(), x.device.type)  # fmt: skip
-            finally:
-                self._pause(False)
-            if key[-1] != "meta":
-                return forward(*args, **kwargs)
-            hit = _LAYER_CACHE.get(key)
-            if hit is not None:
-                return self._replay(hit, x)
+            x = args[0]
+            if not isinstance(x, torch.Tensor):
+                return forward(x)
+            # the input's metadata, read past the recorder's mode (each read would be a
+            # Python call into it)
+            with _no_torch_function():
+                if x.device.type != "meta":
+                    key = None
+                else:
+                    key = (static, tag, tuple(x.shape), x.stride(), x.dtype, x.storage_offset())
+                    hit = _LAYER_CACHE.get(key)
+                    if hit is not None:
+                        return self._replay(hit, x)
+            if key is None:
+                return forward(x)
             return self._record(key, forward, x)
 
         return cached_forward
-
-    def _pause(self, on: bool) -> None:
-        self.tracer.paused = on
-        if self.recorder is not None:
-            self.recorder.paused = on
 
     def _record(self, key: tuple, forward: Callable, x: torch.Tensor) -> Any:
         tr, rec = self.tracer, self.recorder
@@ -426,12 +580,14 @@ class _LayerCache:
         finally:
             rel_peak, layer_act_max = tr.peak - live0, tr.act_max
             tr.peak, tr.act_max = max(peak0, tr.peak), max(act_max0, tr.act_max)
-        if not isinstance(out, torch.Tensor) or out.device.type != "meta":
-            return out
-        same = out is x or out.untyped_storage() is x.untyped_storage()
-        fresh = tr.live - live0
-        if not same and fresh != tr._nbytes(out, out.untyped_storage()):
-            return out  # the output shares some other storage: not replayable
+        with _no_torch_function():
+            if not isinstance(out, torch.Tensor) or out.device.type != "meta":
+                return out
+            same = out is x or out.untyped_storage() is x.untyped_storage()
+            fresh = tr.live - live0
+            if not same and fresh != tr._nbytes(out, out.untyped_storage()):
+                return out  # the output shares some other storage: not replayable
+            meta = (tuple(out.shape), out.stride(), out.storage_offset(), out.dtype)
         after = tr.state()
         if len(_LAYER_CACHE) >= _LAYER_CACHE_MAX:
             _LAYER_CACHE.clear()
@@ -443,11 +599,12 @@ class _LayerCache:
             "rows": rec.rows[n_rows:] if rec else None,
             "last_op": tr.last_op,
             "alias": same,
-            "out": (tuple(out.shape), out.stride(), out.storage_offset(), out.dtype),
+            "out": meta,
         }
         return out
 
     def _replay(self, hit: dict[str, Any], x: torch.Tensor) -> torch.Tensor:
+        """The cached layer's effect on the trace and its output (torch functions off)."""
         tr, rec = self.tracer, self.recorder
         tr.peak = max(tr.peak, tr.live + hit["rel_peak"])
         tr.act_max = max(tr.act_max, hit["act_max"])
@@ -457,16 +614,19 @@ class _LayerCache:
         if rec is not None:
             rec.rows.extend(hit["rows"])
         shape, stride, offset, dtype = hit["out"]
-        self._pause(True)
-        try:
-            if hit["alias"]:
-                same = (shape, stride, offset) == (tuple(x.shape), x.stride(), x.storage_offset())
-                if same:
-                    return x
+        if hit["alias"]:
+            if (shape, stride, offset) == (tuple(x.shape), x.stride(), x.storage_offset()):
+                return x
+            tr.paused = True  # the view is no op of the traced module
+            try:
                 return x.as_strided(shape, stride, offset)
+            finally:
+                tr.paused = False
+        tr.paused = True
+        try:
             out = torch.empty_strided(shape, stride, dtype=dtype, device="meta")
         finally:
-            self._pause(False)
+            tr.paused = False
         tr.register(out)
         return out
 
@@ -551,20 +711,28 @@ def run_trace(
     params, buffers = walk.params, walk.buffers
     # a module already on the meta device at the trace's dtype (the built-in families built
     # with device="meta") runs as it is; any other has its tensors swapped for meta ones
-    on_meta = all(
-        v.device.type == "meta" and (v.dtype == cdtype or not v.is_floating_point())
-        for v in (*params.values(), *buffers.values())
-    )
     tensors = {**params, **buffers}
+    on_meta = True
+    for v in tensors.values():
+        if not v.is_meta or (v.dtype != cdtype and v.is_floating_point()):
+            on_meta = False
+            break
     swapped = tensors if on_meta else {k: meta_like(v) for k, v in tensors.items()}
-    resident_bytes = sum(
-        (t.numel() * elem if t.is_floating_point() else t.numel() * t.element_size())
-        for t in swapped.values()
-    )
-    n_params = sum(t.numel() for t in params.values())
-    weight_max = max((t.numel() for t in params.values() if t.is_floating_point()), default=0)
-    modes = {m: m.training for m in module.modules()}
-    module.eval()
+    resident_bytes = 0
+    for t in swapped.values():
+        resident_bytes += t.numel() * (elem if t.is_floating_point() else t.element_size())
+    n_params, weight_max = 0, 0
+    for t in params.values():
+        n = t.numel()
+        n_params += n
+        if n > weight_max and t.is_floating_point():
+            weight_max = n
+    modes = [(m.__dict__, m.training) for m in walk.modules]
+    if walk.plain_train:  # what module.eval() does, without nn.Module.__setattr__ per module
+        for d, _ in modes:
+            d["training"] = False
+    else:
+        module.eval()
     try:
         x = torch.empty(shape, device="meta", dtype=cdtype)
         tracer = _ForwardTracer(elem, [x, *swapped.values()])
@@ -589,8 +757,8 @@ def run_trace(
             layers.restore()
         flops = int(tracer.flops)
     finally:
-        for m, training in modes.items():
-            m.training = training
+        for d, training in modes:
+            d["training"] = training
     input_bytes = math.prod(shape) * elem
     resident_bytes += input_bytes
     derived = derive(

@@ -631,3 +631,27 @@ def test_profiler_limits_blas_threads_while_measuring():
     row = profiler.profile(Config("basic", 10, 0.5, 32, 1))
     assert row["status"] == "ok"
     assert seen and set(seen) == {1}
+
+
+def test_a_trial_another_worker_finished_first_is_skipped_not_fatal(tmp_path, monkeypatch):
+    # SQLite has no row locks: two workers can pop one trial. Here the "other worker" finishes
+    # the first trial this worker popped just before this one claims it: the claim fails with
+    # UpdateFinishedTrialError, and the worker must go on with the rest, not crash.
+    from optuna.trial import Trial, TrialState
+
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    real = Trial.set_user_attr
+    raced = []
+
+    def racing(self, key, value):
+        if key == "_owner" and not raced:
+            raced.append(self.number)
+            self.study.tell(self.number, state=TrialState.FAIL)  # the other worker got there
+        return real(self, key, value)
+
+    monkeypatch.setattr(Trial, "set_user_attr", racing)
+    frame = _configs(2, (1, 2))
+    _run(frame, tmp_path / "w", storage=url)
+    assert raced
+    rows = campaign_rows(tmp_path / "w", storage=url)
+    assert len(rows) == 3 and rows["key"].is_unique  # every other config measured

@@ -631,6 +631,7 @@ def _next_trial(study: Any) -> tuple[Any, Any] | None:
 
     A duplicate (see ``_is_duplicate``) is failed with a ``duplicate`` user attr, never measured.
     """
+    from optuna.exceptions import UpdateFinishedTrialError
     from optuna.trial import TrialState
 
     while study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
@@ -641,8 +642,11 @@ def _next_trial(study: Any) -> tuple[Any, Any] | None:
             return None
         trials = study.get_trials(deepcopy=False)
         if _is_duplicate(trials, trial):
-            trial.set_user_attr("duplicate", True)
-            study.tell(trial, state=TrialState.FAIL)
+            try:
+                trial.set_user_attr("duplicate", True)
+                study.tell(trial, state=TrialState.FAIL)
+            except UpdateFinishedTrialError:
+                pass  # SQLite: another worker popped it too and finished it first
             continue
         return trial, next(t for t in trials if t.number == trial.number)
     return None
@@ -1093,7 +1097,10 @@ def _measure_queue(
                 done_keys.add(key)
                 recovered += 1
                 continue
-            trial.set_user_attr("_owner", _owner())
+            try:
+                trial.set_user_attr("_owner", _owner())
+            except UpdateFinishedTrialError:
+                continue  # SQLite: another worker popped this trial too and finished it first
             beat = None
             if heartbeat:
                 trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)

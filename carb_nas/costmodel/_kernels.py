@@ -76,6 +76,10 @@ KERNEL_FORMAT = "carb-nas-kernel-model"
 MODULE_FORMAT = "carb-nas-module-model"
 FORMAT_VERSION = 1
 MODES = ("kernel", "network", "feature", "both")
+#: the per-kind prior of :class:`KernelCostModel` the trees correct: ``"linear"`` the
+#: non-negative sum of overhead + GFLOPs + MB moved + weight MB (relative least squares),
+#: ``"loglinear"`` a power law with a floor (:func:`_loglinear_terms`, least squares in logs)
+PRIORS = ("linear", "loglinear")
 KERNEL_SUM = "kernel_sum_ms"
 #: peak memory: ``"physics"`` (default) the fitted non-negative sum of :data:`MEMORY_TERMS`
 #: alone (relative error), ``"cascade"`` the network cascade's trees on the log-ratio to it
@@ -128,9 +132,17 @@ class KernelCostModel:
     ``predict_ops(ops)`` returns ``(ms, modelled)`` per row. Learned attributes end in ``_``.
     """
 
-    def __init__(self, xgb_params: Mapping[str, Any] | None = None, random_state: int = 0) -> None:
+    def __init__(
+        self,
+        xgb_params: Mapping[str, Any] | None = None,
+        random_state: int = 0,
+        prior: str = "linear",
+        geometry: bool = False,
+    ) -> None:
         self.xgb_params = xgb_params
         self.random_state = random_state
+        self.prior = prior
+        self.geometry = geometry
 
     # -- features ---------------------------------------------------------------------------
     def _matrix(self, table: pd.DataFrame) -> np.ndarray:
@@ -141,8 +153,10 @@ class KernelCostModel:
     ) -> np.ndarray:
         """The booster's input of op rows given as :func:`_op_arrays` (one float64 matrix)."""
         moved = logged[:, 1] + logged[:, 2]
+        extra = [_geometry_of(num)] if self.geometry else []
         return np.hstack(
             [
+                *extra,
                 np.log1p(logged),
                 num,
                 np.log1p(moved)[:, None],
@@ -156,6 +170,11 @@ class KernelCostModel:
     def fit(self, ops: pd.DataFrame) -> KernelCostModel:
         import xgboost as xgb
 
+        if self.prior not in PRIORS:
+            raise err(
+                "invalid kernel prior", f"one of {list(PRIORS)}", repr(self.prior),
+                "Use 'linear' or 'loglinear'.",
+            )  # fmt: skip
         missing = [c for c in ("kind", "op", "measured_ms", *_NUMERIC, *_LOGGED) if c not in ops]
         if missing:
             raise err(
@@ -185,6 +204,10 @@ class KernelCostModel:
         ms_all = table["measured_ms"].to_numpy(float)
         for k in self.kinds_:
             sel = (table["kind"] == k).to_numpy()
+            if self.prior == "loglinear":
+                coef = _loglinear_fit(table[list(_LOGGED)].to_numpy(float)[sel], ms_all[sel])
+                self.prior_[k] = [float(v) for v in coef]
+                continue
             A = _prior_terms(table[sel])
             w = 1.0 / ms_all[sel]
             coef, _ = nnls(A * w[:, None], np.ones(sel.sum()))
@@ -224,6 +247,9 @@ class KernelCostModel:
         return self._prior_of(kinds, logged)
 
     def _prior_of(self, kinds: np.ndarray, logged: np.ndarray) -> np.ndarray:
+        if self.prior == "loglinear":
+            coef = np.array([self.prior_.get(k, [0.0, 0.0, 0.0, 0.0]) for k in kinds])
+            return np.maximum(np.exp((_loglinear_terms(logged) * coef).sum(axis=1)), 1e-6)
         A = _prior_terms_of(logged)
         coef = np.array([self.prior_.get(k, [1.0, 0.0, 0.0, 0.0]) for k in kinds])
         return np.maximum((A * coef).sum(axis=1), 1e-6)
@@ -355,6 +381,8 @@ class KernelCostModel:
             "range": self.range_,
             "n_signatures": self.n_signatures_,
             "random_state": self.random_state,
+            "prior_form": self.prior,
+            "geometry": self.geometry,
         }
 
     def save_to(self, d: Path, prefix: str = "kernel") -> dict[str, Any]:
@@ -381,7 +409,11 @@ class KernelCostModel:
                 f"{part['sha256'][:12]}..., got {'a different file' if path.is_file() else 'none'}"
                 ". Restore the saved directory or fit the model again."
             )
-        m = cls(random_state=int(part["random_state"]))
+        m = cls(
+            random_state=int(part["random_state"]),
+            prior=str(part.get("prior_form", "linear")),  # saved before the option: linear
+            geometry=bool(part.get("geometry", False)),
+        )
         m.kinds_, m.ops_, m.seen_ = list(part["kinds"]), list(part["ops"]), list(part["seen"])
         m.ms_per_mb_, m.ms_per_gflop_ = float(part["ms_per_mb"]), float(part["ms_per_gflop"])
         m.n_signatures_ = int(part["n_signatures"])
@@ -423,6 +455,56 @@ def _prior_terms_of(logged: np.ndarray) -> np.ndarray:
     return np.column_stack([np.ones(len(logged)), flops / 1e9, (read + write) / 1e6, weight / 1e6])
 
 
+def _loglinear_terms(logged: np.ndarray) -> np.ndarray:
+    """Columns of the log-linear prior: 1, log(1 + MFLOPs), log(1 + moved / 10 kB),
+    log(1 + weight / 10 kB): a power law in the op's work with a floor (the per-op overhead)
+    for small ops, so it extrapolates along the trend beyond the largest measured op."""
+    flops, read, write, weight = logged.T
+    return np.column_stack(
+        [
+            np.ones(len(logged)),
+            np.log1p(flops / 1e6),
+            np.log1p((read + write) / 1e4),
+            np.log1p(weight / 1e4),
+        ]
+    )
+
+
+def _loglinear_fit(logged: np.ndarray, ms: np.ndarray) -> np.ndarray:
+    """Least squares of ``log ms`` on :func:`_loglinear_terms` (one kind's op signatures)."""
+    coef, *_ = np.linalg.lstsq(_loglinear_terms(logged), np.log(ms), rcond=None)
+    return np.asarray(coef)
+
+
+def _geometry_of(num: np.ndarray) -> np.ndarray:
+    """Extra per-op features of the ``geometry`` option, from the :data:`_NUMERIC` columns:
+    channels per group in and out, output and input elements per channel (batch x H x W),
+    the GEMM depth (channels per group x kernel^2), oneDNN's 16-lane channel padding
+    (padded / real channels, per group and in all) and log groups: what sets a convolution's
+    efficiency beyond its FLOPs, in terms shared by every family."""
+    b, ci, hi, wi, co, ho, wo, k, _s, gr, _n = num.T
+    gr = np.maximum(gr, 1.0)
+    cpi, cpo = ci / gr, co / gr
+
+    def pad(c: np.ndarray) -> np.ndarray:
+        return np.where(c > 0, np.ceil(c / 16.0) * 16.0 / np.maximum(c, 1.0), 1.0)
+
+    return np.column_stack(
+        [
+            np.log1p(cpi),
+            np.log1p(cpo),
+            np.log1p(b * ho * wo),
+            np.log1p(b * hi * wi),
+            np.log1p(cpi * k * k),
+            pad(cpi),
+            pad(cpo),
+            pad(ci),
+            pad(co),
+            np.log1p(gr),
+        ]
+    )
+
+
 def _row_signatures(ops: pd.DataFrame) -> np.ndarray:
     cols = ["kind", "op", *_NUMERIC, *_LOGGED]
     text = ops[cols].astype(str).agg("|".join, axis=1)
@@ -446,8 +528,12 @@ class ModuleCostModel:
         random_state: int = 0,
         n_jobs: int | None = 1,
         memory: str = "physics",
+        kernel_prior: str = "linear",
+        kernel_geometry: bool = False,
     ) -> None:
         self.memory = memory
+        self.kernel_prior = kernel_prior
+        self.kernel_geometry = kernel_geometry
         self.mode = mode
         self.preset = preset
         self.kernel_folds = kernel_folds
@@ -493,6 +579,11 @@ class ModuleCostModel:
         g = per.groupby("key").sum()
         return g.reindex(rows["key"]).fillna(0.0)
 
+    def _kernel_model(self) -> KernelCostModel:
+        return KernelCostModel(
+            random_state=self.random_state, prior=self.kernel_prior, geometry=self.kernel_geometry
+        )
+
     def kernel_part(
         self, rows: pd.DataFrame, ops: pd.DataFrame
     ) -> tuple[KernelCostModel, np.ndarray]:
@@ -503,12 +594,12 @@ class ModuleCostModel:
 
         rows = rows.reset_index(drop=True)
         ops = ops[ops["key"].isin(set(rows["key"]))]
-        km = KernelCostModel(random_state=self.random_state).fit(ops)
+        km = self._kernel_model().fit(ops)
         oof = np.zeros(len(rows))
         keys = rows["key"].to_numpy()
         folds = GroupKFold(n_splits=min(self.kernel_folds, len(rows)))
         for tr, te in folds.split(rows, groups=keys):
-            fold = KernelCostModel(random_state=self.random_state).fit(
+            fold = self._kernel_model().fit(
                 ops[ops["key"].isin(set(keys[tr]))]
             )
             test_ops = ops[ops["key"].isin(set(keys[te]))]
@@ -758,6 +849,7 @@ class ModuleCostModel:
         m.platform_ = dict(manifest.get("platform") or {"platform": "cpu/torch/fp32"})
         m.targets_ = ["peak_mem_mb", "latency_ms"]
         m.kernel_ = KernelCostModel.load_from(d, manifest["kernel"])
+        m.kernel_prior, m.kernel_geometry = m.kernel_.prior, m.kernel_.geometry
         m.network_ = CostModel.load(d / "network")
         return m
 
@@ -803,9 +895,11 @@ def leave_one_family_out(
     modes: Sequence[str] = MODES,
     preset: str = "fast",
     random_state: int = 0,
+    kernel_params: Mapping[str, Any] | None = None,
 ) -> pd.DataFrame:
     """Per held-out family group and mode: train on the other groups' networks and ops,
-    test on it. Columns: ``family``, ``mode``, ``n``, ``latency_mape``,
+    test on it (``kernel_params``: ``ModuleCostModel``'s ``kernel_prior`` /
+    ``kernel_geometry``, default theirs). Columns: ``family``, ``mode``, ``n``, ``latency_mape``,
     ``latency_within10``, ``latency_r2``, ``mem_mape``, ``mem_within10``, ``mem_r2``."""
     from sklearn.metrics import mean_absolute_percentage_error, r2_score
 
@@ -816,9 +910,10 @@ def leave_one_family_out(
         tr, te = rows[g != fam], rows[g == fam]
         ops_tr = ops[ops["key"].isin(set(tr["key"]))]
         ops_te = ops[ops["key"].isin(set(te["key"]))]
-        kernel = ModuleCostModel(random_state=random_state).kernel_part(tr, ops_tr)
+        kp = dict(kernel_params or {})
+        kernel = ModuleCostModel(random_state=random_state, **kp).kernel_part(tr, ops_tr)
         for mode in modes:
-            m = ModuleCostModel(mode=mode, preset=preset, random_state=random_state).fit(
+            m = ModuleCostModel(mode=mode, preset=preset, random_state=random_state, **kp).fit(
                 tr, ops_tr, kernel=kernel
             )
             p = m.predict(te, ops_te, alpha=None)
@@ -855,6 +950,7 @@ def lofo_report(
     modes: Sequence[str] = MODES,
     preset: str = "fast",
     random_state: int = 0,
+    kernel_params: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Leave-one-family-out over the measured ``rows`` (config columns, ``key``,
     ``latency_ms``, ``peak_mem_mb``) and their per-op times: per family group and mode the
@@ -866,7 +962,7 @@ def lofo_report(
     rows = rows[rows["latency_ms"].notna() & rows["peak_mem_mb"].notna()]
     net, ops = network_tables(rows, measured_ops)
     table = leave_one_family_out(
-        net, ops, family_groups(net["family"]), modes, preset, random_state
+        net, ops, family_groups(net["family"]), modes, preset, random_state, kernel_params
     )
     summary = {}
     for m, t in table.groupby("mode", sort=False):

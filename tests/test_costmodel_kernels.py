@@ -265,3 +265,59 @@ def test_per_op_predictions_are_cached_and_a_refit_forgets_them(fake_data, monke
     km.fit(ops.assign(measured_ms=ops["measured_ms"] * 2))  # refit: new numbers, no stale ones
     doubled, _ = km.predict_ops(net)
     assert len(calls) == 2 and np.median(doubled / first) == pytest.approx(2, rel=0.1)
+
+
+# -- the per-op learner's options: a log-linear prior that extrapolates, geometry features ----
+def _power_law_ops(flops: np.ndarray) -> pd.DataFrame:
+    """FAKE dense 3x3 conv rows whose time is an exact power law with a floor in the op's
+    work (never a measurement): ms = 0.002 (1 + MFLOPs)^0.7 (1 + moved / 10 kB)^0.2."""
+    c = np.maximum(np.round(np.sqrt(flops / (2 * 9 * 64))), 1.0)  # 8x8 output, c_in = c_out
+    t = pd.DataFrame({"kind": "conv", "op": "conv2d", "batch": 1.0, "c_in": c, "h_in": 8.0,
+                      "w_in": 8.0, "c_out": c, "h_out": 8.0, "w_out": 8.0, "kernel": 3.0,
+                      "stride": 1.0, "groups": 1.0, "native": 0.0})  # fmt: skip
+    t["flops"] = 2 * 9 * 64 * c * c
+    t["read_bytes"] = t["write_bytes"] = 4 * 64 * c
+    t["weight_bytes"] = 4 * 9 * c * c
+    moved = t["read_bytes"] + t["write_bytes"]
+    t["measured_ms"] = 0.002 * (1 + t["flops"] / 1e6) ** 0.7 * (1 + moved / 1e4) ** 0.2
+    return t
+
+
+def test_loglinear_prior_extrapolates_a_power_law_where_trees_cannot():
+    train = _power_law_ops(np.geomspace(1e5, 1e8, 200))
+    big = _power_law_ops(np.geomspace(1e9, 1e10, 20))  # 10-100x beyond every trained op
+    y = big["measured_ms"].to_numpy()
+    rel = {}
+    for prior in ("linear", "loglinear"):
+        km = KernelCostModel(prior=prior).fit(train)
+        assert km._beyond(big).all()  # beyond the measured range: the prior alone
+        rel[prior] = float(np.median(np.abs(km.predict_ops(big)[0] / y - 1)))
+    # trees alone on log ms (no prior) stay at the largest trained ops' time
+    import xgboost as xgb
+
+    trees = xgb.XGBRegressor(n_estimators=100).fit(km._matrix(train), np.log(train["measured_ms"]))
+    rel["trees"] = float(np.median(np.abs(np.exp(trees.predict(km._matrix(big))) / y - 1)))
+    assert rel["loglinear"] < 0.02
+    assert rel["linear"] > 0.2 and rel["trees"] > 0.5
+    # inside the range both fit the trained ops
+    inside = KernelCostModel(prior="loglinear").fit(train).predict_ops(train)[0]
+    assert np.median(np.abs(inside / train["measured_ms"].to_numpy() - 1)) < 0.05
+
+
+def test_kernel_options_persist_and_bad_ones_are_refused(fake_data, tmp_path):
+    rows, ops = fake_data
+    km = KernelCostModel(prior="loglinear", geometry=True).fit(ops)
+    d = tmp_path / "k"
+    d.mkdir()
+    back = KernelCostModel.load_from(d, km.save_to(d))
+    assert (back.prior, back.geometry) == ("loglinear", True)
+    np.testing.assert_allclose(back.predict_ops(ops)[0], km.predict_ops(ops)[0], rtol=1e-6)
+    m = ModuleCostModel(kernel_prior="loglinear", kernel_geometry=True).fit(rows, ops)
+    assert (m.kernel_.prior, m.kernel_.geometry) == ("loglinear", True)
+    m.save(tmp_path / "m")
+    again = ModuleCostModel.load(tmp_path / "m")
+    assert (again.kernel_prior, again.kernel_geometry) == ("loglinear", True)
+    with pytest.raises(ModelError, match="invalid kernel prior.*'cubic'"):
+        KernelCostModel(prior="cubic").fit(ops)
+    with pytest.raises(ModelError, match="invalid kernel prior"):
+        ModuleCostModel(kernel_prior="cubic").fit(rows, ops)

@@ -3,6 +3,7 @@ modelling choice, and the cost of featurizing + predicting an arbitrary module.
 
     PYTHONPATH=$PWD python benchmarks/any_cnn.py [--dataset CSV --ops OPS] [--campaign DIR]
         [--modes kernel,network,feature,both] [--json OUT]
+        [--kernel-prior linear|loglinear] [--kernel-geometry 0|1] [--kernel-shared-conv 0|1]
 
 For each family group (ResNet, ResNeXt, VGG, DenseNet, MobileNetV2, MobileNetV3,
 EfficientNet, RegNet) the per-operator models and the network cascade are trained on all the
@@ -114,14 +115,30 @@ def main() -> None:
     p.add_argument("--modes", default="kernel,network,feature,both")
     p.add_argument("--preset", default="fast")
     p.add_argument("--json", default=None, help="write the full report here")
+    p.add_argument("--kernel-prior", default=None, help="KernelCostModel prior (default: the model's)")
+    p.add_argument(
+        "--kernel-geometry", default=None, choices=("0", "1"),
+        help="KernelCostModel geometry features off / on (default: the model's)",
+    )  # fmt: skip
+    p.add_argument(
+        "--kernel-shared-conv", default=None, choices=("0", "1"),
+        help="one conv kind for dense / grouped / depthwise convs off / on (default: the model's)",
+    )  # fmt: skip
     args = p.parse_args()
+    kp: dict[str, object] = {}
+    if args.kernel_shared_conv is not None:
+        kp["kernel_shared_conv"] = args.kernel_shared_conv == "1"
+    if args.kernel_prior is not None:
+        kp["kernel_prior"] = args.kernel_prior
+    if args.kernel_geometry is not None:
+        kp["kernel_geometry"] = args.kernel_geometry == "1"
 
     from carb_nas.costmodel import ModuleCostModel, lofo_report, network_tables
 
     rows, ops = _load(args)
     modes = args.modes.split(",")
     t0 = time.perf_counter()
-    report = lofo_report(rows, ops, modes=modes, preset=args.preset)
+    report = lofo_report(rows, ops, modes=modes, preset=args.preset, kernel_params=kp)
     print(
         f"lofo over {report['n_rows']} networks in {time.perf_counter() - t0:.0f} s",
         file=sys.stderr,
@@ -140,7 +157,7 @@ def main() -> None:
     )
 
     net, tab = network_tables(rows, ops)
-    model = ModuleCostModel(preset=args.preset).fit(net, tab)  # the default mode
+    model = ModuleCostModel(preset=args.preset, **kp).fit(net, tab)  # the default mode
     t = ms_per_model(model)
     ms = t["cpu_ms"]
     print(

@@ -137,16 +137,29 @@ class KernelCostModel:
         xgb_params: Mapping[str, Any] | None = None,
         random_state: int = 0,
         prior: str = "linear",
-        geometry: bool = False,
+        geometry: bool = True,
+        shared_conv: bool = True,
     ) -> None:
         self.xgb_params = xgb_params
         self.random_state = random_state
         self.prior = prior
         self.geometry = geometry
+        self.shared_conv = shared_conv
+
+    def _arrays(self, table: pd.DataFrame) -> tuple[np.ndarray, ...]:
+        """:func:`_op_arrays` with the kinds this model learns (``shared_conv``: dense,
+        grouped and depthwise convolutions are one kind)."""
+        kinds, names, num, logged = _op_arrays(table)
+        return self._kinds(kinds), names, num, logged
+
+    def _kinds(self, kinds: np.ndarray) -> np.ndarray:
+        if not self.shared_conv:
+            return kinds
+        return np.where((kinds == "gconv") | (kinds == "dwconv"), "conv", kinds).astype(object)
 
     # -- features ---------------------------------------------------------------------------
     def _matrix(self, table: pd.DataFrame) -> np.ndarray:
-        return self._matrix_of(*_op_arrays(table))
+        return self._matrix_of(*self._arrays(table))
 
     def _matrix_of(
         self, kinds: np.ndarray, names: np.ndarray, num: np.ndarray, logged: np.ndarray
@@ -186,6 +199,10 @@ class KernelCostModel:
         if "signature" not in ops:
             ops = ops.assign(signature=_row_signatures(ops))
         table = _signature_table(ops)
+        # shared_conv: one conv kind (prior, trees, range), told apart by groups and the
+        # geometry features: a grouped conv measured in one family only is learned from every
+        # family's convolutions (leave-one-family-out, docs/costmodel.md, session 16)
+        table["kind"] = self._kinds(table["kind"].to_numpy(dtype=object))
         if len(table) < 10:
             raise err(
                 "too few measured ops",
@@ -243,7 +260,7 @@ class KernelCostModel:
 
     def _prior(self, table: pd.DataFrame) -> np.ndarray:
         """The per-kind physical prior (ms) of op rows of seen kinds (1 ms elsewhere)."""
-        kinds, _, _, logged = _op_arrays(table)
+        kinds, _, _, logged = self._arrays(table)
         return self._prior_of(kinds, logged)
 
     def _prior_of(self, kinds: np.ndarray, logged: np.ndarray) -> np.ndarray:
@@ -272,7 +289,7 @@ class KernelCostModel:
         # one prediction per distinct signature: repeated blocks cost nothing
         codes, _ = pd.factorize(ops["signature"])
         first = np.unique(codes, return_index=True)[1]
-        kinds, names, num, logged = _op_arrays(ops)
+        kinds, names, num, logged = self._arrays(ops)
         ms, seen = self._predict_cached(kinds[first], names[first], num[first], logged[first])
         return ms[codes], seen[codes]
 
@@ -337,7 +354,7 @@ class KernelCostModel:
 
     def _beyond(self, table: pd.DataFrame) -> np.ndarray:
         """Rows larger than every measured op of their kind (see ``range_``)."""
-        kinds, _, _, logged = _op_arrays(table)
+        kinds, _, _, logged = self._arrays(table)
         return self._beyond_of(kinds, logged)
 
     def _beyond_of(self, kinds: np.ndarray, logged: np.ndarray) -> np.ndarray:
@@ -383,6 +400,7 @@ class KernelCostModel:
             "random_state": self.random_state,
             "prior_form": self.prior,
             "geometry": self.geometry,
+            "shared_conv": self.shared_conv,
         }
 
     def save_to(self, d: Path, prefix: str = "kernel") -> dict[str, Any]:
@@ -413,6 +431,7 @@ class KernelCostModel:
             random_state=int(part["random_state"]),
             prior=str(part.get("prior_form", "linear")),  # saved before the option: linear
             geometry=bool(part.get("geometry", False)),
+            shared_conv=bool(part.get("shared_conv", False)),
         )
         m.kinds_, m.ops_, m.seen_ = list(part["kinds"]), list(part["ops"]), list(part["seen"])
         m.ms_per_mb_, m.ms_per_gflop_ = float(part["ms_per_mb"]), float(part["ms_per_gflop"])
@@ -529,11 +548,13 @@ class ModuleCostModel:
         n_jobs: int | None = 1,
         memory: str = "physics",
         kernel_prior: str = "linear",
-        kernel_geometry: bool = False,
+        kernel_geometry: bool = True,
+        kernel_shared_conv: bool = True,
     ) -> None:
         self.memory = memory
         self.kernel_prior = kernel_prior
         self.kernel_geometry = kernel_geometry
+        self.kernel_shared_conv = kernel_shared_conv
         self.mode = mode
         self.preset = preset
         self.kernel_folds = kernel_folds
@@ -581,7 +602,10 @@ class ModuleCostModel:
 
     def _kernel_model(self) -> KernelCostModel:
         return KernelCostModel(
-            random_state=self.random_state, prior=self.kernel_prior, geometry=self.kernel_geometry
+            random_state=self.random_state,
+            prior=self.kernel_prior,
+            geometry=self.kernel_geometry,
+            shared_conv=self.kernel_shared_conv,
         )
 
     def kernel_part(
@@ -850,6 +874,7 @@ class ModuleCostModel:
         m.targets_ = ["peak_mem_mb", "latency_ms"]
         m.kernel_ = KernelCostModel.load_from(d, manifest["kernel"])
         m.kernel_prior, m.kernel_geometry = m.kernel_.prior, m.kernel_.geometry
+        m.kernel_shared_conv = m.kernel_.shared_conv
         m.network_ = CostModel.load(d / "network")
         return m
 

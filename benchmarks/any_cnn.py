@@ -115,7 +115,7 @@ def main() -> None:
     p.add_argument("--modes", default="kernel,network,feature,both")
     p.add_argument("--preset", default="fast")
     p.add_argument("--json", default=None, help="write the full report here")
-    p.add_argument("--kernel-prior", default=None, help="KernelCostModel prior (default: the model's)")
+    p.add_argument("--kernel-prior", default=None, help="linear / loglinear (default: model's)")
     p.add_argument(
         "--kernel-geometry", default=None, choices=("0", "1"),
         help="KernelCostModel geometry features off / on (default: the model's)",

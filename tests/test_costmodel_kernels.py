@@ -183,19 +183,31 @@ def _reference_op_ms(km: KernelCostModel, ops: pd.DataFrame) -> np.ndarray:
     first = ops.iloc[np.unique(codes, return_index=True)[1]]
     col = lambda c: first[c].to_numpy(dtype=float)  # noqa: E731
     moved = col("read_bytes") + col("write_bytes")
-    cols = [np.log1p(col(c)) for c in _LOGGED] + [col(c) for c in _NUMERIC]
+    kinds = first["kind"].to_numpy(dtype=object)
+    if km.shared_conv:
+        kinds = np.array(["conv" if k in ("gconv", "dwconv") else k for k in kinds], dtype=object)
+    cols = []
+    if km.geometry:  # channels per group, elements, GEMM depth, 16-lane padding, log groups
+        g = np.maximum(col("groups"), 1)
+        cpi, cpo = col("c_in") / g, col("c_out") / g
+        pad = lambda c: np.where(c > 0, np.ceil(c / 16) * 16 / np.maximum(c, 1), 1)  # noqa: E731
+        cols += [np.log1p(cpi), np.log1p(cpo), np.log1p(col("batch") * col("h_out") * col("w_out")),
+                 np.log1p(col("batch") * col("h_in") * col("w_in")),
+                 np.log1p(cpi * col("kernel") ** 2), pad(cpi), pad(cpo), pad(col("c_in")),
+                 pad(col("c_out")), np.log1p(g)]  # fmt: skip
+    cols += [np.log1p(col(c)) for c in _LOGGED] + [col(c) for c in _NUMERIC]
     cols += [np.log1p(moved), np.log1p(col("flops")) - np.log1p(moved)]
-    cols += [(first["kind"].to_numpy() == k).astype(float) for k in km.kinds_]
+    cols += [(kinds == k).astype(float) for k in km.kinds_]
     cols += [(first["op"].to_numpy() == o).astype(float) for o in km.ops_]
     corr = np.exp(km.booster_.predict(np.column_stack(cols)))
     A = np.column_stack([np.ones(len(first)), col("flops") / 1e9, moved / 1e6,
                          col("weight_bytes") / 1e6])  # fmt: skip
-    coef = np.array([km.prior_.get(k, [1.0, 0.0, 0.0, 0.0]) for k in first["kind"]])
+    coef = np.array([km.prior_.get(k, [1.0, 0.0, 0.0, 0.0]) for k in kinds])
     prior = np.maximum((A * coef).sum(axis=1), 1e-6)
-    top = np.array([km.range_.get(k, [np.inf] * 4) for k in first["kind"]])
+    top = np.array([km.range_.get(k, [np.inf] * 4) for k in kinds])
     rng = first[["flops", "weight_bytes", "read_bytes", "write_bytes"]].to_numpy(float)
     pred = np.where((rng > top).any(axis=1), 1.0, corr) * prior
-    seen = np.array([f"{k}:{o}" in set(km.seen_) for k, o in zip(first["kind"], first["op"])])
+    seen = np.array([f"{k}:{o}" in set(km.seen_) for k, o in zip(kinds, first["op"])])
     mb, gflops = (moved + col("weight_bytes")) / 1e6, col("flops") / 1e9
     roof = mb * km.ms_per_mb_ + gflops * km.ms_per_gflop_
     return np.where(seen, pred, roof)[codes]
@@ -310,7 +322,7 @@ def test_kernel_options_persist_and_bad_ones_are_refused(fake_data, tmp_path):
     d = tmp_path / "k"
     d.mkdir()
     back = KernelCostModel.load_from(d, km.save_to(d))
-    assert (back.prior, back.geometry) == ("loglinear", True)
+    assert (back.prior, back.geometry, back.shared_conv) == ("loglinear", True, True)
     np.testing.assert_allclose(back.predict_ops(ops)[0], km.predict_ops(ops)[0], rtol=1e-6)
     m = ModuleCostModel(kernel_prior="loglinear", kernel_geometry=True).fit(rows, ops)
     assert (m.kernel_.prior, m.kernel_.geometry) == ("loglinear", True)
@@ -321,3 +333,19 @@ def test_kernel_options_persist_and_bad_ones_are_refused(fake_data, tmp_path):
         KernelCostModel(prior="cubic").fit(ops)
     with pytest.raises(ModelError, match="invalid kernel prior"):
         ModuleCostModel(kernel_prior="cubic").fit(rows, ops)
+
+
+def test_shared_conv_kind_models_a_grouped_conv_from_the_other_convolutions(fake_data):
+    _, ops = fake_data
+    assert "gconv" not in set(ops["kind"])  # the fake families: dense and depthwise only
+    gnet = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.Conv2d(16, 16, 3, padding=1, groups=4))
+    g_ops, _ = trace_ops(gnet, (2, 3, 16, 16))
+    assert "gconv" in set(g_ops["kind"])
+    shared = KernelCostModel().fit(ops)  # the default: one conv kind
+    ms, seen = shared.predict_ops(g_ops)
+    assert seen.all() and np.isfinite(ms).all() and (ms > 0).all()
+    assert "conv:conv2d" in shared.seen_ and not any(s.startswith("gconv") for s in shared.seen_)
+    separate = KernelCostModel(shared_conv=False).fit(ops)
+    _, seen_sep = separate.predict_ops(g_ops)
+    # separate kinds: the grouped conv was never measured, so it is flagged unmodelled
+    assert not seen_sep[(g_ops["kind"] == "gconv").to_numpy()].any()

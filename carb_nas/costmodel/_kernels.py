@@ -6,7 +6,13 @@ the network-level CARB cascade.
 (:mod:`carb_nas.measure`'s profiler events of whole-network runs): one XGBoost regressor on
 ``log(ms)`` over the op's kind and aten name (one-hot) and its geometry and traffic (log FLOPs,
 log bytes read / written / of weights, channels, spatial size, kernel, stride, groups, the
-native-kernel flag). Training rows are the median time of each op *signature* (identical ops
+native-kernel flag; with ``geometry`` (default) also channels per group, elements per channel,
+the GEMM depth and oneDNN's 16-lane channel padding). With ``shared_conv`` (default) dense,
+grouped and depthwise convolutions are one kind (one prior, one range, told apart by groups
+and the geometry): a grouped conv measured in one family only (ResNeXt's, RegNet's) is learned
+from every family's convolutions. ``prior="loglinear"`` replaces the linear per-kind prior by
+a power law with a floor (it extrapolates power-law ops; measured worse leave-one-family-out,
+docs/costmodel.md). Training rows are the median time of each op *signature* (identical ops
 of many networks count once, so the thousands of repeated blocks of a dataset cost nothing).
 An op whose (kind, name) was never measured is never dropped: it gets a roofline estimate
 (the training ops' median milliseconds per MB moved and per GFLOP), is listed in the result
@@ -623,9 +629,7 @@ class ModuleCostModel:
         keys = rows["key"].to_numpy()
         folds = GroupKFold(n_splits=min(self.kernel_folds, len(rows)))
         for tr, te in folds.split(rows, groups=keys):
-            fold = self._kernel_model().fit(
-                ops[ops["key"].isin(set(keys[tr]))]
-            )
+            fold = self._kernel_model().fit(ops[ops["key"].isin(set(keys[tr]))])
             test_ops = ops[ops["key"].isin(set(keys[te]))]
             oof[te] = self._network_sums(fold, rows.iloc[te], test_ops)["ms"].to_numpy()
         return km, oof

@@ -3,6 +3,7 @@ modelling choice, and the cost of featurizing + predicting an arbitrary module.
 
     PYTHONPATH=$PWD python benchmarks/any_cnn.py [--dataset CSV --ops OPS] [--campaign DIR]
         [--modes kernel,network,feature,both] [--json OUT] [--repeats N]
+        [--kernel-prior linear|loglinear] [--kernel-geometry 0|1] [--kernel-shared-conv 0|1]
     PYTHONPATH=$PWD python benchmarks/any_cnn.py --speed-only [--repeats N]
 
 For each family group (ResNet, ResNeXt, VGG, DenseNet, MobileNetV2, MobileNetV3,
@@ -142,7 +143,23 @@ def main() -> None:
         help="time ms_per_model alone, with the default module model (no LOFO: seconds)",
     )
     p.add_argument("--repeats", type=int, default=3, help="ms_per_model's repeats")
+    p.add_argument("--kernel-prior", default=None, help="linear / loglinear (default: model's)")
+    p.add_argument(
+        "--kernel-geometry", default=None, choices=("0", "1"),
+        help="KernelCostModel geometry features off / on (default: the model's)",
+    )  # fmt: skip
+    p.add_argument(
+        "--kernel-shared-conv", default=None, choices=("0", "1"),
+        help="one conv kind for dense / grouped / depthwise convs off / on (default: the model's)",
+    )  # fmt: skip
     args = p.parse_args()
+    kp: dict[str, object] = {}
+    if args.kernel_shared_conv is not None:
+        kp["kernel_shared_conv"] = args.kernel_shared_conv == "1"
+    if args.kernel_prior is not None:
+        kp["kernel_prior"] = args.kernel_prior
+    if args.kernel_geometry is not None:
+        kp["kernel_geometry"] = args.kernel_geometry == "1"
 
     if args.speed_only:
         _speed_only(args.repeats)
@@ -153,7 +170,7 @@ def main() -> None:
     rows, ops = _load(args)
     modes = args.modes.split(",")
     t0 = time.perf_counter()
-    report = lofo_report(rows, ops, modes=modes, preset=args.preset)
+    report = lofo_report(rows, ops, modes=modes, preset=args.preset, kernel_params=kp)
     print(
         f"lofo over {report['n_rows']} networks in {time.perf_counter() - t0:.0f} s",
         file=sys.stderr,
@@ -172,7 +189,7 @@ def main() -> None:
     )
 
     net, tab = network_tables(rows, ops)
-    model = ModuleCostModel(preset=args.preset).fit(net, tab)  # the default mode
+    model = ModuleCostModel(preset=args.preset, **kp).fit(net, tab)  # the default mode
     t = ms_per_model(model, args.repeats)
     ms = t["cpu_ms"]
     print(

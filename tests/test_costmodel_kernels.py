@@ -183,19 +183,31 @@ def _reference_op_ms(km: KernelCostModel, ops: pd.DataFrame) -> np.ndarray:
     first = ops.iloc[np.unique(codes, return_index=True)[1]]
     col = lambda c: first[c].to_numpy(dtype=float)  # noqa: E731
     moved = col("read_bytes") + col("write_bytes")
-    cols = [np.log1p(col(c)) for c in _LOGGED] + [col(c) for c in _NUMERIC]
+    kinds = first["kind"].to_numpy(dtype=object)
+    if km.shared_conv:
+        kinds = np.array(["conv" if k in ("gconv", "dwconv") else k for k in kinds], dtype=object)
+    cols = []
+    if km.geometry:  # channels per group, elements, GEMM depth, 16-lane padding, log groups
+        g = np.maximum(col("groups"), 1)
+        cpi, cpo = col("c_in") / g, col("c_out") / g
+        pad = lambda c: np.where(c > 0, np.ceil(c / 16) * 16 / np.maximum(c, 1), 1)  # noqa: E731
+        cols += [np.log1p(cpi), np.log1p(cpo), np.log1p(col("batch") * col("h_out") * col("w_out")),
+                 np.log1p(col("batch") * col("h_in") * col("w_in")),
+                 np.log1p(cpi * col("kernel") ** 2), pad(cpi), pad(cpo), pad(col("c_in")),
+                 pad(col("c_out")), np.log1p(g)]  # fmt: skip
+    cols += [np.log1p(col(c)) for c in _LOGGED] + [col(c) for c in _NUMERIC]
     cols += [np.log1p(moved), np.log1p(col("flops")) - np.log1p(moved)]
-    cols += [(first["kind"].to_numpy() == k).astype(float) for k in km.kinds_]
+    cols += [(kinds == k).astype(float) for k in km.kinds_]
     cols += [(first["op"].to_numpy() == o).astype(float) for o in km.ops_]
     corr = np.exp(km.booster_.predict(np.column_stack(cols)))
     A = np.column_stack([np.ones(len(first)), col("flops") / 1e9, moved / 1e6,
                          col("weight_bytes") / 1e6])  # fmt: skip
-    coef = np.array([km.prior_.get(k, [1.0, 0.0, 0.0, 0.0]) for k in first["kind"]])
+    coef = np.array([km.prior_.get(k, [1.0, 0.0, 0.0, 0.0]) for k in kinds])
     prior = np.maximum((A * coef).sum(axis=1), 1e-6)
-    top = np.array([km.range_.get(k, [np.inf] * 4) for k in first["kind"]])
+    top = np.array([km.range_.get(k, [np.inf] * 4) for k in kinds])
     rng = first[["flops", "weight_bytes", "read_bytes", "write_bytes"]].to_numpy(float)
     pred = np.where((rng > top).any(axis=1), 1.0, corr) * prior
-    seen = np.array([f"{k}:{o}" in set(km.seen_) for k, o in zip(first["kind"], first["op"])])
+    seen = np.array([f"{k}:{o}" in set(km.seen_) for k, o in zip(kinds, first["op"])])
     mb, gflops = (moved + col("weight_bytes")) / 1e6, col("flops") / 1e9
     roof = mb * km.ms_per_mb_ + gflops * km.ms_per_gflop_
     return np.where(seen, pred, roof)[codes]
@@ -265,3 +277,75 @@ def test_per_op_predictions_are_cached_and_a_refit_forgets_them(fake_data, monke
     km.fit(ops.assign(measured_ms=ops["measured_ms"] * 2))  # refit: new numbers, no stale ones
     doubled, _ = km.predict_ops(net)
     assert len(calls) == 2 and np.median(doubled / first) == pytest.approx(2, rel=0.1)
+
+
+# -- the per-op learner's options: a log-linear prior that extrapolates, geometry features ----
+def _power_law_ops(flops: np.ndarray) -> pd.DataFrame:
+    """FAKE dense 3x3 conv rows whose time is an exact power law with a floor in the op's
+    work (never a measurement): ms = 0.002 (1 + MFLOPs)^0.7 (1 + moved / 10 kB)^0.2."""
+    c = np.maximum(np.round(np.sqrt(flops / (2 * 9 * 64))), 1.0)  # 8x8 output, c_in = c_out
+    t = pd.DataFrame({"kind": "conv", "op": "conv2d", "batch": 1.0, "c_in": c, "h_in": 8.0,
+                      "w_in": 8.0, "c_out": c, "h_out": 8.0, "w_out": 8.0, "kernel": 3.0,
+                      "stride": 1.0, "groups": 1.0, "native": 0.0})  # fmt: skip
+    t["flops"] = 2 * 9 * 64 * c * c
+    t["read_bytes"] = t["write_bytes"] = 4 * 64 * c
+    t["weight_bytes"] = 4 * 9 * c * c
+    moved = t["read_bytes"] + t["write_bytes"]
+    t["measured_ms"] = 0.002 * (1 + t["flops"] / 1e6) ** 0.7 * (1 + moved / 1e4) ** 0.2
+    return t
+
+
+def test_loglinear_prior_extrapolates_a_power_law_where_trees_cannot():
+    train = _power_law_ops(np.geomspace(1e5, 1e8, 200))
+    big = _power_law_ops(np.geomspace(1e9, 1e10, 20))  # 10-100x beyond every trained op
+    y = big["measured_ms"].to_numpy()
+    rel = {}
+    for prior in ("linear", "loglinear"):
+        km = KernelCostModel(prior=prior).fit(train)
+        assert km._beyond(big).all()  # beyond the measured range: the prior alone
+        rel[prior] = float(np.median(np.abs(km.predict_ops(big)[0] / y - 1)))
+    # trees alone on log ms (no prior) stay at the largest trained ops' time
+    import xgboost as xgb
+
+    trees = xgb.XGBRegressor(n_estimators=100).fit(km._matrix(train), np.log(train["measured_ms"]))
+    rel["trees"] = float(np.median(np.abs(np.exp(trees.predict(km._matrix(big))) / y - 1)))
+    assert rel["loglinear"] < 0.02
+    assert rel["linear"] > 0.2 and rel["trees"] > 0.5
+    # inside the range both fit the trained ops
+    inside = KernelCostModel(prior="loglinear").fit(train).predict_ops(train)[0]
+    assert np.median(np.abs(inside / train["measured_ms"].to_numpy() - 1)) < 0.05
+
+
+def test_kernel_options_persist_and_bad_ones_are_refused(fake_data, tmp_path):
+    rows, ops = fake_data
+    km = KernelCostModel(prior="loglinear", geometry=True).fit(ops)
+    d = tmp_path / "k"
+    d.mkdir()
+    back = KernelCostModel.load_from(d, km.save_to(d))
+    assert (back.prior, back.geometry, back.shared_conv) == ("loglinear", True, True)
+    np.testing.assert_allclose(back.predict_ops(ops)[0], km.predict_ops(ops)[0], rtol=1e-6)
+    m = ModuleCostModel(kernel_prior="loglinear", kernel_geometry=True).fit(rows, ops)
+    assert (m.kernel_.prior, m.kernel_.geometry) == ("loglinear", True)
+    m.save(tmp_path / "m")
+    again = ModuleCostModel.load(tmp_path / "m")
+    assert (again.kernel_prior, again.kernel_geometry) == ("loglinear", True)
+    with pytest.raises(ModelError, match="invalid kernel prior.*'cubic'"):
+        KernelCostModel(prior="cubic").fit(ops)
+    with pytest.raises(ModelError, match="invalid kernel prior"):
+        ModuleCostModel(kernel_prior="cubic").fit(rows, ops)
+
+
+def test_shared_conv_kind_models_a_grouped_conv_from_the_other_convolutions(fake_data):
+    _, ops = fake_data
+    assert "gconv" not in set(ops["kind"])  # the fake families: dense and depthwise only
+    gnet = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.Conv2d(16, 16, 3, padding=1, groups=4))
+    g_ops, _ = trace_ops(gnet, (2, 3, 16, 16))
+    assert "gconv" in set(g_ops["kind"])
+    shared = KernelCostModel().fit(ops)  # the default: one conv kind
+    ms, seen = shared.predict_ops(g_ops)
+    assert seen.all() and np.isfinite(ms).all() and (ms > 0).all()
+    assert "conv:conv2d" in shared.seen_ and not any(s.startswith("gconv") for s in shared.seen_)
+    separate = KernelCostModel(shared_conv=False).fit(ops)
+    _, seen_sep = separate.predict_ops(g_ops)
+    # separate kinds: the grouped conv was never measured, so it is flagged unmodelled
+    assert not seen_sep[(g_ops["kind"] == "gconv").to_numpy()].any()

@@ -170,9 +170,17 @@ def _with_origin(model: Any, origin: str) -> Any:
 #: plus ``rows_per_family``: None = every measured row, N = the first N per family group by
 #: key, a cheaper model for tests)
 # bumped when the module model's features or fitting change within one carb_nas version
-_MODULE_RECIPE_REVISION = 3
+_MODULE_RECIPE_REVISION = 4  # 4: per-op geometry features, one shared conv kind (session 16)
 DEFAULT_MODULE_PARAMS: Mapping[str, Any] = MappingProxyType(
-    {"mode": "kernel", "preset": "fast", "random_state": 0, "rows_per_family": None}
+    {
+        "mode": "kernel",
+        "preset": "fast",
+        "random_state": 0,
+        "rows_per_family": None,
+        "kernel_prior": "linear",
+        "kernel_geometry": True,
+        "kernel_shared_conv": True,
+    }
 )
 
 

@@ -6,7 +6,13 @@ the network-level CARB cascade.
 (:mod:`carb_nas.measure`'s profiler events of whole-network runs): one XGBoost regressor on
 ``log(ms)`` over the op's kind and aten name (one-hot) and its geometry and traffic (log FLOPs,
 log bytes read / written / of weights, channels, spatial size, kernel, stride, groups, the
-native-kernel flag). Training rows are the median time of each op *signature* (identical ops
+native-kernel flag; with ``geometry`` (default) also channels per group, elements per channel,
+the GEMM depth and oneDNN's 16-lane channel padding). With ``shared_conv`` (default) dense,
+grouped and depthwise convolutions are one kind (one prior, one range, told apart by groups
+and the geometry): a grouped conv measured in one family only (ResNeXt's, RegNet's) is learned
+from every family's convolutions. ``prior="loglinear"`` replaces the linear per-kind prior by
+a power law with a floor (it extrapolates power-law ops; measured worse leave-one-family-out,
+docs/costmodel.md). Training rows are the median time of each op *signature* (identical ops
 of many networks count once, so the thousands of repeated blocks of a dataset cost nothing).
 An op whose (kind, name) was never measured is never dropped: it gets a roofline estimate
 (the training ops' median milliseconds per MB moved and per GFLOP), is listed in the result
@@ -76,6 +82,10 @@ KERNEL_FORMAT = "carb-nas-kernel-model"
 MODULE_FORMAT = "carb-nas-module-model"
 FORMAT_VERSION = 1
 MODES = ("kernel", "network", "feature", "both")
+#: the per-kind prior of :class:`KernelCostModel` the trees correct: ``"linear"`` the
+#: non-negative sum of overhead + GFLOPs + MB moved + weight MB (relative least squares),
+#: ``"loglinear"`` a power law with a floor (:func:`_loglinear_terms`, least squares in logs)
+PRIORS = ("linear", "loglinear")
 KERNEL_SUM = "kernel_sum_ms"
 #: peak memory: ``"physics"`` (default) the fitted non-negative sum of :data:`MEMORY_TERMS`
 #: alone (relative error), ``"cascade"`` the network cascade's trees on the log-ratio to it
@@ -128,21 +138,44 @@ class KernelCostModel:
     ``predict_ops(ops)`` returns ``(ms, modelled)`` per row. Learned attributes end in ``_``.
     """
 
-    def __init__(self, xgb_params: Mapping[str, Any] | None = None, random_state: int = 0) -> None:
+    def __init__(
+        self,
+        xgb_params: Mapping[str, Any] | None = None,
+        random_state: int = 0,
+        prior: str = "linear",
+        geometry: bool = True,
+        shared_conv: bool = True,
+    ) -> None:
         self.xgb_params = xgb_params
         self.random_state = random_state
+        self.prior = prior
+        self.geometry = geometry
+        self.shared_conv = shared_conv
+
+    def _arrays(self, table: pd.DataFrame) -> tuple[np.ndarray, ...]:
+        """:func:`_op_arrays` with the kinds this model learns (``shared_conv``: dense,
+        grouped and depthwise convolutions are one kind)."""
+        kinds, names, num, logged = _op_arrays(table)
+        return self._kinds(kinds), names, num, logged
+
+    def _kinds(self, kinds: np.ndarray) -> np.ndarray:
+        if not self.shared_conv:
+            return kinds
+        return np.where((kinds == "gconv") | (kinds == "dwconv"), "conv", kinds).astype(object)
 
     # -- features ---------------------------------------------------------------------------
     def _matrix(self, table: pd.DataFrame) -> np.ndarray:
-        return self._matrix_of(*_op_arrays(table))
+        return self._matrix_of(*self._arrays(table))
 
     def _matrix_of(
         self, kinds: np.ndarray, names: np.ndarray, num: np.ndarray, logged: np.ndarray
     ) -> np.ndarray:
         """The booster's input of op rows given as :func:`_op_arrays` (one float64 matrix)."""
         moved = logged[:, 1] + logged[:, 2]
+        extra = [_geometry_of(num)] if self.geometry else []
         return np.hstack(
             [
+                *extra,
                 np.log1p(logged),
                 num,
                 np.log1p(moved)[:, None],
@@ -156,6 +189,11 @@ class KernelCostModel:
     def fit(self, ops: pd.DataFrame) -> KernelCostModel:
         import xgboost as xgb
 
+        if self.prior not in PRIORS:
+            raise err(
+                "invalid kernel prior", f"one of {list(PRIORS)}", repr(self.prior),
+                "Use 'linear' or 'loglinear'.",
+            )  # fmt: skip
         missing = [c for c in ("kind", "op", "measured_ms", *_NUMERIC, *_LOGGED) if c not in ops]
         if missing:
             raise err(
@@ -167,6 +205,10 @@ class KernelCostModel:
         if "signature" not in ops:
             ops = ops.assign(signature=_row_signatures(ops))
         table = _signature_table(ops)
+        # shared_conv: one conv kind (prior, trees, range), told apart by groups and the
+        # geometry features: a grouped conv measured in one family only is learned from every
+        # family's convolutions (leave-one-family-out, docs/costmodel.md, session 16)
+        table["kind"] = self._kinds(table["kind"].to_numpy(dtype=object))
         if len(table) < 10:
             raise err(
                 "too few measured ops",
@@ -185,6 +227,10 @@ class KernelCostModel:
         ms_all = table["measured_ms"].to_numpy(float)
         for k in self.kinds_:
             sel = (table["kind"] == k).to_numpy()
+            if self.prior == "loglinear":
+                coef = _loglinear_fit(table[list(_LOGGED)].to_numpy(float)[sel], ms_all[sel])
+                self.prior_[k] = [float(v) for v in coef]
+                continue
             A = _prior_terms(table[sel])
             w = 1.0 / ms_all[sel]
             coef, _ = nnls(A * w[:, None], np.ones(sel.sum()))
@@ -220,10 +266,13 @@ class KernelCostModel:
 
     def _prior(self, table: pd.DataFrame) -> np.ndarray:
         """The per-kind physical prior (ms) of op rows of seen kinds (1 ms elsewhere)."""
-        kinds, _, _, logged = _op_arrays(table)
+        kinds, _, _, logged = self._arrays(table)
         return self._prior_of(kinds, logged)
 
     def _prior_of(self, kinds: np.ndarray, logged: np.ndarray) -> np.ndarray:
+        if self.prior == "loglinear":
+            coef = np.array([self.prior_.get(k, [0.0, 0.0, 0.0, 0.0]) for k in kinds])
+            return np.maximum(np.exp((_loglinear_terms(logged) * coef).sum(axis=1)), 1e-6)
         A = _prior_terms_of(logged)
         coef = np.array([self.prior_.get(k, [1.0, 0.0, 0.0, 0.0]) for k in kinds])
         return np.maximum((A * coef).sum(axis=1), 1e-6)
@@ -246,7 +295,7 @@ class KernelCostModel:
         # one prediction per distinct signature: repeated blocks cost nothing
         codes, _ = pd.factorize(ops["signature"])
         first = np.unique(codes, return_index=True)[1]
-        kinds, names, num, logged = _op_arrays(ops)
+        kinds, names, num, logged = self._arrays(ops)
         ms, seen = self._predict_cached(kinds[first], names[first], num[first], logged[first])
         return ms[codes], seen[codes]
 
@@ -311,7 +360,7 @@ class KernelCostModel:
 
     def _beyond(self, table: pd.DataFrame) -> np.ndarray:
         """Rows larger than every measured op of their kind (see ``range_``)."""
-        kinds, _, _, logged = _op_arrays(table)
+        kinds, _, _, logged = self._arrays(table)
         return self._beyond_of(kinds, logged)
 
     def _beyond_of(self, kinds: np.ndarray, logged: np.ndarray) -> np.ndarray:
@@ -355,6 +404,9 @@ class KernelCostModel:
             "range": self.range_,
             "n_signatures": self.n_signatures_,
             "random_state": self.random_state,
+            "prior_form": self.prior,
+            "geometry": self.geometry,
+            "shared_conv": self.shared_conv,
         }
 
     def save_to(self, d: Path, prefix: str = "kernel") -> dict[str, Any]:
@@ -381,7 +433,12 @@ class KernelCostModel:
                 f"{part['sha256'][:12]}..., got {'a different file' if path.is_file() else 'none'}"
                 ". Restore the saved directory or fit the model again."
             )
-        m = cls(random_state=int(part["random_state"]))
+        m = cls(
+            random_state=int(part["random_state"]),
+            prior=str(part.get("prior_form", "linear")),  # saved before the option: linear
+            geometry=bool(part.get("geometry", False)),
+            shared_conv=bool(part.get("shared_conv", False)),
+        )
         m.kinds_, m.ops_, m.seen_ = list(part["kinds"]), list(part["ops"]), list(part["seen"])
         m.ms_per_mb_, m.ms_per_gflop_ = float(part["ms_per_mb"]), float(part["ms_per_gflop"])
         m.n_signatures_ = int(part["n_signatures"])
@@ -424,6 +481,56 @@ def _prior_terms_of(logged: np.ndarray) -> np.ndarray:
     return np.column_stack([np.ones(len(logged)), flops / 1e9, (read + write) / 1e6, weight / 1e6])
 
 
+def _loglinear_terms(logged: np.ndarray) -> np.ndarray:
+    """Columns of the log-linear prior: 1, log(1 + MFLOPs), log(1 + moved / 10 kB),
+    log(1 + weight / 10 kB): a power law in the op's work with a floor (the per-op overhead)
+    for small ops, so it extrapolates along the trend beyond the largest measured op."""
+    flops, read, write, weight = logged.T
+    return np.column_stack(
+        [
+            np.ones(len(logged)),
+            np.log1p(flops / 1e6),
+            np.log1p((read + write) / 1e4),
+            np.log1p(weight / 1e4),
+        ]
+    )
+
+
+def _loglinear_fit(logged: np.ndarray, ms: np.ndarray) -> np.ndarray:
+    """Least squares of ``log ms`` on :func:`_loglinear_terms` (one kind's op signatures)."""
+    coef, *_ = np.linalg.lstsq(_loglinear_terms(logged), np.log(ms), rcond=None)
+    return np.asarray(coef)
+
+
+def _geometry_of(num: np.ndarray) -> np.ndarray:
+    """Extra per-op features of the ``geometry`` option, from the :data:`_NUMERIC` columns:
+    channels per group in and out, output and input elements per channel (batch x H x W),
+    the GEMM depth (channels per group x kernel^2), oneDNN's 16-lane channel padding
+    (padded / real channels, per group and in all) and log groups: what sets a convolution's
+    efficiency beyond its FLOPs, in terms shared by every family."""
+    b, ci, hi, wi, co, ho, wo, k, _s, gr, _n = num.T
+    gr = np.maximum(gr, 1.0)
+    cpi, cpo = ci / gr, co / gr
+
+    def pad(c: np.ndarray) -> np.ndarray:
+        return np.where(c > 0, np.ceil(c / 16.0) * 16.0 / np.maximum(c, 1.0), 1.0)
+
+    return np.column_stack(
+        [
+            np.log1p(cpi),
+            np.log1p(cpo),
+            np.log1p(b * ho * wo),
+            np.log1p(b * hi * wi),
+            np.log1p(cpi * k * k),
+            pad(cpi),
+            pad(cpo),
+            pad(ci),
+            pad(co),
+            np.log1p(gr),
+        ]
+    )
+
+
 def _row_signatures(ops: pd.DataFrame) -> np.ndarray:
     cols = ["kind", "op", *_NUMERIC, *_LOGGED]
     text = ops[cols].astype(str).agg("|".join, axis=1)
@@ -447,8 +554,14 @@ class ModuleCostModel:
         random_state: int = 0,
         n_jobs: int | None = 1,
         memory: str = "physics",
+        kernel_prior: str = "linear",
+        kernel_geometry: bool = True,
+        kernel_shared_conv: bool = True,
     ) -> None:
         self.memory = memory
+        self.kernel_prior = kernel_prior
+        self.kernel_geometry = kernel_geometry
+        self.kernel_shared_conv = kernel_shared_conv
         self.mode = mode
         self.preset = preset
         self.kernel_folds = kernel_folds
@@ -494,6 +607,14 @@ class ModuleCostModel:
         g = per.groupby("key").sum()
         return g.reindex(rows["key"]).fillna(0.0)
 
+    def _kernel_model(self) -> KernelCostModel:
+        return KernelCostModel(
+            random_state=self.random_state,
+            prior=self.kernel_prior,
+            geometry=self.kernel_geometry,
+            shared_conv=self.kernel_shared_conv,
+        )
+
     def kernel_part(
         self, rows: pd.DataFrame, ops: pd.DataFrame
     ) -> tuple[KernelCostModel, np.ndarray]:
@@ -504,14 +625,12 @@ class ModuleCostModel:
 
         rows = rows.reset_index(drop=True)
         ops = ops[ops["key"].isin(set(rows["key"]))]
-        km = KernelCostModel(random_state=self.random_state).fit(ops)
+        km = self._kernel_model().fit(ops)
         oof = np.zeros(len(rows))
         keys = rows["key"].to_numpy()
         folds = GroupKFold(n_splits=min(self.kernel_folds, len(rows)))
         for tr, te in folds.split(rows, groups=keys):
-            fold = KernelCostModel(random_state=self.random_state).fit(
-                ops[ops["key"].isin(set(keys[tr]))]
-            )
+            fold = self._kernel_model().fit(ops[ops["key"].isin(set(keys[tr]))])
             test_ops = ops[ops["key"].isin(set(keys[te]))]
             oof[te] = self._network_sums(fold, rows.iloc[te], test_ops)["ms"].to_numpy()
         return km, oof
@@ -759,6 +878,8 @@ class ModuleCostModel:
         m.platform_ = dict(manifest.get("platform") or {"platform": "cpu/torch/fp32"})
         m.targets_ = ["peak_mem_mb", "latency_ms"]
         m.kernel_ = KernelCostModel.load_from(d, manifest["kernel"])
+        m.kernel_prior, m.kernel_geometry = m.kernel_.prior, m.kernel_.geometry
+        m.kernel_shared_conv = m.kernel_.shared_conv
         m.network_ = CostModel.load(d / "network")
         return m
 
@@ -804,9 +925,11 @@ def leave_one_family_out(
     modes: Sequence[str] = MODES,
     preset: str = "fast",
     random_state: int = 0,
+    kernel_params: Mapping[str, Any] | None = None,
 ) -> pd.DataFrame:
     """Per held-out family group and mode: train on the other groups' networks and ops,
-    test on it. Columns: ``family``, ``mode``, ``n``, ``latency_mape``,
+    test on it (``kernel_params``: ``ModuleCostModel``'s ``kernel_prior`` /
+    ``kernel_geometry``, default theirs). Columns: ``family``, ``mode``, ``n``, ``latency_mape``,
     ``latency_within10``, ``latency_r2``, ``mem_mape``, ``mem_within10``, ``mem_r2``."""
     from sklearn.metrics import mean_absolute_percentage_error, r2_score
 
@@ -817,9 +940,10 @@ def leave_one_family_out(
         tr, te = rows[g != fam], rows[g == fam]
         ops_tr = ops[ops["key"].isin(set(tr["key"]))]
         ops_te = ops[ops["key"].isin(set(te["key"]))]
-        kernel = ModuleCostModel(random_state=random_state).kernel_part(tr, ops_tr)
+        kp = dict(kernel_params or {})
+        kernel = ModuleCostModel(random_state=random_state, **kp).kernel_part(tr, ops_tr)
         for mode in modes:
-            m = ModuleCostModel(mode=mode, preset=preset, random_state=random_state).fit(
+            m = ModuleCostModel(mode=mode, preset=preset, random_state=random_state, **kp).fit(
                 tr, ops_tr, kernel=kernel
             )
             p = m.predict(te, ops_te, alpha=None)
@@ -856,6 +980,7 @@ def lofo_report(
     modes: Sequence[str] = MODES,
     preset: str = "fast",
     random_state: int = 0,
+    kernel_params: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Leave-one-family-out over the measured ``rows`` (config columns, ``key``,
     ``latency_ms``, ``peak_mem_mb``) and their per-op times: per family group and mode the
@@ -867,7 +992,7 @@ def lofo_report(
     rows = rows[rows["latency_ms"].notna() & rows["peak_mem_mb"].notna()]
     net, ops = network_tables(rows, measured_ops)
     table = leave_one_family_out(
-        net, ops, family_groups(net["family"]), modes, preset, random_state
+        net, ops, family_groups(net["family"]), modes, preset, random_state, kernel_params
     )
     summary = {}
     for m, t in table.groupby("mode", sort=False):

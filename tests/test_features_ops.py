@@ -18,16 +18,7 @@ from carb_nas.features import (
 )
 from carb_nas.models import build_model
 from carb_nas.space import Config
-
-
-class _SE(nn.Module):
-    def __init__(self, c: int) -> None:
-        super().__init__()
-        self.fc1, self.fc2 = nn.Conv2d(c, c // 4, 1), nn.Conv2d(c // 4, c, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        s = x.mean((2, 3), keepdim=True)
-        return x * torch.sigmoid(self.fc2(torch.relu(self.fc1(s))))
+from tests.user_nets import SqueezeExcite
 
 
 class _Block(nn.Module):
@@ -37,7 +28,7 @@ class _Block(nn.Module):
         self.g = nn.Conv2d(16, 16, 3, 1, 1, groups=4, bias=False)
         self.bn = nn.BatchNorm2d(16)
         self.act = nn.Hardswish()
-        self.se = _SE(16)
+        self.se = SqueezeExcite(16)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.se(self.act(self.bn(self.g(self.dw(x)))))

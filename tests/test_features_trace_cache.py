@@ -17,6 +17,7 @@ from torch import nn
 from carb_nas.features import clear_ops_cache, trace_features, trace_ops
 from carb_nas.models import build_model
 from carb_nas.space import Config
+from tests.user_nets import SqueezeExcite
 
 GOLDEN = Path(__file__).parent / "data" / "trace_golden.json"
 # (family, depth, width, resolution, batch): every family group, small enough to trace fast
@@ -34,16 +35,6 @@ _CONFIGS = [
 ]
 
 
-class _SE(nn.Module):
-    def __init__(self, c: int) -> None:
-        super().__init__()
-        self.fc1, self.fc2 = nn.Conv2d(c, c // 4, 1), nn.Conv2d(c // 4, c, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        s = x.mean((2, 3), keepdim=True)
-        return x * torch.sigmoid(self.fc2(torch.relu(self.fc1(s))))
-
-
 class _Block(nn.Module):
     """A user block whose ``residual`` flag is no submodule and not in its extra_repr."""
 
@@ -53,7 +44,7 @@ class _Block(nn.Module):
         self.dw = nn.Conv2d(16, 16, 3, 1, 1, groups=16, bias=False)
         self.bn = nn.BatchNorm2d(16)
         self.act = nn.Hardswish()
-        self.se = _SE(16)
+        self.se = SqueezeExcite(16)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.se(self.act(self.bn(self.dw(x))))

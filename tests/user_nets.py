@@ -54,3 +54,15 @@ def custom_op() -> nn.Module:
 
 def flat_linear() -> nn.Module:
     return nn.Sequential(nn.Flatten(), nn.Linear(3 * 8 * 8, 10))
+
+
+class SqueezeExcite(nn.Module):
+    """A user squeeze-and-excitation block (mean, two 1x1 convs, sigmoid gate)."""
+
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = nn.Conv2d(c, c // 4, 1), nn.Conv2d(c // 4, c, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s = x.mean((2, 3), keepdim=True)
+        return x * torch.sigmoid(self.fc2(torch.relu(self.fc1(s))))

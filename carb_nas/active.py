@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from carb_nas.costmodel import PHYSICAL_OFFSETS, model_inputs, physical_offsets
+from carb_nas.costmodel import PHYSICAL_OFFSETS, model_inputs, physical_offsets, relative_nnls
 from carb_nas.errors import ConfigError
 from carb_nas.space import CONFIG_COLUMNS
 
@@ -113,15 +113,11 @@ def _physical_prior(X: pd.DataFrame, measured: np.ndarray, y: np.ndarray) -> np.
     resource columns of :data:`carb_nas.costmodel.PHYSICAL_OFFSETS` (FLOPs, weights, activations,
     page faults, layers) whose costs minimize the relative error on the ``measured`` rows
     (``y``), as the cost model's ``target_offsets`` fits it; None when ``X`` lacks them."""
-    from scipy.optimize import nnls
-
     cols = PHYSICAL_OFFSETS["latency_ms"]
     if isinstance(cols, str) or not all(c in X for c in cols):
         return None
     M = X[list(cols)].to_numpy(float)
-    scale = np.where(M.max(axis=0) > 0, M.max(axis=0), 1.0)
-    c, _ = nnls(M[measured] / scale / y[:, None], np.ones(len(y)))
-    prior = M @ (c / scale)
+    prior = M @ relative_nnls(M[measured], y)
     return np.log(prior) if (prior > 0).all() else None
 
 
@@ -272,11 +268,11 @@ def choose_active(
             .assign(active_reason="seed", active_interval_width=np.nan)
         )
     pred_c, width = _predict(model, cand)
+    if uncertainty == "committee" and _committee_ready(measured_rows):
+        return _choose_by_committee(cand, measured_rows, measured, width, n, seed, rng)
     pred_m, _ = _predict(model, measured)
     Xc, Xm = _standardized(coverage_matrix(cand, pred_c), coverage_matrix(measured, pred_m))
     dist = _nearest_distance(Xc, Xm)
-    if uncertainty == "committee" and _committee_ready(measured_rows):
-        return _choose_by_committee(cand, measured_rows, measured, width, n, seed, rng)
     med = float(np.median(width)) or 1.0
     weight = 1.0 + width / med
     order: list[int] = []

@@ -75,6 +75,7 @@ from carb_nas.costmodel._common import (
     MIN_TRAIN_ROWS,
     TELEMETRY_COLUMNS,
     frame_sha256,
+    relative_nnls,
 )
 from carb_nas.costmodel._defaults import (
     CACHE_ENV,
@@ -148,6 +149,7 @@ __all__ = [
     # persistence and the default models
     "FORMAT_VERSION",
     "frame_sha256",
+    "relative_nnls",
     "manifest_sha256",
     "check_output_dir",
     "check_model",

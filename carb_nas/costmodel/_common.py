@@ -89,3 +89,15 @@ def frame_sha256(*frames: pd.DataFrame) -> str:
         h.update(json.dumps([str(c) for c in frame.columns]).encode())
         h.update(pd.util.hash_pandas_object(frame, index=False).to_numpy().tobytes())
     return h.hexdigest()
+
+
+def relative_nnls(M: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Non-negative costs ``c`` (one per column of ``M``) minimizing the relative error of
+    ``M @ c`` against ``y > 0``: ``target_offsets``' physical sums and the active committee's
+    prior. Columns are scaled to their maximum first so the solver sees comparable columns."""
+    from scipy.optimize import nnls
+
+    scale = M.max(axis=0)
+    scale = np.where(scale > 0, scale, 1.0)
+    c, _ = nnls(M / scale / y[:, None], np.ones(len(y)))
+    return c / scale

@@ -16,6 +16,7 @@ from carb_nas.costmodel._common import (
     MIN_TRAIN_ROWS,
     err,
     frame_sha256,
+    relative_nnls,
     show,
 )
 from carb_nas.costmodel._intervals import conformal_scores, regime_quantiles
@@ -531,15 +532,11 @@ class CostModel(RegressorMixin, BaseEstimator):
 
     def _fit_offset_coefs(self, X: pd.DataFrame, t: str, y: np.ndarray) -> dict[str, float]:
         """Non-negative costs c of a list offset, minimizing the relative error of X @ c."""
-        from scipy.optimize import nnls
-
         cols = self.offsets_[t]
         M = X[cols].to_numpy(dtype=float)
-        scale = M.max(axis=0)
-        scale[scale == 0] = 1.0
-        c, _ = nnls(M / scale / y[:, None], np.ones(len(y)))
-        coefs = {col: float(v) for col, v in zip(cols, c / scale)}
-        if not (M @ (c / scale) > 0).all():
+        c = relative_nnls(M, y)
+        coefs = {col: float(v) for col, v in zip(cols, c)}
+        if not (M @ c > 0).all():
             raise err(
                 f"target_offsets columns for {t!r} cannot form a positive offset",
                 "non-negative costs that make the offset > 0 on every training row",

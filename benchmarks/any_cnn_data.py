@@ -136,6 +136,15 @@ def family_specs(per_family: int, max_gflops: float, seed: int = 0) -> list[dict
     return out
 
 
+def interleave(families: list[dict], resnets: list[dict]) -> list[dict]:
+    """The ResNet specs spread evenly through the (already interleaved) family specs, so a
+    campaign stopped at any point holds every group in proportion."""
+    n = len(families) + len(resnets)
+    slots = {round(i * n / len(resnets)) for i in range(len(resnets))} if resnets else set()
+    fam, res = iter(families), iter(resnets)
+    return [next(res) if i in slots else next(fam) for i in range(n)]
+
+
 def measure(args: argparse.Namespace) -> None:
     import json
 
@@ -162,7 +171,7 @@ def measure(args: argparse.Namespace) -> None:
     elif cached.exists():
         specs = json.loads(cached.read_text())
     else:
-        specs = family_specs(args.per_family, args.max_gflops) + resnet_specs(args.resnet)
+        specs = interleave(family_specs(args.per_family, args.max_gflops), resnet_specs(args.resnet))
         Path(args.out).mkdir(parents=True, exist_ok=True)
         cached.write_text(json.dumps(specs))
     print(f"{len(specs)} specs", file=sys.stderr, flush=True)

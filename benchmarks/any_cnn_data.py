@@ -171,7 +171,9 @@ def measure(args: argparse.Namespace) -> None:
     elif cached.exists():
         specs = json.loads(cached.read_text())
     else:
-        specs = interleave(family_specs(args.per_family, args.max_gflops), resnet_specs(args.resnet))
+        specs = interleave(
+            family_specs(args.per_family, args.max_gflops), resnet_specs(args.resnet)
+        )
         Path(args.out).mkdir(parents=True, exist_ok=True)
         cached.write_text(json.dumps(specs))
     print(f"{len(specs)} specs", file=sys.stderr, flush=True)

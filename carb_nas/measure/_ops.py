@@ -189,7 +189,9 @@ def ops_fingerprint(protocol: Protocol) -> dict[str, Any]:
     }
 
 
-def _done_keys(path: Path) -> set[str]:
+def _done_keys(path: Path, fingerprint: str) -> set[str]:
+    """Keys already measured in ``path``; refuses rows of another platform, so a campaign
+    resumed on another machine (or torch, or protocol) never mixes two platforms' rows."""
     if not path.exists():
         return set()
     keys = set()
@@ -199,10 +201,24 @@ def _done_keys(path: Path) -> set[str]:
             if not line:
                 continue
             try:
-                keys.add(json.loads(line)["key"])
+                rec = json.loads(line)
+                keys.add(rec["key"])
             except (json.JSONDecodeError, KeyError):
                 continue  # a line torn by a kill: that spec is measured again
+            if rec.get("fingerprint", fingerprint) != fingerprint:
+                _refuse_resume(path, rec["fingerprint"], fingerprint)
     return keys
+
+
+def _refuse_resume(path: Path, theirs: str, ours: str) -> None:
+    a, b = json.loads(theirs), json.loads(ours)
+    diff = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+    raise ConfigError(
+        f"{path.parent} was measured on another platform: expected rows with this platform's "
+        f"fingerprint, got rows that differ in {', '.join(diff)} (e.g. {diff[0]}: "
+        f"{a.get(diff[0])!r} there, {b.get(diff[0])!r} here). Continue it on the machine and "
+        "setup that started it, or measure into a new directory."
+    )
 
 
 def _append(path: Path, records: Iterable[Mapping[str, Any]]) -> None:
@@ -273,8 +289,8 @@ def run_ops_campaign(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
-    done = _done_keys(out / ROWS)
     fp = json.dumps(ops_fingerprint(proto), sort_keys=True)
+    done = _done_keys(out / ROWS, fp)
     warmed = False
     n = 0
     for spec in specs:

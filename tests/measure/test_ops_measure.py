@@ -90,6 +90,20 @@ def test_ops_campaign_measures_in_fresh_processes_and_resumes(tmp_path):
     assert list(rows["key"]) == ["a", "b", "c"]
 
 
+def test_a_campaign_refuses_to_resume_on_another_platform(tmp_path):
+    assert run_ops_campaign([{"key": "a", "c": 4}], _build, tmp_path, QUICK, 1) == 1
+    path = tmp_path / "rows.jsonl"
+    rec = json.loads(path.read_text())
+    fp = json.loads(rec["fingerprint"])
+    fp["cpu"] = {**fp["cpu"], "model": "another"}
+    rec["fingerprint"] = json.dumps(fp, sort_keys=True)
+    path.write_text(json.dumps(rec) + "\n")
+    before = path.read_bytes()
+    with pytest.raises(ConfigError, match="another platform.*differ in cpu"):
+        run_ops_campaign([{"key": "b", "c": 8}], _build, tmp_path, QUICK, 1)
+    assert path.read_bytes() == before  # nothing measured, nothing appended
+
+
 def test_a_failing_build_becomes_an_error_row(tmp_path):
     assert run_ops_campaign([{"key": "x"}], _bad, tmp_path, QUICK, profiled_runs=1) == 1
     rows, _ = read_ops_campaign(tmp_path)

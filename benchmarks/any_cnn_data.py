@@ -183,14 +183,39 @@ def measure(args: argparse.Namespace) -> None:
     print(f"measured {n} now", file=sys.stderr)
 
 
+def _machine(fingerprint: str) -> str:
+    """The machine part of a row's fingerprint: CPU name and, where recorded, its identity."""
+    import json
+
+    fp = json.loads(fingerprint)
+    cpu = fp.get("cpu") or {}
+    avx512 = any("avx512" in f for f in cpu.get("isa", []))  # same name, other ISA: seen here
+    parts = (fp.get("device_name"), cpu.get("family"), cpu.get("model"), avx512 and "avx512")
+    return " ".join(str(x) for x in parts if x)
+
+
 def export(args: argparse.Namespace) -> None:
     import json
 
     from carb_nas.datasets import SCHEMA
     from carb_nas.measure._ops import read_ops_campaign
 
+    out_rows, out_ops = OUT_ROWS, OUT_OPS
+    if args.name != "zoo":  # another machine's dataset beside the shipped one, never over it
+        out_rows = OUT_ROWS.with_name(f"cpu_torch_fp32_{args.name}.csv")
+        out_ops = OUT_OPS.with_name(f"cpu_torch_fp32_{args.name}_ops.csv.gz")
     parts = [read_ops_campaign(c) for c in args.campaign]
     rows = pd.concat([r.assign(_part=i) for i, (r, _) in enumerate(parts)], ignore_index=True)
+    machines = {_machine(f) for f in rows.fingerprint.dropna()}
+    if len(machines) != 1:
+        sys.exit(f"export: expected passes of one machine, got {len(machines)}: {sorted(machines)}")
+    if out_rows.exists():
+        theirs = {_machine(f) for f in pd.read_csv(out_rows, usecols=["fingerprint"]).fingerprint}
+        if theirs != machines:
+            sys.exit(
+                f"export: {out_rows.name} holds another machine's rows ({sorted(theirs)}), these "
+                f"are {sorted(machines)}; export them under their own name: --name zoo-<machine>"
+            )
     ops = pd.concat([o.assign(_part=i) for i, (_, o) in enumerate(parts)], ignore_index=True)
     # one row per config: the lowest-CV measurement among the passes, with its own ops
     rows = rows[rows.status == "ok"].sort_values("latency_cv").drop_duplicates("key")
@@ -209,11 +234,11 @@ def export(args: argparse.Namespace) -> None:
     extra = ["op_sum_ms", "n_ops", "n_events", "n_unmatched", "minor_faults_per_run"]
     cols = [c for c in SCHEMA if c in rows.columns] + [c for c in extra if c in rows.columns]
     out = rows.reindex(columns=list(dict.fromkeys([*SCHEMA, *cols])))
-    out.to_csv(OUT_ROWS, index=False)
+    out.to_csv(out_rows, index=False)
     ops = ops[ops.key.isin(set(out.key))]
     ops = ops[["key", "index", "kind", "op", "event", "measured_ms", "signature"]]
-    ops.to_csv(OUT_OPS, index=False, float_format="%.6g")
-    print(f"wrote {OUT_ROWS} ({len(out)} rows), {OUT_OPS} ({len(ops)} op rows)", file=sys.stderr)
+    ops.to_csv(out_ops, index=False, float_format="%.6g")
+    print(f"wrote {out_rows} ({len(out)} rows), {out_ops} ({len(ops)} op rows)", file=sys.stderr)
 
 
 def main() -> None:
@@ -228,6 +253,11 @@ def main() -> None:
     m.add_argument("--cv-above", type=float, default=0.10, help="...whose latency CV is above")
     e = sub.add_parser("export")
     e.add_argument("campaign", nargs="+", help="campaign directories (passes)")
+    e.add_argument(
+        "--name",
+        default="zoo",
+        help="writes cpu_torch_fp32_<name>.csv (+ _ops.csv.gz); zoo is the shipped one",
+    )
     a = p.parse_args()
     measure(a) if a.cmd == "measure" else export(a)
 

@@ -6,6 +6,9 @@ processes), with the per-operator table of the same runs; resumable.
     PYTHONPATH=$PWD python benchmarks/any_cnn_data.py measure --out CAMPAIGN_RE
         --remeasure-from CAMPAIGN --cv-above 0.10
     PYTHONPATH=$PWD python benchmarks/any_cnn_data.py export CAMPAIGN [CAMPAIGN_RE ...]
+        [--name zoo-<machine>]
+    PYTHONPATH=$PWD python benchmarks/any_cnn_data.py measure --out CAMPAIGN2
+        --specs docs/passes/<name>/specs.json.gz --skip-in carb_nas/data/zoo/<file>.csv
 
 ``measure`` draws the configs (seeded): ``--resnet`` ResNet configs among the shipped
 ``cpu_torch_fp32`` ones at batch <= 16 (same keys, so the two machines pair up), and
@@ -16,12 +19,18 @@ then measures each config not yet in CAMPAIGN in a fresh forked process
 A second pass (``--remeasure-from``) measures the rows whose CV is above ``--cv-above`` again;
 ``export`` keeps each config's lowest-CV row among the passes and writes
 ``carb_nas/data/zoo/cpu_torch_fp32_zoo.csv`` (one row per config, the dataset schema) and
-``..._ops.csv.gz`` (one row per operator).
+``..._ops.csv.gz`` (one row per operator). ``--name`` writes another machine's dataset
+(``cpu_torch_fp32_<name>.csv``) beside the shipped one; export refuses passes of two machines
+and writing over a file of another machine. A later sitting continues a shipped draw
+(``--specs``, skipping the exported configs with ``--skip-in``) and exports the old CSV and
+the new campaign together (``export OLD.csv CAMPAIGN2 --name ...``; a CSV part reads its
+``_ops.csv.gz`` beside it); ``--remeasure-from`` takes an exported CSV too.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import sys
 from pathlib import Path
 
@@ -152,9 +161,7 @@ def measure(args: argparse.Namespace) -> None:
 
     cached = Path(args.out) / "specs.json"  # the draw, kept so a resume does not redo it
     if args.remeasure_from:
-        from carb_nas.measure import read_ops_campaign
-
-        rows, _ = read_ops_campaign(args.remeasure_from)
+        rows, _ = read_part(args.remeasure_from)
         rows = rows[(rows.status == "ok") & (rows.latency_cv > args.cv_above)]
         cols = ["key", "family", "depth", "width", "resolution", "batch_size"]
         specs = [dict(zip(cols, r)) for r in rows[cols].itertuples(index=False)]
@@ -170,12 +177,19 @@ def measure(args: argparse.Namespace) -> None:
         ]
     elif cached.exists():
         specs = json.loads(cached.read_text())
+    elif args.specs:  # a shipped draw (docs/passes/...): a later sitting continues it
+        specs = json.loads(gzip.decompress(Path(args.specs).read_bytes()))
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        cached.write_text(json.dumps(specs))
     else:
         specs = interleave(
             family_specs(args.per_family, args.max_gflops), resnet_specs(args.resnet)
         )
         Path(args.out).mkdir(parents=True, exist_ok=True)
         cached.write_text(json.dumps(specs))
+    if args.skip_in:  # configs an exported dataset already holds
+        have = set(pd.read_csv(args.skip_in, usecols=["key"]).key)
+        specs = [sp for sp in specs if sp["key"] not in have]
     print(f"{len(specs)} specs", file=sys.stderr, flush=True)
     n = run_ops_campaign(
         specs, build, args.out, progress=lambda s: print(s, file=sys.stderr, flush=True)
@@ -194,17 +208,30 @@ def _machine(fingerprint: str) -> str:
     return " ".join(str(x) for x in parts if x)
 
 
+def read_part(path: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(rows, ops)`` of a campaign directory, or of an exported rows CSV (its per-op table
+    ``<stem>_ops.csv.gz`` beside it), so an export can be extended by a later campaign."""
+    from carb_nas.measure import read_ops_campaign
+
+    p = Path(path)
+    if p.is_dir():
+        return read_ops_campaign(p)
+    rows = pd.read_csv(p)
+    return rows.assign(status=rows.get("status", "ok")), pd.read_csv(
+        p.with_name(p.name.removesuffix(".csv") + "_ops.csv.gz")
+    )
+
+
 def export(args: argparse.Namespace) -> None:
     import json
 
     from carb_nas.datasets import SCHEMA
-    from carb_nas.measure._ops import read_ops_campaign
 
     out_rows, out_ops = OUT_ROWS, OUT_OPS
     if args.name != "zoo":  # another machine's dataset beside the shipped one, never over it
         out_rows = OUT_ROWS.with_name(f"cpu_torch_fp32_{args.name}.csv")
         out_ops = OUT_OPS.with_name(f"cpu_torch_fp32_{args.name}_ops.csv.gz")
-    parts = [read_ops_campaign(c) for c in args.campaign]
+    parts = [read_part(c) for c in args.campaign]
     rows = pd.concat([r.assign(_part=i) for i, (r, _) in enumerate(parts)], ignore_index=True)
     machines = {_machine(f) for f in rows.fingerprint.dropna()}
     if len(machines) != 1:
@@ -251,8 +278,10 @@ def main() -> None:
     m.add_argument("--max-gflops", type=float, default=2.0)
     m.add_argument("--remeasure-from", default=None, help="re-measure this campaign's rows...")
     m.add_argument("--cv-above", type=float, default=0.10, help="...whose latency CV is above")
+    m.add_argument("--specs", default=None, help="a draw to continue (specs.json.gz)")
+    m.add_argument("--skip-in", default=None, help="skip the configs of this exported CSV")
     e = sub.add_parser("export")
-    e.add_argument("campaign", nargs="+", help="campaign directories (passes)")
+    e.add_argument("campaign", nargs="+", help="campaign directories or exported CSVs (passes)")
     e.add_argument(
         "--name",
         default="zoo",

@@ -1,0 +1,74 @@
+"""benchmarks/any_cnn_data.py's export: one machine per dataset, never over another machine's
+file, and an exported CSV extends with a later campaign (real tiny campaigns on this CPU)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from carb_nas.measure import run_ops_campaign
+from tests.measure.test_ops_measure import QUICK, _build
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def data(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location(
+        "any_cnn_data", ROOT / "benchmarks/any_cnn_data.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.setattr(mod, "OUT_ROWS", tmp_path / "out" / "cpu_torch_fp32_zoo.csv")
+    monkeypatch.setattr(mod, "OUT_OPS", tmp_path / "out" / "cpu_torch_fp32_zoo_ops.csv.gz")
+    (tmp_path / "out").mkdir()
+    return mod
+
+
+def _campaign(path: Path, keys: list[str]) -> Path:
+    specs = [{"key": k, "family": "tiny", "c": 4 + 4 * i} for i, k in enumerate(keys)]
+    run_ops_campaign(specs, _build, path, QUICK, profiled_runs=1)
+    return path
+
+
+def _export(mod, parts, name="zoo-here"):
+    mod.export(argparse.Namespace(campaign=[str(p) for p in parts], name=name))
+    return mod.OUT_ROWS.with_name(f"cpu_torch_fp32_{name}.csv")
+
+
+def test_an_export_extends_with_a_later_campaign(data, tmp_path):
+    first = _export(data, [_campaign(tmp_path / "c1", ["a", "b"])])
+    old = tmp_path / "old.csv"
+    old.write_bytes(first.read_bytes())
+    first.with_name(first.stem + "_ops.csv.gz").rename(tmp_path / "old_ops.csv.gz")
+    both = pd.read_csv(_export(data, [old, _campaign(tmp_path / "c2", ["c"])]))
+    assert sorted(both.key) == ["a", "b", "c"] and (both.platform == "cpu/torch/fp32").all()
+    ops = pd.read_csv(first.with_name(first.stem + "_ops.csv.gz"))
+    assert set(ops.key) == {"a", "b", "c"}
+
+
+def _other_machine(path: Path) -> None:
+    rows = path / "rows.jsonl"
+    recs = [json.loads(line) for line in rows.read_text().splitlines()]
+    for r in recs:
+        fp = json.loads(r["fingerprint"])
+        r["fingerprint"] = json.dumps({**fp, "device_name": "Another CPU"}, sort_keys=True)
+    rows.write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+
+def test_export_refuses_two_machines_and_another_machines_file(data, tmp_path):
+    here = _campaign(tmp_path / "here", ["a"])
+    there = _campaign(tmp_path / "there", ["b"])
+    _other_machine(there)
+    with pytest.raises(SystemExit, match="one machine, got 2"):
+        _export(data, [here, there])
+    _export(data, [there], name="zoo")
+    before = data.OUT_ROWS.read_bytes()
+    with pytest.raises(SystemExit, match="another machine's rows.*--name zoo-"):
+        _export(data, [here], name="zoo")
+    assert data.OUT_ROWS.read_bytes() == before  # the other machine's file is untouched

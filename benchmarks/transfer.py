@@ -47,7 +47,10 @@ def main() -> None:
             plain = run["calibrated_without_prior"]["latency_ms"]
             line += f" (without prior {plain['r2_mean']:.3f} ± {plain['r2_std']:.3f})"
         src = run["source_only"]["latency_ms"]["r2_mean"]
-        print(f"{line}; source only {src:.3f}; maps chosen {run['methods_chosen']}")
+        mem = run["calibrated"].get("peak_mem_mb")
+        if mem is not None:
+            line += f"; memory R2 {mem['r2_mean']:.4f} ± {mem['r2_std']:.4f}"
+        print(f"{line}; latency source only {src:.3f}; maps chosen {run['methods_chosen']}")
         cells.append(f"fewshot_r2_n{n}={lat['r2_mean']:.3f} ± {lat['r2_std']:.3f}")
     print(f"prior pairs {fs['prior_pairs']}; {args.repeats} seeds; no measurement; "
           f"elapsed {time.perf_counter() - t0:.0f} s")  # fmt: skip

@@ -521,6 +521,45 @@ def test_transfer_prior_learned_on_other_pairs_helps_a_shared_shape():
     pd.testing.assert_frame_equal(cal.predict(_inputs(target)), again.predict(_inputs(target)))
 
 
+def test_prior_map_picks_its_columns_by_loo_error():
+    """The prior map's linear columns: log source and log FLOPs only where the target's own
+    bend lies in them, every column where it also bends by width and depth; a map saved
+    before it named its columns still predicts with every column."""
+    from carb_nas.costmodel import PRIOR_MAP_COLUMNS, fit_transfer_prior
+    from carb_nas.costmodel import model_inputs as _inputs
+
+    a = synthetic_rows()
+    prior = fit_transfer_prior({"A:int8": (a, _bent("onnxruntime", "int8", 0.2, 0.1, 0.0))})
+    names = ["log_source", "log_flops"]
+    assert list(PRIOR_MAP_COLUMNS) == names
+    # own bend in log FLOPs only (and the shared shape): the two columns
+    flops_bent = _bent("onnxruntime", "fp32", -0.5, 0.0, 0.0)
+    flops_bent["latency_ms"] *= np.exp(0.1 * np.log(_inputs(a)["flops"].to_numpy(float)))
+    cal = CalibratedModel(ExactSourceModel(), method="prior", prior=prior)
+    rows = flops_bent.sample(25, random_state=0)
+    cal.fit(_inputs(rows), rows[["latency_ms"]])
+    spec = cal.maps_["latency_ms"]
+    assert spec["columns"] == [0, 1] and len(spec["weights"]) == 2, spec
+    # own bend by width and depth, which the two columns cannot express: every column
+    wide = _bent("onnxruntime", "fp32", -0.5, -0.4, 0.3)
+    cal_w = CalibratedModel(ExactSourceModel(), method="prior", prior=prior)
+    rows = wide.sample(25, random_state=0)
+    cal_w.fit(_inputs(rows), rows[["latency_ms"]])
+    n_cols = 1 + len(cal_w.feature_names_)
+    assert cal_w.maps_["latency_ms"]["columns"] == list(range(n_cols))
+    # an older saved map (no "columns", a weight per column) predicts with every column
+    X = _inputs(wide)
+    old = cal_w.to_dict()
+    del old["maps"]["latency_ms"]["columns"]
+    again = CalibratedModel.from_dict(json.loads(json.dumps(old)), ExactSourceModel())
+    pd.testing.assert_frame_equal(cal_w.predict(X), again.predict(X))
+    # and a two-column map applies only its two weights (dropping them changes the result)
+    two = cal.to_dict()
+    two["maps"]["latency_ms"]["weights"] = [0.0, 0.0]
+    zeroed = CalibratedModel.from_dict(json.loads(json.dumps(two)), ExactSourceModel())
+    assert not np.allclose(zeroed.predict(X)["latency_ms"], cal.predict(X)["latency_ms"])
+
+
 def test_transfer_prior_bad_inputs():
     from carb_nas.costmodel import TransferPrior, fit_transfer_prior
 

@@ -61,6 +61,7 @@ from carb_nas.costmodel._calibration import (
     CALIBRATION_METHODS,
     INFORMATIVE_KINDS,
     MIN_PRIOR_CONFIGS,
+    PRIOR_MAP_COLUMNS,
     CalibratedModel,
     TransferPrior,
     calibrate,
@@ -181,6 +182,7 @@ __all__ = [
     # few-shot calibration to a new platform
     "CalibratedModel",
     "MIN_PRIOR_CONFIGS",
+    "PRIOR_MAP_COLUMNS",
     "TransferPrior",
     "calibrate",
     "fit_transfer_prior",

@@ -8,6 +8,7 @@ returns a ``CalibratedModel`` that predicts like a ``CostModel``. Used by ``carb
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -28,6 +29,7 @@ __all__ = [
     "CalibratedModel",
     "calibrate",
     "MIN_PRIOR_CONFIGS",
+    "PRIOR_MAP_COLUMNS",
     "TransferPrior",
     "calibration_feature_names",
     "calibration_features",
@@ -37,6 +39,8 @@ __all__ = [
 ]
 
 CALIBRATION_METHODS = ("auto", "scale", "loglinear", "features", "prior")
+PRIOR_MAP_COLUMNS = ("log_source", "log_flops")
+"""The linear columns of the ``prior`` map beside the prior's shape (see ``CalibratedModel``)."""
 CALIBRATION_FEATURES = (
     "log_flops",
     "log_batch_size",
@@ -199,6 +203,9 @@ class TransferPrior:
     OpenVINO fp32 and int8, Intel machine, multi-family) does not help: ORT fp32 0.852 / 0.880,
     ORT int8 0.910 / 0.930. With 2,000 target rows the map with the int8 shape reaches 0.943
     on ORT fp32 (linear map 0.932): R2 >= 0.95 at N = 10 is not reached with this prior.
+    Since the prior map picks its linear columns (``PRIOR_MAP_COLUMNS`` or all, by LOO
+    error), ORT fp32 reaches 0.907 +- 0.016 at N = 10 and 0.922 +- 0.004 at N = 25
+    (``benchmarks/transfer.py``; ORT int8 unchanged).
     """
 
     def __init__(self, shapes: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> None:
@@ -318,13 +325,14 @@ class CalibratedModel:
     - ``features``: ``r = a + w . [log source, log FLOPs, log batch, log resolution,
       log width, log depth, is_bottleneck]`` (standardized; log FLOPs when X has ``flops``),
       ridge-penalized, penalty picked by leave-one-out error;
-    - ``prior`` (needs ``prior``, a ``TransferPrior``): the ``features`` map with the prior's
-      shape ``s(x)`` (learned on other platform pairs) as one more column, ``r = a + w . [...]
-      + b*s(x)``, same ridge and penalty choice;
+    - ``prior`` (needs ``prior``, a ``TransferPrior``): the prior's shape ``s(x)`` (learned
+      on other platform pairs) as one more column of a ridge map, ``r = a + w . [...] +
+      b*s(x)``, ``[...]`` either the ``features`` columns or only ``PRIOR_MAP_COLUMNS`` (log
+      source, log FLOPs: fewer coefficients for N rows to pin where the shape already bends
+      the map), the columns and penalty picked by leave-one-out error;
     - ``auto`` (default): the method with the lowest leave-one-out RMSE of ``log(y)`` on the
       calibration rows, per target, the ``prior`` map among them when a ``prior`` is given
-      (on torch -> ONNX Runtime fp32 it is picked for 14 of 20 draws x targets at N = 10;
-      always using it measured the same latency R2, 0.895 / 0.909).
+      (on torch -> ONNX Runtime fp32 it is picked for 16 of 20 draws x targets at N = 10).
 
     Every map's correction is clipped to the range of ``r`` seen on the calibration rows:
     fitted on a handful of noisy points, a trend must not be extrapolated into factors it
@@ -452,6 +460,11 @@ class CalibratedModel:
             target, _prior_design(z, calibration_features(X, CALIBRATION_FEATURES))
         )
 
+    def _prior_columns(self) -> list[int]:
+        """Positions in ``[log source, *feature_names_]`` of the prior map's linear columns."""
+        names = ["log_source", *self.feature_names_]
+        return [names.index(c) for c in PRIOR_MAP_COLUMNS if c in names]
+
     def _fit_target(
         self, z: np.ndarray, logy: np.ndarray, feats: np.ndarray, shape: np.ndarray | None = None
     ) -> dict[str, Any]:
@@ -503,16 +516,27 @@ class CalibratedModel:
             # the prior's shape as one more (unstandardized, penalized) column: the N rows
             # weigh it against the linear terms instead of taking it as given (left
             # unpenalized it follows the other pair too closely: torch -> ORT fp32 R2 0.873 /
-            # 0.898 at N = 10 / 25 against 0.895 / 0.909 penalized)
-            design = np.column_stack([np.ones(n), (full - mean) / std, shape])
+            # 0.898 at N = 10 / 25 against 0.895 / 0.909 penalized). Beside the shape, only
+            # the log source prediction and log FLOPs (PRIOR_MAP_COLUMNS, their difference
+            # is the source's time per FLOP) or every column, whichever (with its penalty)
+            # has the lower LOO error: the shape already bends the map by batch, resolution,
+            # width and depth, and 10 rows pin 4 coefficients better than 9 where it holds.
+            # torch -> ORT fp32 R2 at N = 10 / 25: every column 0.895 / 0.909, the two
+            # only 0.912 / 0.922, LOO choice 0.907 / 0.922; ORT int8: 0.923 / 0.954, 0.900
+            # / 0.931, 0.923 / 0.954 (benchmarks/transfer.py, 10 seeds)
             fits = []
-            for lam in (0.3, 1.0, 3.0, 10.0, 30.0, 100.0):
+            for cols, lam in itertools.product(
+                (self._prior_columns(), list(range(full.shape[1]))),
+                (0.3, 1.0, 3.0, 10.0, 30.0, 100.0),
+            ):
+                design = np.column_stack([np.ones(n), ((full - mean) / std)[:, cols], shape])
                 coef, loo = penalized_fit(design, r, lam * n / 10)
                 fits.append(
                     (
                         {
                             "method": "prior",
                             "intercept": float(coef[0]),
+                            "columns": cols,
                             "weights": [float(c) for c in coef[1:-1]],
                             "prior_weight": float(coef[-1]),
                             "mean": mean.tolist(),
@@ -565,10 +589,12 @@ class CalibratedModel:
             if spec["method"] == "loglinear":
                 r = r + spec["weights"][0] * (z - spec["mean"][0]) / spec["std"][0]
             elif spec["method"] in ("features", "prior"):
-                full = np.column_stack([z, feats])
-                r = r + ((full - np.asarray(spec["mean"])) / np.asarray(spec["std"])) @ np.asarray(
-                    spec["weights"]
+                full = (np.column_stack([z, feats]) - np.asarray(spec["mean"])) / np.asarray(
+                    spec["std"]
                 )
+                # a prior map names its columns (one saved before them used every column)
+                cols = spec.get("columns", list(range(full.shape[1])))
+                r = r + full[:, cols] @ np.asarray(spec["weights"])
                 if spec["method"] == "prior":
                     shape = self._prior_shape(t, z, X)
                     if shape is None:

@@ -163,6 +163,7 @@ def measure(args: argparse.Namespace) -> None:
     if args.remeasure_from:
         rows, _ = read_part(args.remeasure_from)
         rows = rows[(rows.status == "ok") & (rows.latency_cv > args.cv_above)]
+        rows = rows.sort_values("latency_cv", ascending=False)  # the noisiest first
         cols = ["key", "family", "depth", "width", "resolution", "batch_size"]
         specs = [dict(zip(cols, r)) for r in rows[cols].itertuples(index=False)]
         specs = [

@@ -13,7 +13,7 @@ from torch import nn
 from carb_nas.costmodel import KernelCostModel, ModuleCostModel, leave_one_family_out
 from carb_nas.errors import ModelError
 from carb_nas.features import trace_ops
-from tests.synthetic import fake_module_dataset, small_cnn
+from tests.synthetic import fake_module_dataset, fake_op_ms, small_cnn
 
 _net = small_cnn
 
@@ -349,3 +349,43 @@ def test_shared_conv_kind_models_a_grouped_conv_from_the_other_convolutions(fake
     _, seen_sep = separate.predict_ops(g_ops)
     # separate kinds: the grouped conv was never measured, so it is flagged unmodelled
     assert not seen_sep[(g_ops["kind"] == "gconv").to_numpy()].any()
+
+
+def test_an_unmeasured_op_of_a_measured_kind_is_predicted_by_its_kind(fake_data, tmp_path):
+    """ReLU6 (aten ``hardtanh``) was never measured, ReLU was: predicted like ReLU (the FAKE
+    times of both are the same function of the bytes moved), still flagged unmodelled; GELU
+    (transcendental, no measured stand-in) keeps the roofline; ``unseen="roofline"`` is the
+    old rule."""
+    rows, ops = fake_data
+    assert not {"hardtanh", "gelu"} & set(ops["op"])
+    net, shape = _net(16, 3, act=nn.ReLU6), (2, 3, 16, 16)
+    new, _ = trace_ops(net, shape)
+    act = (new["op"] == "hardtanh").to_numpy()
+    truth = fake_op_ms(new).to_numpy()[act]
+    by_kind = KernelCostModel().fit(ops)
+    roof = KernelCostModel(unseen="roofline").fit(ops)
+    ms, seen = by_kind.predict_ops(new)
+    ms_roof, seen_roof = roof.predict_ops(new)
+    assert not seen[act].any() and not seen_roof[act].any()  # flagged either way
+    np.testing.assert_allclose(ms[~act], ms_roof[~act])  # measured ops are unchanged
+    ratio = ms[act] / truth
+    assert 0.8 < ratio.min() and ratio.max() < 1.25
+    assert np.median(np.abs(np.log(ms_roof[act] / truth))) > 2 * np.median(np.abs(np.log(ratio)))
+    res = by_kind.predict_network(new)
+    assert res["unmodelled"] == ["hardtanh"] and res["by_kind"] == ["hardtanh"]
+    assert res["unmodelled_ms"] == pytest.approx(float(ms[act].sum()))
+    assert roof.predict_network(new)["by_kind"] == []
+    gelu, _ = trace_ops(_net(16, 3, act=nn.GELU), shape)
+    g = by_kind.predict_network(gelu)
+    assert g["unmodelled"] == ["gelu"] and g["by_kind"] == []  # no transcendental measured
+    # the rule and the stand-ins' ranges persist; a bad rule is refused
+    d = tmp_path / "k"
+    d.mkdir()
+    back = KernelCostModel.load_from(d, by_kind.save_to(d))
+    assert back.unseen == "kind"
+    np.testing.assert_allclose(back.predict_ops(new)[0], ms, rtol=1e-6)
+    # a ReLU6 larger than every measured ReLU has no stand-in: the roofline
+    big, _ = trace_ops(_net(96, 1, act=nn.ReLU6), (4, 3, 64, 64))
+    assert by_kind.predict_network(big)["by_kind"] == []
+    with pytest.raises(ModelError, match="invalid unseen-op rule.*'guess'"):
+        KernelCostModel(unseen="guess").fit(ops)

@@ -10,7 +10,12 @@ import pandas as pd
 import pytest
 from torch import nn
 
-from carb_nas.costmodel import KernelCostModel, ModuleCostModel, leave_one_family_out
+from carb_nas.costmodel import (
+    KernelCostModel,
+    ModuleCostModel,
+    leave_one_family_out,
+    lofo_kind_breakdown,
+)
 from carb_nas.errors import ModelError
 from carb_nas.features import trace_ops
 from tests.synthetic import fake_module_dataset, fake_op_ms, small_cnn
@@ -389,3 +394,27 @@ def test_an_unmeasured_op_of_a_measured_kind_is_predicted_by_its_kind(fake_data,
     assert by_kind.predict_network(big)["by_kind"] == []
     with pytest.raises(ModelError, match="invalid unseen-op rule.*'guess'"):
         KernelCostModel(unseen="guess").fit(ops)
+
+
+def test_lofo_kind_breakdown_says_which_kinds_of_a_held_out_family_err(fake_data):
+    """Per held-out family and op kind: the predicted / measured sums of a kernel model that
+    never saw the family (checked against that model computed here), shares summing to 1."""
+    rows, ops = fake_data
+    groups = dict(zip(rows["key"], rows["family"]))
+    br = lofo_kind_breakdown(ops, groups)
+    assert set(br["family"]) == {"plain", "dw", "wide"}
+    np.testing.assert_allclose(br.groupby("family")["share"].sum(), 1.0)
+    fam = ops["key"].map(groups)
+    km = KernelCostModel().fit(ops[fam != "dw"])
+    held = ops[fam == "dw"]
+    pred = held.assign(p=km.predict_ops(held)[0])
+    dw = pred[pred["kind"] == "dwconv"]
+    row = br[(br["family"] == "dw") & (br["kind"] == "dwconv")].iloc[0]
+    assert row["sum_ratio"] == pytest.approx(dw["p"].sum() / dw["measured_ms"].sum())
+    per_net = dw.groupby("key")[["p", "measured_ms"]].sum()
+    assert row["net_median_ratio"] == pytest.approx(
+        (per_net["p"] / per_net["measured_ms"]).median()
+    )
+    assert row["unmeasured"] == [] and row["by_kind"] == []  # one conv kind: measured
+    with pytest.raises(ModelError, match="op rows of unknown networks"):
+        lofo_kind_breakdown(ops, {k: g for k, g in groups.items() if k != "k0"})

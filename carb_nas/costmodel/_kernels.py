@@ -80,6 +80,7 @@ __all__ = [
     "network_tables",
     "leave_one_family_out",
     "lofo_report",
+    "lofo_kind_breakdown",
     "family_groups",
 ]
 
@@ -1056,6 +1057,51 @@ def leave_one_family_out(
                     "mem_mape": mean_absolute_percentage_error(y_m, p_m),
                     "mem_within10": within(y_m, p_m),
                     "mem_r2": r2_score(y_m, p_m) if len(te) > 1 else float("nan"),
+                }
+            )
+    return pd.DataFrame(out)
+
+
+def lofo_kind_breakdown(
+    ops: pd.DataFrame,
+    groups_of: Mapping[str, str],
+    kernel_params: Mapping[str, Any] | None = None,
+    random_state: int = 0,
+) -> pd.DataFrame:
+    """Where the per-op predictions of a held-out family err: per family group (``groups_of``:
+    network ``key`` -> group), one :class:`KernelCostModel` trained on the other groups'
+    measured ops predicts this group's; per op kind (the traced kind: dense, depthwise and
+    grouped convs apart), the predicted / measured time summed over the group's networks
+    (``sum_ratio``), the median of that ratio per network (``net_median_ratio``), the kind's
+    share of the group's measured op time and the op names never measured by name
+    (``unmeasured``; ``by_kind``: those of them predicted by their kind's model)."""
+    ops = ops[ops["measured_ms"].notna()]
+    group = ops["key"].map(dict(groups_of))
+    if group.isna().any():
+        missing = sorted(set(ops.loc[group.isna(), "key"]))[:3]
+        raise err("op rows of unknown networks", "a group for every key", f"none for {missing}",
+                  "Pass groups_of for every network of ops.")  # fmt: skip
+    kp = dict(kernel_params or {})
+    out = []
+    for fam in sorted(set(group)):
+        km = KernelCostModel(random_state=random_state, **kp).fit(ops[group != fam])
+        te = ops[group == fam]
+        ms, seen = km.predict_ops(te)
+        kinds, names, _, logged = km._arrays(te)
+        by_kind = km._by_kind_of(kinds, names, logged, seen)
+        te = te.assign(_pred=ms, _seen=seen, _by_kind=by_kind)
+        total = float(te["measured_ms"].sum())
+        for kind, t in te.groupby("kind"):
+            per_net = t.groupby("key")[["_pred", "measured_ms"]].sum()
+            out.append(
+                {
+                    "family": fam,
+                    "kind": kind,
+                    "share": float(t["measured_ms"].sum()) / total,
+                    "sum_ratio": float(t["_pred"].sum() / t["measured_ms"].sum()),
+                    "net_median_ratio": float((per_net["_pred"] / per_net["measured_ms"]).median()),
+                    "unmeasured": sorted(set(t.loc[~t["_seen"], "op"])),
+                    "by_kind": sorted(set(t.loc[t["_by_kind"], "op"])),
                 }
             )
     return pd.DataFrame(out)

@@ -138,20 +138,29 @@ def test_a_module_model_dir_is_refused_where_a_cost_model_is_needed(fake_data, t
     assert not out.exists()
 
 
-def test_ops_beyond_the_measured_range_get_the_prior_alone(fake_data, tmp_path):
+def test_ops_beyond_the_measured_range_get_the_prior_times_its_edge_bias(fake_data, tmp_path):
     _, ops = fake_data
     km = KernelCostModel().fit(ops)
     conv = ops[ops["kind"] == "conv"].iloc[[0]].copy()
     big = conv.assign(flops=conv["flops"] * 1000, signature="bigger-than-any")
     assert km._beyond(big).all() and not km._beyond(conv).any()
     ms, seen = km.predict_ops(big)
-    assert seen.all() and ms[0] == pytest.approx(km._prior(big)[0])
-    # the range survives save/load
+    # the edge bias: median measured / prior of the largest tenth of the conv signatures
+    table = ops.assign(kind=np.where(ops["kind"] == "dwconv", "conv", ops["kind"]))
+    table = table[table["kind"] == "conv"].drop_duplicates("signature")
+    size = table["read_bytes"] + table["write_bytes"] + table["weight_bytes"]
+    top = table[size >= np.quantile(size, 0.9)]
+    edge = float(np.median(top["measured_ms"].to_numpy() / km._prior(top)))
+    assert km.edge_["conv"] == pytest.approx(edge, rel=1e-6) and edge != pytest.approx(1.0)
+    assert seen.all() and ms[0] == pytest.approx(km._prior(big)[0] * edge)
+    # the range and the edge bias survive save/load; a model saved before: the prior alone
     d = tmp_path / "k"
     d.mkdir()
     part = km.save_to(d)
     again = KernelCostModel.load_from(d, part)
-    assert again.range_ == km.range_ and again._beyond(big).all()
+    assert again.range_ == km.range_ and again._beyond(big).all() and again.edge_ == km.edge_
+    old = KernelCostModel.load_from(d, {k: v for k, v in part.items() if k != "edge"})
+    assert old.predict_ops(big)[0][0] == pytest.approx(km._prior(big)[0])
 
 
 def test_physics_memory_and_kernel_intervals_persist(fake_data, tmp_path):
@@ -211,7 +220,8 @@ def _reference_op_ms(km: KernelCostModel, ops: pd.DataFrame) -> np.ndarray:
     prior = np.maximum((A * coef).sum(axis=1), 1e-6)
     top = np.array([km.range_.get(k, [np.inf] * 4) for k in kinds])
     rng = first[["flops", "weight_bytes", "read_bytes", "write_bytes"]].to_numpy(float)
-    pred = np.where((rng > top).any(axis=1), 1.0, corr) * prior
+    edge = np.array([km.edge_.get(k, 1.0) for k in kinds])
+    pred = np.where((rng > top).any(axis=1), edge, corr) * prior
     seen = np.array([f"{k}:{o}" in set(km.seen_) for k, o in zip(kinds, first["op"])])
     mb, gflops = (moved + col("weight_bytes")) / 1e6, col("flops") / 1e9
     roof = mb * km.ms_per_mb_ + gflops * km.ms_per_gflop_

@@ -22,8 +22,9 @@ activations, :func:`_op_class`) whose measured ops reach its size in its place, 
 MobileNetV2's ``hardtanh`` (ReLU6) like ``relu`` and ``hardswish``; an op with no such stand-in
 (a kind never measured, a ``silu`` larger than every measured ``sigmoid``) gets a roofline
 estimate (the training ops' median milliseconds per MB moved and per GFLOP). An op larger than every
-measured op of its kind (FLOPs, weight or activation bytes) gets its kind's prior alone, as
-the trees cannot extrapolate.
+measured op of its kind (FLOPs, weight or activation bytes) gets its kind's prior times the
+prior's bias at the edge of the measured range (the median measured / prior ratio of the
+kind's largest tenth of measured ops), as the trees cannot extrapolate.
 
 :class:`ModuleCostModel` is the network-level part: a :class:`~carb_nas.costmodel.CostModel`
 over the network features (:data:`FEATURE_COLUMNS` + :data:`OP_AGGREGATE_COLUMNS`) with the
@@ -121,6 +122,9 @@ _RANGE_IN_LOGGED = [_LOGGED.index(c) for c in _RANGE]
 #: its kind's model (:meth:`KernelCostModel._stand_ins`), ``"roofline"`` as an op of a kind
 #: never measured
 UNSEEN = ("kind", "roofline")
+#: the share of a kind's largest measured ops whose median measured / prior ratio scales the
+#: prior of ops beyond the measured range (``KernelCostModel.edge_``)
+_EDGE_SHARE = 0.10
 #: distinct op rows whose prediction a KernelCostModel keeps (cleared when full)
 _PREDICT_CACHE_MAX = 65536
 _XGB = {
@@ -256,8 +260,9 @@ class KernelCostModel:
             self.prior_[k] = [float(v) for v in coef]
         # per kind, the largest op measured: beyond it (in FLOPs, weight or activation bytes)
         # the trees' correction is that of the largest ops they saw, not a trend, so such an
-        # op gets the prior alone (VGG's 925-MB linear layers against at most 16 MB in the
-        # other families: the per-op sum of VGG falls from 1.47x to 1.01x the measurement)
+        # op gets the prior (times its bias at the range's edge, below: ``edge_``) and not the
+        # trees (VGG's 925-MB linear layers against at most 16 MB in the other families: the
+        # per-op sum of VGG fell from 1.47x to 1.01x the measurement, session 14)
         self.range_ = {
             k: [float(v) for v in table.loc[table["kind"] == k, list(_RANGE)].max()]
             for k in self.kinds_
@@ -270,6 +275,18 @@ class KernelCostModel:
             for (k, o), v in moved.groupby([table["kind"], table["op"]]).max().items()
         }
         y = np.log(table["measured_ms"].to_numpy(float)) - np.log(self._prior(table))
+        # per kind, the prior's bias at the edge of the measured range: the median
+        # measured / prior ratio of its largest ops (top _EDGE_SHARE by bytes moved + weight
+        # bytes); an op beyond the range gets the prior times it (the relative fit of the prior
+        # favours the many small ops: VGG's large linear layers were 0.81x their measurement
+        # with the prior alone)
+        size = (table["read_bytes"] + table["write_bytes"] + table["weight_bytes"]).to_numpy(float)
+        kind_col = table["kind"].to_numpy(dtype=object)
+        self.edge_ = {}
+        for k in self.kinds_:
+            sel = kind_col == k
+            top = sel & (size >= np.quantile(size[sel], 1 - _EDGE_SHARE))
+            self.edge_[k] = float(np.exp(np.median(y[top])))
         params = {**_XGB, **dict(self.xgb_params or {})}
         self.booster_ = xgb.XGBRegressor(
             **params, random_state=self.random_state, n_jobs=1, tree_method="hist"
@@ -360,7 +377,9 @@ class KernelCostModel:
             corr[by_kind] = self._kind_correction(
                 kinds[by_kind], names[by_kind], num[by_kind], logged[by_kind]
             )
-        pred = np.where(self._beyond_of(kinds, logged), 1.0, corr) * self._prior_of(kinds, logged)
+        edges = getattr(self, "edge_", {})  # saved before session 17: none (the prior alone)
+        edge = np.array([edges.get(k, 1.0) for k in kinds])
+        pred = np.where(self._beyond_of(kinds, logged), edge, corr) * self._prior_of(kinds, logged)
         flops, read, write, weight = logged.T
         roof = (read + write + weight) / 1e6 * self.ms_per_mb_ + flops / 1e9 * self.ms_per_gflop_
         return np.where(seen | by_kind, pred, roof), seen
@@ -488,6 +507,7 @@ class KernelCostModel:
             "shared_conv": self.shared_conv,
             "unseen": self.unseen,
             "name_range": self.name_range_,
+            "edge": self.edge_,
         }
 
     def save_to(self, d: Path, prefix: str = "kernel") -> dict[str, Any]:
@@ -522,6 +542,7 @@ class KernelCostModel:
             unseen=str(part.get("unseen", "roofline")),  # saved before the option: roofline
         )
         m.name_range_ = {k: float(v) for k, v in part.get("name_range", {}).items()}
+        m.edge_ = {k: float(v) for k, v in part.get("edge", {}).items()}
         m.kinds_, m.ops_, m.seen_ = list(part["kinds"]), list(part["ops"]), list(part["seen"])
         m.ms_per_mb_, m.ms_per_gflop_ = float(part["ms_per_mb"]), float(part["ms_per_gflop"])
         m.n_signatures_ = int(part["n_signatures"])

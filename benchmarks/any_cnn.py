@@ -29,6 +29,10 @@ arrays, cached per distinct op row (session 15). Session 16 (the trace: structur
 and block cache, per-op shortcuts; ``--speed-only --repeats 1``, the previous code just
 before, load 3.1 / 3.5): 97.0 -> 50.4 ms warm CPU, cold 135.3 -> 79.1 ms; at load 2.2,
 82.5 -> 36.1 ms (``--repeats 1``) and 87.3 -> 46.5 ms (``--repeats 3``, CV 1.08).
+
+``--per-kind`` also prints, per held-out family and op kind, the predicted / measured op time
+of a kernel model that never saw the family (:func:`carb_nas.costmodel.lofo_kind_breakdown`):
+where the per-op predictions err (session 17, docs/costmodel.md).
 """
 
 from __future__ import annotations

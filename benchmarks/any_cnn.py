@@ -4,6 +4,7 @@ modelling choice, and the cost of featurizing + predicting an arbitrary module.
     PYTHONPATH=$PWD python benchmarks/any_cnn.py [--dataset CSV --ops OPS] [--campaign DIR]
         [--modes kernel,network,feature,both] [--json OUT] [--repeats N]
         [--kernel-prior linear|loglinear] [--kernel-geometry 0|1] [--kernel-shared-conv 0|1]
+        [--per-kind]
     PYTHONPATH=$PWD python benchmarks/any_cnn.py --speed-only [--repeats N]
 
 For each family group (ResNet, ResNeXt, VGG, DenseNet, MobileNetV2, MobileNetV3,
@@ -28,6 +29,10 @@ arrays, cached per distinct op row (session 15). Session 16 (the trace: structur
 and block cache, per-op shortcuts; ``--speed-only --repeats 1``, the previous code just
 before, load 3.1 / 3.5): 97.0 -> 50.4 ms warm CPU, cold 135.3 -> 79.1 ms; at load 2.2,
 82.5 -> 36.1 ms (``--repeats 1``) and 87.3 -> 46.5 ms (``--repeats 3``, CV 1.08).
+
+``--per-kind`` also prints, per held-out family and op kind, the predicted / measured op time
+of a kernel model that never saw the family (:func:`carb_nas.costmodel.lofo_kind_breakdown`):
+where the per-op predictions err (session 17, docs/costmodel.md).
 """
 
 from __future__ import annotations
@@ -143,6 +148,12 @@ def main() -> None:
         help="time ms_per_model alone, with the default module model (no LOFO: seconds)",
     )
     p.add_argument("--repeats", type=int, default=3, help="ms_per_model's repeats")
+    p.add_argument(
+        "--per-kind",
+        action="store_true",
+        help="also print, per held-out family and op kind, predicted / measured op time "
+        "(costmodel.lofo_kind_breakdown: one more kernel model per family)",
+    )
     p.add_argument("--kernel-prior", default=None, help="linear / loglinear (default: model's)")
     p.add_argument(
         "--kernel-geometry", default=None, choices=("0", "1"),
@@ -189,6 +200,15 @@ def main() -> None:
     )
 
     net, tab = network_tables(rows, ops)
+    if args.per_kind:
+        from carb_nas.costmodel import family_groups, lofo_kind_breakdown
+
+        kkp = {k.removeprefix("kernel_"): v for k, v in kp.items()}
+        groups = dict(zip(net["key"], family_groups(net["family"])))
+        br = lofo_kind_breakdown(tab, groups, kkp)
+        br = br[br["share"] >= 0.02].sort_values(["family", "share"], ascending=[True, False])
+        print("\n## per held-out family and op kind (kinds >= 2 % of the measured op time)")
+        print(br.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
     model = ModuleCostModel(preset=args.preset, **kp).fit(net, tab)  # the default mode
     t = ms_per_model(model, args.repeats)
     ms = t["cpu_ms"]

@@ -329,7 +329,8 @@ class PredictedCosts:
     ``values[target] = (predicted, lower, upper)``; ``unseen`` says that the cost model never
     saw this kind of architecture (its predictions rest on the features alone), or, for the
     kernel-level module model, that some ops were never measured: ``unmodelled_ops`` names
-    them (their roofline estimate widened the latency interval); ``features`` are the
+    them (their estimate, by their kind's measured ops or the roofline, widened the latency
+    interval); ``features`` are the
     architecture features it was given; ``model`` how the predictor was obtained (the default
     model's origin, e.g. "trained on first use ... cached").
     """
@@ -573,7 +574,8 @@ def predict_costs(
         if unmodelled:
             warnings.warn(
                 f"the module cost model ({platform_name(cost_model)}) never measured ops "
-                f"{list(unmodelled)} of {spec.name}: their roofline estimate is added and "
+                f"{list(unmodelled)} of {spec.name}: their estimate (from the measured ops of "
+                "their kind, or the roofline for a kind never measured) is added and "
                 "widens the latency interval by as much.",
                 UserWarning,
                 stacklevel=2,

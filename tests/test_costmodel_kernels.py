@@ -10,10 +10,15 @@ import pandas as pd
 import pytest
 from torch import nn
 
-from carb_nas.costmodel import KernelCostModel, ModuleCostModel, leave_one_family_out
+from carb_nas.costmodel import (
+    KernelCostModel,
+    ModuleCostModel,
+    leave_one_family_out,
+    lofo_kind_breakdown,
+)
 from carb_nas.errors import ModelError
 from carb_nas.features import trace_ops
-from tests.synthetic import fake_module_dataset, small_cnn
+from tests.synthetic import fake_module_dataset, fake_op_ms, small_cnn
 
 _net = small_cnn
 
@@ -133,20 +138,29 @@ def test_a_module_model_dir_is_refused_where_a_cost_model_is_needed(fake_data, t
     assert not out.exists()
 
 
-def test_ops_beyond_the_measured_range_get_the_prior_alone(fake_data, tmp_path):
+def test_ops_beyond_the_measured_range_get_the_prior_times_its_edge_bias(fake_data, tmp_path):
     _, ops = fake_data
     km = KernelCostModel().fit(ops)
     conv = ops[ops["kind"] == "conv"].iloc[[0]].copy()
     big = conv.assign(flops=conv["flops"] * 1000, signature="bigger-than-any")
     assert km._beyond(big).all() and not km._beyond(conv).any()
     ms, seen = km.predict_ops(big)
-    assert seen.all() and ms[0] == pytest.approx(km._prior(big)[0])
-    # the range survives save/load
+    # the edge bias: median measured / prior of the largest tenth of the conv signatures
+    table = ops.assign(kind=np.where(ops["kind"] == "dwconv", "conv", ops["kind"]))
+    table = table[table["kind"] == "conv"].drop_duplicates("signature")
+    size = table["read_bytes"] + table["write_bytes"] + table["weight_bytes"]
+    top = table[size >= np.quantile(size, 0.9)]
+    edge = float(np.median(top["measured_ms"].to_numpy() / km._prior(top)))
+    assert km.edge_["conv"] == pytest.approx(edge, rel=1e-6) and edge != pytest.approx(1.0)
+    assert seen.all() and ms[0] == pytest.approx(km._prior(big)[0] * edge)
+    # the range and the edge bias survive save/load; a model saved before: the prior alone
     d = tmp_path / "k"
     d.mkdir()
     part = km.save_to(d)
     again = KernelCostModel.load_from(d, part)
-    assert again.range_ == km.range_ and again._beyond(big).all()
+    assert again.range_ == km.range_ and again._beyond(big).all() and again.edge_ == km.edge_
+    old = KernelCostModel.load_from(d, {k: v for k, v in part.items() if k != "edge"})
+    assert old.predict_ops(big)[0][0] == pytest.approx(km._prior(big)[0])
 
 
 def test_physics_memory_and_kernel_intervals_persist(fake_data, tmp_path):
@@ -206,7 +220,8 @@ def _reference_op_ms(km: KernelCostModel, ops: pd.DataFrame) -> np.ndarray:
     prior = np.maximum((A * coef).sum(axis=1), 1e-6)
     top = np.array([km.range_.get(k, [np.inf] * 4) for k in kinds])
     rng = first[["flops", "weight_bytes", "read_bytes", "write_bytes"]].to_numpy(float)
-    pred = np.where((rng > top).any(axis=1), 1.0, corr) * prior
+    edge = np.array([km.edge_.get(k, 1.0) for k in kinds])
+    pred = np.where((rng > top).any(axis=1), edge, corr) * prior
     seen = np.array([f"{k}:{o}" in set(km.seen_) for k, o in zip(kinds, first["op"])])
     mb, gflops = (moved + col("weight_bytes")) / 1e6, col("flops") / 1e9
     roof = mb * km.ms_per_mb_ + gflops * km.ms_per_gflop_
@@ -349,3 +364,67 @@ def test_shared_conv_kind_models_a_grouped_conv_from_the_other_convolutions(fake
     _, seen_sep = separate.predict_ops(g_ops)
     # separate kinds: the grouped conv was never measured, so it is flagged unmodelled
     assert not seen_sep[(g_ops["kind"] == "gconv").to_numpy()].any()
+
+
+def test_an_unmeasured_op_of_a_measured_kind_is_predicted_by_its_kind(fake_data, tmp_path):
+    """ReLU6 (aten ``hardtanh``) was never measured, ReLU was: predicted like ReLU (the FAKE
+    times of both are the same function of the bytes moved), still flagged unmodelled; GELU
+    (transcendental, no measured stand-in) keeps the roofline; ``unseen="roofline"`` is the
+    old rule."""
+    rows, ops = fake_data
+    assert not {"hardtanh", "gelu"} & set(ops["op"])
+    net, shape = _net(16, 3, act=nn.ReLU6), (2, 3, 16, 16)
+    new, _ = trace_ops(net, shape)
+    act = (new["op"] == "hardtanh").to_numpy()
+    truth = fake_op_ms(new).to_numpy()[act]
+    by_kind = KernelCostModel().fit(ops)
+    roof = KernelCostModel(unseen="roofline").fit(ops)
+    ms, seen = by_kind.predict_ops(new)
+    ms_roof, seen_roof = roof.predict_ops(new)
+    assert not seen[act].any() and not seen_roof[act].any()  # flagged either way
+    np.testing.assert_allclose(ms[~act], ms_roof[~act])  # measured ops are unchanged
+    ratio = ms[act] / truth
+    assert 0.8 < ratio.min() and ratio.max() < 1.25
+    assert np.median(np.abs(np.log(ms_roof[act] / truth))) > 2 * np.median(np.abs(np.log(ratio)))
+    res = by_kind.predict_network(new)
+    assert res["unmodelled"] == ["hardtanh"] and res["by_kind"] == ["hardtanh"]
+    assert res["unmodelled_ms"] == pytest.approx(float(ms[act].sum()))
+    assert roof.predict_network(new)["by_kind"] == []
+    gelu, _ = trace_ops(_net(16, 3, act=nn.GELU), shape)
+    g = by_kind.predict_network(gelu)
+    assert g["unmodelled"] == ["gelu"] and g["by_kind"] == []  # no transcendental measured
+    # the rule and the stand-ins' ranges persist; a bad rule is refused
+    d = tmp_path / "k"
+    d.mkdir()
+    back = KernelCostModel.load_from(d, by_kind.save_to(d))
+    assert back.unseen == "kind"
+    np.testing.assert_allclose(back.predict_ops(new)[0], ms, rtol=1e-6)
+    # a ReLU6 larger than every measured ReLU has no stand-in: the roofline
+    big, _ = trace_ops(_net(96, 1, act=nn.ReLU6), (4, 3, 64, 64))
+    assert by_kind.predict_network(big)["by_kind"] == []
+    with pytest.raises(ModelError, match="invalid unseen-op rule.*'guess'"):
+        KernelCostModel(unseen="guess").fit(ops)
+
+
+def test_lofo_kind_breakdown_says_which_kinds_of_a_held_out_family_err(fake_data):
+    """Per held-out family and op kind: the predicted / measured sums of a kernel model that
+    never saw the family (checked against that model computed here), shares summing to 1."""
+    rows, ops = fake_data
+    groups = dict(zip(rows["key"], rows["family"]))
+    br = lofo_kind_breakdown(ops, groups)
+    assert set(br["family"]) == {"plain", "dw", "wide"}
+    np.testing.assert_allclose(br.groupby("family")["share"].sum(), 1.0)
+    fam = ops["key"].map(groups)
+    km = KernelCostModel().fit(ops[fam != "dw"])
+    held = ops[fam == "dw"]
+    pred = held.assign(p=km.predict_ops(held)[0])
+    dw = pred[pred["kind"] == "dwconv"]
+    row = br[(br["family"] == "dw") & (br["kind"] == "dwconv")].iloc[0]
+    assert row["sum_ratio"] == pytest.approx(dw["p"].sum() / dw["measured_ms"].sum())
+    per_net = dw.groupby("key")[["p", "measured_ms"]].sum()
+    assert row["net_median_ratio"] == pytest.approx(
+        (per_net["p"] / per_net["measured_ms"]).median()
+    )
+    assert row["unmeasured"] == [] and row["by_kind"] == []  # one conv kind: measured
+    with pytest.raises(ModelError, match="op rows of unknown networks"):
+        lofo_kind_breakdown(ops, {k: g for k, g in groups.items() if k != "k0"})

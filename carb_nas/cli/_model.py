@@ -616,8 +616,9 @@ def predict_cmd(
         unmodelled = list(pred["unmodelled_ops"].iloc[0]) if "unmodelled_ops" in pred else []
         if unmodelled:
             warnings.warn(
-                f"the model ({model}) never measured ops {unmodelled}: their roofline "
-                "estimate is added and widens the latency interval by as much.",
+                f"the model ({model}) never measured ops {unmodelled}: their estimate "
+                "(by their kind's measured ops, or the roofline) is added and widens the "
+                "latency interval by as much.",
                 UserWarning,
                 stacklevel=1,
             )

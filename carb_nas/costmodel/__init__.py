@@ -118,6 +118,7 @@ from carb_nas.costmodel._kernels import (
     ModuleCostModel,
     family_groups,
     leave_one_family_out,
+    lofo_kind_breakdown,
     lofo_report,
     network_tables,
 )
@@ -199,6 +200,7 @@ __all__ = [
     "network_tables",
     "leave_one_family_out",
     "lofo_report",
+    "lofo_kind_breakdown",
     "family_groups",
     "MODES",
     "MEMORY_MODES",

@@ -14,11 +14,17 @@ from every family's convolutions. ``prior="loglinear"`` replaces the linear per-
 a power law with a floor (it extrapolates power-law ops; measured worse leave-one-family-out,
 docs/costmodel.md). Training rows are the median time of each op *signature* (identical ops
 of many networks count once, so the thousands of repeated blocks of a dataset cost nothing).
-An op whose (kind, name) was never measured is never dropped: it gets a roofline estimate
-(the training ops' median milliseconds per MB moved and per GFLOP), is listed in the result
-as unmodelled, and widens the network's interval by that estimate. An op larger than every
-measured op of its kind (FLOPs, weight or activation bytes) gets its kind's prior alone, as
-the trees cannot extrapolate.
+An op whose (kind, name) was never measured is never dropped: it is listed in the result as
+unmodelled and widens the network's interval by its estimate. With ``unseen="kind"`` (default)
+an op of a measured kind is estimated by that kind's model: the trees' median correction with
+each measured name of its kind and cost class (piecewise-linear or transcendental
+activations, :func:`_op_class`) whose measured ops reach its size in its place, e.g.
+MobileNetV2's ``hardtanh`` (ReLU6) like ``relu`` and ``hardswish``; an op with no such stand-in
+(a kind never measured, a ``silu`` larger than every measured ``sigmoid``) gets a roofline
+estimate (the training ops' median milliseconds per MB moved and per GFLOP). An op larger than every
+measured op of its kind (FLOPs, weight or activation bytes) gets its kind's prior times the
+prior's bias at the edge of the measured range (the median measured / prior ratio of the
+kind's largest tenth of measured ops), as the trees cannot extrapolate.
 
 :class:`ModuleCostModel` is the network-level part: a :class:`~carb_nas.costmodel.CostModel`
 over the network features (:data:`FEATURE_COLUMNS` + :data:`OP_AGGREGATE_COLUMNS`) with the
@@ -75,6 +81,7 @@ __all__ = [
     "network_tables",
     "leave_one_family_out",
     "lofo_report",
+    "lofo_kind_breakdown",
     "family_groups",
 ]
 
@@ -111,6 +118,13 @@ _LOGGED = ("flops", "read_bytes", "write_bytes", "weight_bytes")
 _CONV = ("conv", "dwconv", "gconv", "linear")
 _RANGE = ("flops", "weight_bytes", "read_bytes", "write_bytes")
 _RANGE_IN_LOGGED = [_LOGGED.index(c) for c in _RANGE]
+#: how an op of a measured kind but a never-measured aten name is predicted: ``"kind"`` by
+#: its kind's model (:meth:`KernelCostModel._stand_ins`), ``"roofline"`` as an op of a kind
+#: never measured
+UNSEEN = ("kind", "roofline")
+#: the share of a kind's largest measured ops whose median measured / prior ratio scales the
+#: prior of ops beyond the measured range (``KernelCostModel.edge_``)
+_EDGE_SHARE = 0.10
 #: distinct op rows whose prediction a KernelCostModel keeps (cleared when full)
 _PREDICT_CACHE_MAX = 65536
 _XGB = {
@@ -145,8 +159,10 @@ class KernelCostModel:
         prior: str = "linear",
         geometry: bool = True,
         shared_conv: bool = True,
+        unseen: str = "kind",
     ) -> None:
         self.xgb_params = xgb_params
+        self.unseen = unseen
         self.random_state = random_state
         self.prior = prior
         self.geometry = geometry
@@ -194,6 +210,11 @@ class KernelCostModel:
                 "invalid kernel prior", f"one of {list(PRIORS)}", repr(self.prior),
                 "Use 'linear' or 'loglinear'.",
             )  # fmt: skip
+        if self.unseen not in UNSEEN:
+            raise err(
+                "invalid unseen-op rule", f"one of {list(UNSEEN)}", repr(self.unseen),
+                "Use 'kind' or 'roofline'.",
+            )  # fmt: skip
         missing = [c for c in ("kind", "op", "measured_ms", *_NUMERIC, *_LOGGED) if c not in ops]
         if missing:
             raise err(
@@ -239,13 +260,33 @@ class KernelCostModel:
             self.prior_[k] = [float(v) for v in coef]
         # per kind, the largest op measured: beyond it (in FLOPs, weight or activation bytes)
         # the trees' correction is that of the largest ops they saw, not a trend, so such an
-        # op gets the prior alone (VGG's 925-MB linear layers against at most 16 MB in the
-        # other families: the per-op sum of VGG falls from 1.47x to 1.01x the measurement)
+        # op gets the prior (times its bias at the range's edge, below: ``edge_``) and not the
+        # trees (VGG's 925-MB linear layers against at most 16 MB in the other families: the
+        # per-op sum of VGG fell from 1.47x to 1.01x the measurement, session 14)
         self.range_ = {
             k: [float(v) for v in table.loc[table["kind"] == k, list(_RANGE)].max()]
             for k in self.kinds_
         }
+        # per measured (kind, name), its largest op (read + write bytes): an unmeasured name
+        # of the kind is predicted like the names that reach its size (``_stand_ins``)
+        moved = table["read_bytes"] + table["write_bytes"]
+        self.name_range_ = {
+            f"{k}:{o}": float(v)
+            for (k, o), v in moved.groupby([table["kind"], table["op"]]).max().items()
+        }
         y = np.log(table["measured_ms"].to_numpy(float)) - np.log(self._prior(table))
+        # per kind, the prior's bias at the edge of the measured range: the median
+        # measured / prior ratio of its largest ops (top _EDGE_SHARE by bytes moved + weight
+        # bytes); an op beyond the range gets the prior times it (the relative fit of the prior
+        # favours the many small ops: VGG's large linear layers were 0.81x their measurement
+        # with the prior alone)
+        size = (table["read_bytes"] + table["write_bytes"] + table["weight_bytes"]).to_numpy(float)
+        kind_col = table["kind"].to_numpy(dtype=object)
+        self.edge_ = {}
+        for k in self.kinds_:
+            sel = kind_col == k
+            top = sel & (size >= np.quantile(size[sel], 1 - _EDGE_SHARE))
+            self.edge_[k] = float(np.exp(np.median(y[top])))
         params = {**_XGB, **dict(self.xgb_params or {})}
         self.booster_ = xgb.XGBRegressor(
             **params, random_state=self.random_state, n_jobs=1, tree_method="hist"
@@ -328,13 +369,62 @@ class KernelCostModel:
             return np.zeros(0), np.zeros(0, dtype=bool)
         # the Booster itself (what XGBRegressor.predict calls on a numpy matrix, without the
         # wrapper's per-call configuration): the same trees, the same float32 inputs
-        corr = np.exp(self._booster().inplace_predict(self._matrix_of(kinds, names, num, logged)))
-        pred = np.where(self._beyond_of(kinds, logged), 1.0, corr) * self._prior_of(kinds, logged)
         known = self._seen_set
         seen = np.array([f"{k}:{o}" in known for k, o in zip(kinds, names)], dtype=bool)
+        corr = np.exp(self._booster().inplace_predict(self._matrix_of(kinds, names, num, logged)))
+        by_kind = self._by_kind_of(kinds, names, logged, seen)
+        if by_kind.any():
+            corr[by_kind] = self._kind_correction(
+                kinds[by_kind], names[by_kind], num[by_kind], logged[by_kind]
+            )
+        edges = getattr(self, "edge_", {})  # saved before session 17: none (the prior alone)
+        edge = np.array([edges.get(k, 1.0) for k in kinds])
+        pred = np.where(self._beyond_of(kinds, logged), edge, corr) * self._prior_of(kinds, logged)
         flops, read, write, weight = logged.T
         roof = (read + write + weight) / 1e6 * self.ms_per_mb_ + flops / 1e9 * self.ms_per_gflop_
-        return np.where(seen, pred, roof), seen
+        return np.where(seen | by_kind, pred, roof), seen
+
+    def _stand_ins(self, kind: str, name: str, moved_bytes: float) -> list[str]:
+        """The measured names an op of a measured kind but an unmeasured name is predicted
+        like (``unseen="kind"``): those of its kind and cost class (:func:`_op_class`) whose
+        measured ops reach its size (read + write bytes); none: the roofline."""
+        if self.unseen != "kind" or kind not in self.prior_:
+            return []
+        cls = _op_class(name)
+        top = getattr(self, "name_range_", {})
+        return [
+            o
+            for kk, o in (s.split(":", 1) for s in self.seen_)
+            if kk == kind and _op_class(o) == cls and top.get(f"{kk}:{o}", 0.0) >= moved_bytes
+        ]
+
+    def _by_kind_of(
+        self, kinds: np.ndarray, names: np.ndarray, logged: np.ndarray, seen: np.ndarray
+    ) -> np.ndarray:
+        """Rows never measured by name that get their kind's model (see :meth:`_stand_ins`)."""
+        if self.unseen != "kind" or seen.all():
+            return np.zeros(len(kinds), dtype=bool)
+        moved = logged[:, 1] + logged[:, 2]
+        rows = zip(kinds, names, moved, seen)
+        return np.array([not s and bool(self._stand_ins(k, o, m)) for k, o, m, s in rows], bool)
+
+    def _kind_correction(
+        self, kinds: np.ndarray, names: np.ndarray, num: np.ndarray, logged: np.ndarray
+    ) -> np.ndarray:
+        """The trees' correction of rows predicted by kind: the median over their stand-in
+        names of the correction with that name in the op's place (its geometry and traffic
+        unchanged)."""
+        moved = logged[:, 1] + logged[:, 2]
+        alts = [self._stand_ins(k, o, m) for k, o, m in zip(kinds, names, moved)]
+        row = np.repeat(np.arange(len(kinds)), [len(a) for a in alts])  # one row per stand-in
+        stand_in = np.array([o for a in alts for o in a], dtype=object)
+        corr = self._booster().inplace_predict(
+            self._matrix_of(kinds[row], stand_in, num[row], logged[row])
+        )
+        out = np.ones(len(kinds))
+        for i in range(len(kinds)):
+            out[i] = float(np.exp(np.median(corr[row == i])))
+        return out
 
     def _booster(self) -> Any:
         b = self.__dict__.get("_booster_cache")
@@ -378,14 +468,22 @@ class KernelCostModel:
         return s
 
     def predict_network(self, ops: pd.DataFrame) -> dict[str, Any]:
-        """``{"kernel_sum_ms", "unmodelled_ms", "unmodelled": [op names], "n_ops"}`` of one
-        network's op table."""
+        """``{"kernel_sum_ms", "unmodelled_ms", "unmodelled": [op names], "by_kind": [op
+        names], "n_ops"}`` of one network's op table: ``unmodelled`` every op name never
+        measured, ``by_kind`` those of them predicted by their kind's model (the others: the
+        roofline)."""
         ms, seen = self.predict_ops(ops)
         names = sorted(set(ops.loc[~seen, "op"])) if len(ops) else []
+        by_kind: list[str] = []
+        if names:
+            kinds, op_names, _, logged = self._arrays(ops)
+            flag = self._by_kind_of(kinds, op_names, logged, seen)
+            by_kind = sorted(set(op_names[flag]))
         return {
             KERNEL_SUM: float(ms.sum()),
             "unmodelled_ms": float(ms[~seen].sum()),
             "unmodelled": names,
+            "by_kind": by_kind,
             "n_ops": len(ops),
         }
 
@@ -407,6 +505,9 @@ class KernelCostModel:
             "prior_form": self.prior,
             "geometry": self.geometry,
             "shared_conv": self.shared_conv,
+            "unseen": self.unseen,
+            "name_range": self.name_range_,
+            "edge": self.edge_,
         }
 
     def save_to(self, d: Path, prefix: str = "kernel") -> dict[str, Any]:
@@ -438,7 +539,10 @@ class KernelCostModel:
             prior=str(part.get("prior_form", "linear")),  # saved before the option: linear
             geometry=bool(part.get("geometry", False)),
             shared_conv=bool(part.get("shared_conv", False)),
+            unseen=str(part.get("unseen", "roofline")),  # saved before the option: roofline
         )
+        m.name_range_ = {k: float(v) for k, v in part.get("name_range", {}).items()}
+        m.edge_ = {k: float(v) for k, v in part.get("edge", {}).items()}
         m.kinds_, m.ops_, m.seen_ = list(part["kinds"]), list(part["ops"]), list(part["seen"])
         m.ms_per_mb_, m.ms_per_gflop_ = float(part["ms_per_mb"]), float(part["ms_per_gflop"])
         m.n_signatures_ = int(part["n_signatures"])
@@ -457,6 +561,20 @@ def is_module_model_dir(path: str | Path) -> bool:
         return p.is_file() and json.loads(p.read_text()).get("format") == MODULE_FORMAT
     except (OSError, json.JSONDecodeError):
         return False
+
+
+#: activations by cost: piecewise-linear (a compare and a select per element) against
+#: transcendental (an exp or a tanh per element): what an unmeasured activation is predicted
+#: like (the measured activations of its class)
+_TRANSCENDENTAL = frozenset(
+    {"sigmoid", "silu", "swish", "tanh", "gelu", "elu", "selu", "celu", "mish", "softplus",
+     "softmax", "log_softmax", "logsigmoid", "exp", "log"}
+)  # fmt: skip
+
+
+def _op_class(name: str) -> str:
+    """The cost class of an aten op name (``"transcendental"`` or ``""``, see above)."""
+    return "transcendental" if name.rstrip("_") in _TRANSCENDENTAL else ""
 
 
 def _op_arrays(table: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -960,6 +1078,51 @@ def leave_one_family_out(
                     "mem_mape": mean_absolute_percentage_error(y_m, p_m),
                     "mem_within10": within(y_m, p_m),
                     "mem_r2": r2_score(y_m, p_m) if len(te) > 1 else float("nan"),
+                }
+            )
+    return pd.DataFrame(out)
+
+
+def lofo_kind_breakdown(
+    ops: pd.DataFrame,
+    groups_of: Mapping[str, str],
+    kernel_params: Mapping[str, Any] | None = None,
+    random_state: int = 0,
+) -> pd.DataFrame:
+    """Where the per-op predictions of a held-out family err: per family group (``groups_of``:
+    network ``key`` -> group), one :class:`KernelCostModel` trained on the other groups'
+    measured ops predicts this group's; per op kind (the traced kind: dense, depthwise and
+    grouped convs apart), the predicted / measured time summed over the group's networks
+    (``sum_ratio``), the median of that ratio per network (``net_median_ratio``), the kind's
+    share of the group's measured op time and the op names never measured by name
+    (``unmeasured``; ``by_kind``: those of them predicted by their kind's model)."""
+    ops = ops[ops["measured_ms"].notna()]
+    group = ops["key"].map(dict(groups_of))
+    if group.isna().any():
+        missing = sorted(set(ops.loc[group.isna(), "key"]))[:3]
+        raise err("op rows of unknown networks", "a group for every key", f"none for {missing}",
+                  "Pass groups_of for every network of ops.")  # fmt: skip
+    kp = dict(kernel_params or {})
+    out = []
+    for fam in sorted(set(group)):
+        km = KernelCostModel(random_state=random_state, **kp).fit(ops[group != fam])
+        te = ops[group == fam]
+        ms, seen = km.predict_ops(te)
+        kinds, names, _, logged = km._arrays(te)
+        by_kind = km._by_kind_of(kinds, names, logged, seen)
+        te = te.assign(_pred=ms, _seen=seen, _by_kind=by_kind)
+        total = float(te["measured_ms"].sum())
+        for kind, t in te.groupby("kind"):
+            per_net = t.groupby("key")[["_pred", "measured_ms"]].sum()
+            out.append(
+                {
+                    "family": fam,
+                    "kind": kind,
+                    "share": float(t["measured_ms"].sum()) / total,
+                    "sum_ratio": float(t["_pred"].sum() / t["measured_ms"].sum()),
+                    "net_median_ratio": float((per_net["_pred"] / per_net["measured_ms"]).median()),
+                    "unmeasured": sorted(set(t.loc[~t["_seen"], "op"])),
+                    "by_kind": sorted(set(t.loc[t["_by_kind"], "op"])),
                 }
             )
     return pd.DataFrame(out)

@@ -322,7 +322,8 @@ class CostConstraints:
         :class:`optuna.TrialPruned` here. Returns the predicted costs.
 
         With the kernel-level module model (the default) every operator of the module is
-        predicted by the per-operator models; ops it never measured get a roofline estimate
+        predicted by the per-operator models; ops it never measured get an estimate (by their
+        kind's measured ops, or the roofline)
         and widen the interval by it, and are listed in the user attribute
         ``carb_nas.unmodelled_ops`` (a warning names them, once per new op). A config-table
         CostModel (trained on ResNets) predicts from the network features alone: other
@@ -347,7 +348,8 @@ class CostConstraints:
                 self._warned_ops.update(new)
                 warnings.warn(
                     f"the module cost model ({platform_name(self.model)}) never measured ops "
-                    f"{new} of this module: their roofline estimate is added to its costs and "
+                    f"{new} of this module: their estimate (by their kind's measured ops, or the "
+                    "roofline) is added to its costs and "
                     "widens the latency interval by as much; measure such a network "
                     "(carb-nas profile --model-spec) for firm budgets.",
                     UserWarning,

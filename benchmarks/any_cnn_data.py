@@ -179,7 +179,7 @@ def measure(args: argparse.Namespace) -> None:
     elif cached.exists():
         specs = json.loads(cached.read_text())
     elif args.specs:  # a shipped draw (docs/passes/...): a later sitting continues it
-        specs = json.loads(gzip.decompress(Path(args.specs).read_bytes()))
+        specs = json.loads(gzip.decompress(_existing(args.specs, "--specs").read_bytes()))
         Path(args.out).mkdir(parents=True, exist_ok=True)
         cached.write_text(json.dumps(specs))
     else:
@@ -189,7 +189,7 @@ def measure(args: argparse.Namespace) -> None:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         cached.write_text(json.dumps(specs))
     if args.skip_in:  # configs an exported dataset already holds
-        have = set(pd.read_csv(args.skip_in, usecols=["key"]).key)
+        have = set(pd.read_csv(_existing(args.skip_in, "--skip-in"), usecols=["key"]).key)
         specs = [sp for sp in specs if sp["key"] not in have]
     print(f"{len(specs)} specs", file=sys.stderr, flush=True)
     n = run_ops_campaign(
@@ -209,12 +209,20 @@ def _machine(fingerprint: str) -> str:
     return " ".join(str(x) for x in parts if x)
 
 
+def _existing(path: str, what: str) -> Path:
+    """``path`` if it exists; else a one-line exit saying what was expected (before any work)."""
+    p = Path(path)
+    if not p.exists():
+        sys.exit(f"{what}: expected an existing path, got {path!r}. Check the path.")
+    return p
+
+
 def read_part(path: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(rows, ops)`` of a campaign directory, or of an exported rows CSV (its per-op table
     ``<stem>_ops.csv.gz`` beside it), so an export can be extended by a later campaign."""
     from carb_nas.measure import read_ops_campaign
 
-    p = Path(path)
+    p = _existing(path, "a campaign directory or an exported rows CSV")
     if p.is_dir():
         return read_ops_campaign(p)
     rows = pd.read_csv(p)

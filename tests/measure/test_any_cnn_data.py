@@ -72,3 +72,9 @@ def test_export_refuses_two_machines_and_another_machines_file(data, tmp_path):
     with pytest.raises(SystemExit, match="another machine's rows.*--name zoo-"):
         _export(data, [here], name="zoo")
     assert data.OUT_ROWS.read_bytes() == before  # the other machine's file is untouched
+
+
+def test_a_missing_part_is_one_line_not_a_traceback(data, tmp_path):
+    with pytest.raises(SystemExit, match="expected an existing path, got .*nowhere"):
+        _export(data, [tmp_path / "nowhere"])
+    assert not any((tmp_path / "out").iterdir())  # nothing written

@@ -16,7 +16,8 @@ processes), with the per-operator table of the same runs; resumable.
 draw over width, depth, resolution 32-128 and batch 1-16, under ``--max-gflops`` per batch),
 then measures each config not yet in CAMPAIGN in a fresh forked process
 (``carb_nas.measure._ops.run_ops_campaign``). Kill it at any time; the same command continues.
-A second pass (``--remeasure-from``) measures the rows whose CV is above ``--cv-above`` again;
+A second pass (``--remeasure-from``) measures the rows whose CV is above ``--cv-above`` (or whose
+``cpu_per_wall`` is below 0.9: timed while another process held the core) again;
 ``export`` keeps each config's lowest-CV row among the passes and writes
 ``carb_nas/data/zoo/cpu_torch_fp32_zoo.csv`` (one row per config, the dataset schema) and
 ``..._ops.csv.gz`` (one row per operator). ``--name`` writes another machine's dataset
@@ -162,7 +163,10 @@ def measure(args: argparse.Namespace) -> None:
     cached = Path(args.out) / "specs.json"  # the draw, kept so a resume does not redo it
     if args.remeasure_from:
         rows, _ = read_part(args.remeasure_from)
-        rows = rows[(rows.status == "ok") & (rows.latency_cv > args.cv_above)]
+        noisy = rows.latency_cv > args.cv_above
+        if "cpu_per_wall" in rows:  # timed while another process held the core
+            noisy |= pd.to_numeric(rows.cpu_per_wall, errors="coerce") < 0.9
+        rows = rows[(rows.status == "ok") & noisy]
         rows = rows.sort_values("latency_cv", ascending=False)  # the noisiest first
         cols = ["key", "family", "depth", "width", "resolution", "batch_size"]
         specs = [dict(zip(cols, r)) for r in rows[cols].itertuples(index=False)]

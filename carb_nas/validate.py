@@ -70,6 +70,7 @@ __all__ = [
     "validate",
     "ValidationResult",
     "fingerprint_mismatch",
+    "descheduled_rows",
     "page_fault_shortfall",
     "write_report",
     "DECISIONS",
@@ -272,6 +273,46 @@ def page_fault_shortfall(
         "buffers of 32 MiB or more, so their measured latency is lower than in a fresh "
         "process, which is what the shipped data and the model reflect. Validate with "
         "fresh_process=True (carb-nas validate --fresh-process) to compare like with like."
+    ]
+
+
+_MIN_CPU_PER_WALL = 0.9  # a one-thread run off its core for >10 % of the time
+
+
+def descheduled_rows(configs: pd.DataFrame, measurements: pd.DataFrame, threads: int) -> list[str]:
+    """A warning when one-thread CPU rows were timed while other processes took their core.
+
+    ``cpu_per_wall`` below 0.9 means the process was off the CPU for more than a tenth of
+    its timing window, and that wait is inside its latency. Judged only at one thread (more
+    threads spin and wait in ways that are the runtime's own); rows without the column are
+    not judged.
+    """
+    if threads != 1 or "cpu_per_wall" not in measurements or len(configs) == 0:
+        return []
+    share = pd.to_numeric(measurements["cpu_per_wall"], errors="coerce").to_numpy(float)
+    judged = (measurements["status"] == "ok").to_numpy() & (
+        measurements["device"] == "cpu"
+    ).to_numpy()
+    low = judged & np.isfinite(share) & (share < _MIN_CPU_PER_WALL)
+    if not low.any():
+        return []
+    i = int(np.argmin(np.where(low, share, np.inf)))
+    c = configs.iloc[i]
+    from carb_nas.measure import autogroup_enabled
+
+    hint = (
+        " Linux's autogroup scheduling is on (/proc/sys/kernel/sched_autogroup_enabled = 1),"
+        " so a `nice`d job started from another terminal session still takes its share:"
+        " stop it, or set sched_autogroup_enabled to 0 as root."
+        if autogroup_enabled()
+        else ""
+    )
+    return [
+        f"{int(low.sum())} config(s) were timed while other processes took the CPU, e.g. "
+        f"{c['family']}-{c['depth']} width {c['width']} r{c['resolution']} batch "
+        f"{c['batch_size']}: it ran {100 * share[i]:.0f} % of its timing window (expected "
+        f"at least {100 * _MIN_CPU_PER_WALL:.0f} % at one thread), so its latency includes "
+        f"the wait. Validate again on a quiet machine.{hint}"
     ]
 
 
@@ -487,6 +528,9 @@ def validate(
     # the mmap_mb page faults are eager PyTorch's; int8-dynamic has no element size to price
     eager = prof.runtime.name == "torch" and precision in ELEMENT_BYTES
     for w in page_fault_shortfall(frame, meas, mmap_mb) if eager else []:
+        warnings.warn(w, stacklevel=2)
+        warn.append(w)
+    for w in descheduled_rows(frame, meas, prof.runtime.threads or 0) if device == "cpu" else []:
         warnings.warn(w, stacklevel=2)
         warn.append(w)
 

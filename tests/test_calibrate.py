@@ -53,7 +53,7 @@ class FakeProfiler:
         self.model, self.factor, self.device_name = model, factor, device_name
         self.platform, self.clock, self.seconds = platform, clock, seconds_per_config
         self.status = status
-        self.runtime = type("R", (), {"name": platform.split("/")[1]})()
+        self.runtime = type("R", (), {"name": platform.split("/")[1], "threads": 1})()
         self.fingerprint = {
             "platform": platform, "device": "cpu", "device_name": device_name,
             "cpu_model": device_name, "threads": 1, "runtime": self.runtime.name,

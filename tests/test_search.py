@@ -524,7 +524,7 @@ def test_search_to_validate_featurizes_each_config_once(torch_model, monkeypatch
 
     class Prof:  # a stand-in profiler: the bookkeeping, not the timing, is under test
         device_name, kind, platform = "test cpu", "cpu", "cpu/torch/fp32"
-        runtime = type("R", (), {"name": "torch"})()
+        runtime = type("R", (), {"name": "torch", "threads": 1})()
 
         def profile(self, config):
             return {"key": config.key, "status": "ok", "platform": self.platform,

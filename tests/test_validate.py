@@ -19,7 +19,13 @@ from carb_nas.cli import cli
 from carb_nas.errors import BudgetError, InputFileError, ModelError
 from carb_nas.measure import Profiler, Protocol
 from carb_nas.space import CONFIG_COLUMNS
-from carb_nas.validate import DECISIONS, fingerprint_mismatch, page_fault_shortfall, validate
+from carb_nas.validate import (
+    DECISIONS,
+    descheduled_rows,
+    fingerprint_mismatch,
+    page_fault_shortfall,
+    validate,
+)
 
 TINY = pd.DataFrame(
     [
@@ -292,12 +298,40 @@ def test_page_fault_shortfall_flags_runs_that_skipped_the_mmap_cost():
     )
 
 
+def test_descheduled_rows_flag_one_thread_runs_that_lost_their_core(monkeypatch):
+    import carb_nas.measure
+
+    configs = pd.DataFrame(
+        [
+            {"family": "basic", "depth": 18, "width": 1.0, "resolution": 64, "batch_size": 4},
+            {"family": "basic", "depth": 8, "width": 0.5, "resolution": 32, "batch_size": 1},
+        ]
+    )
+
+    def rows(share, device="cpu", status="ok"):
+        return pd.DataFrame({"status": status, "device": device, "cpu_per_wall": share})
+
+    monkeypatch.setattr(carb_nas.measure, "autogroup_enabled", lambda: False)
+    (msg,) = descheduled_rows(configs, rows([0.99, 0.41]), threads=1)
+    assert "1 config(s)" in msg and "basic-8 width 0.5 r32 batch 1" in msg and "41 %" in msg
+    assert "autogroup" not in msg
+    assert descheduled_rows(configs, rows([0.99, 0.95]), threads=1) == []
+    assert descheduled_rows(configs, rows([0.99, 0.41]), threads=2) == []  # not judged
+    assert descheduled_rows(configs, rows([0.5, 0.4], device="cuda"), threads=1) == []
+    assert descheduled_rows(configs, rows([0.5, 0.4], status="error"), threads=1) == []
+    assert descheduled_rows(configs, rows([None, None]), threads=1) == []  # older rows
+    assert descheduled_rows(configs, rows([0.4, 0.4]).drop(columns="cpu_per_wall"), 1) == []
+    monkeypatch.setattr(carb_nas.measure, "autogroup_enabled", lambda: True)
+    (msg,) = descheduled_rows(configs, rows([0.3, 0.4]), threads=1)
+    assert "2 config(s)" in msg and "basic-18" in msg and "sched_autogroup_enabled" in msg
+
+
 class FakeProfiler:
     """Stands in for the Profiler: returns given minor-fault counts (the bookkeeping of the
     page-fault check inside validate is under test, not the measurement)."""
 
     device_name, kind, platform = "test cpu", "cpu", "cpu/torch/fp32"
-    runtime = type("R", (), {"name": "torch"})()
+    runtime = type("R", (), {"name": "torch", "threads": 1})()
 
     def __init__(self, faults):
         self.faults = list(faults)
@@ -467,7 +501,7 @@ def test_validate_passes_keep_each_configs_fastest_row(torch_model, profiler):
     assert [k for _, _, k in seen] == [seen[0][2], seen[1][2]] * 3
     for lat, params in zip(r.measurements["latency_ms"], r.measurements["protocol_params"]):
         doc = json.loads(params)
-        assert doc["passes"] == 3 and lat == pytest.approx(min(doc["pass_latency_ms"]))
+        assert doc["passes"] == 3 and lat == pytest.approx(min(doc["pass_latency_ms"]), abs=1e-6)
     assert (r.rows["measured_latency_ms"] == r.measurements["latency_ms"].to_numpy()).all()
 
 

@@ -53,6 +53,13 @@ SCHEMA: dict[str, tuple[str, bool, str]] = {
         "minor page faults of the profiling process per timed run (getrusage): about 244 per "
         "MB of buffers mapped anew on each call; empty in rows from before it was recorded",
     ),
+    "cpu_per_wall": (
+        "float",
+        False,
+        "process CPU seconds per wall second while timing: about 1.0 (one thread) when the "
+        "run had a core to itself, lower when other processes took the CPU; empty in rows "
+        "from before it was recorded",
+    ),
     # energy
     "energy_j": ("float", False, "energy per batch, J (empty without a meter)"),
     "energy_reason": ("str", False, "why energy_j is empty, e.g. meter=none"),

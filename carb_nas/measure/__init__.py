@@ -72,7 +72,7 @@ from carb_nas.measure._profiler import (
     profile_config,
 )
 from carb_nas.measure._protocol import PROTOCOLS, Protocol, TimingResult, median_ci, time_runs
-from carb_nas.measure._quiet import others_cpu_cores, wait_for_quiet
+from carb_nas.measure._quiet import autogroup_enabled, others_cpu_cores, wait_for_quiet
 from carb_nas.measure._runtimes import (
     AGREEMENT,
     CALIBRATION,
@@ -96,6 +96,7 @@ from carb_nas.measure._runtimes import (
 )
 
 __all__ = [
+    "autogroup_enabled",
     "AGREEMENT",
     "INSTALL_HINTS",
     "calibration_batches",

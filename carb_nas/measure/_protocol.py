@@ -155,6 +155,9 @@ class TimingResult:
     timing_s: float
     # minor page faults of this process per timed run; None where getrusage is missing
     minor_faults_per_run: float | None = None
+    # process CPU seconds per wall second while timing: ~1.0 for a one-thread run that had a
+    # core to itself; lower when other processes took the CPU (the wait is in the latency)
+    cpu_per_wall: float | None = None
 
     def as_row(self) -> dict:
         return asdict(self)
@@ -179,6 +182,7 @@ def time_runs(run_once_s: Callable[[], float], protocol: Protocol) -> TimingResu
     gc.disable()
     try:
         faults_before = _minor_faults()
+        cpu_start = time.process_time()  # every thread of this process (runtimes' workers too)
         start = time.perf_counter()
         check_every = 1
         while True:
@@ -202,6 +206,7 @@ def time_runs(run_once_s: Callable[[], float], protocol: Protocol) -> TimingResu
                     break
                 check_every = max(1, n // 20)  # sorting stays O(n log n) amortized-cheap
         timing_s = time.perf_counter() - start
+        cpu_s = time.process_time() - cpu_start
         faults = _minor_faults()
     finally:
         if was_enabled:
@@ -222,6 +227,7 @@ def time_runs(run_once_s: Callable[[], float], protocol: Protocol) -> TimingResu
         minor_faults_per_run=(
             None if faults is None or faults_before is None else (faults - faults_before) / len(s)
         ),
+        cpu_per_wall=cpu_s / timing_s if timing_s > 0 else None,
     )
 
 

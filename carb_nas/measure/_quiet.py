@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 
-__all__ = ["others_cpu_cores", "wait_for_quiet"]
+__all__ = ["autogroup_enabled", "others_cpu_cores", "wait_for_quiet"]
 
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -41,6 +41,21 @@ def others_cpu_cores(interval_s: float = 0.25) -> float | None:
     if b1 is None:  # /proc/stat became unreadable meanwhile
         return None
     return max(0.0, ((b1 - b0) - (o1 - o0)) / (t1 - t0))
+
+
+def autogroup_enabled() -> bool | None:
+    """Whether Linux's autogroup scheduling is on (None where it cannot be read).
+
+    With it on, the scheduler shares the CPU fairly between terminal sessions first and
+    applies ``nice`` only inside a session: a ``nice -n 19`` job started from another
+    session still takes half of a core a measurement needs (measured here: a one-thread
+    convolution's wall time was 2-3x its CPU time until ``sched_autogroup_enabled`` was 0).
+    """
+    try:
+        with open("/proc/sys/kernel/sched_autogroup_enabled") as f:
+            return f.read().strip() == "1"
+    except OSError:
+        return None
 
 
 def wait_for_quiet(

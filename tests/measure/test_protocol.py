@@ -150,3 +150,24 @@ def test_minor_faults_per_run_see_the_buffers_mmap_mb_counts():
     pages = got["big_mb"] * 1e6 / 4096  # oneDNN's 37.7 MB weight copy, faulted in per call
     assert pages * 0.95 < got["big"] < pages * 1.1
     assert got["small"] < 100  # 31.6 MiB: glibc keeps it on the heap
+
+
+def test_cpu_per_wall_tells_a_run_that_waited_from_one_that_computed():
+    import time
+
+    proto = Protocol.named("carb", warmup_runs=1, min_runs=5, max_runs=5)
+
+    def sleeping():  # off the CPU for the whole run, as when another process holds the core
+        t0 = time.perf_counter()
+        time.sleep(0.005)
+        return time.perf_counter() - t0
+
+    def computing():
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < 0.005:
+            pass
+        return time.perf_counter() - t0
+
+    assert time_runs(sleeping, proto).cpu_per_wall < 0.2
+    assert time_runs(computing, proto).cpu_per_wall > 0.5
+    assert "cpu_per_wall" in time_runs(computing, proto).as_row()

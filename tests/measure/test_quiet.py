@@ -34,3 +34,16 @@ def test_wait_for_quiet_gives_up_after_max_wait():
     assert 0.3 <= waited <= 0.3 + 1.0
     assert time.perf_counter() - t0 < 2
     assert wait_for_quiet(5.0, threshold_cores=1e9, interval_s=0.05) < 1  # always quiet
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/sys/kernel")
+def test_autogroup_enabled_reads_the_kernels_switch():
+    from pathlib import Path
+
+    from carb_nas.measure import autogroup_enabled
+
+    switch = Path("/proc/sys/kernel/sched_autogroup_enabled")
+    if not switch.exists():
+        assert autogroup_enabled() is None
+    else:
+        assert autogroup_enabled() is (switch.read_text().strip() == "1")

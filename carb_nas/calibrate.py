@@ -464,8 +464,10 @@ def calibrate_on_arrival(
                 progress(done, time.perf_counter() - t0, float(time_budget_s))
         for _ in range(passes - 1):
             rounds.append([])
-            for config in configs[: len(rounds[0])]:
-                if time.perf_counter() - t0 > time_budget_s:
+            for config, first_s in zip(configs[: len(rounds[0])], durations, strict=True):
+                # start a config only when it should end within the budget (its first
+                # round's time): the budget is the most a calibration takes
+                if time.perf_counter() - t0 + first_s > time_budget_s:
                     break
                 rounds[-1].append(prof.profile(config))
                 done += 1

@@ -138,6 +138,24 @@ def test_calibration_recovers_the_machine_factor_and_is_cached(torch_model, mode
     assert again.model.platform_["device_name"] == FAKE  # the model now describes this machine
 
 
+class UnevenProfiler(FakeProfiler):
+    """Fake rows whose configs take 0.5 s and 3 s in turn, the same in every round."""
+
+    def profile(self, config):
+        self.seconds = 3.0 if sum(map(ord, config.key)) % 2 else 0.5
+        return super().profile(config)
+
+
+@pytest.mark.parametrize("budget_s", [12, 15.5, 21])
+def test_calibration_ends_within_its_budget_with_later_rounds(
+    torch_model, model_cache, clock, budget_s
+):
+    # no config may start that would end after the budget, in any round
+    prof = UnevenProfiler(torch_model, 1.2, clock=clock)
+    cal = calibrate_on_arrival(PLATFORM, budget_s, prof, source_model=torch_model, passes=3)
+    assert cal.seconds <= budget_s and len(prof.profiled) > cal.n_rows >= 3
+
+
 class DriftingProfiler(FakeProfiler):
     """Fake rows whose machine gets slower over time: each call is 10 % slower than the last."""
 

@@ -276,30 +276,24 @@ def page_fault_shortfall(
     ]
 
 
-_MIN_CPU_PER_WALL = 0.9  # a one-thread run off its core for >10 % of the time
-
-
 def descheduled_rows(configs: pd.DataFrame, measurements: pd.DataFrame, threads: int) -> list[str]:
     """A warning when one-thread CPU rows were timed while other processes took their core.
 
-    ``cpu_per_wall`` below 0.9 means the process was off the CPU for more than a tenth of
-    its timing window, and that wait is inside its latency. Judged only at one thread (more
-    threads spin and wait in ways that are the runtime's own); rows without the column are
-    not judged.
+    ``cpu_per_wall`` below ``measure.MIN_CPU_PER_WALL`` means the process was off the CPU for
+    more than a tenth of its timing window, and that wait is inside its latency
+    (``measure.lost_its_core``). Judged only at one thread; rows without the column are not.
     """
+    from carb_nas.measure import MIN_CPU_PER_WALL, autogroup_enabled, lost_its_core
+
     if threads != 1 or "cpu_per_wall" not in measurements or len(configs) == 0:
         return []
-    share = pd.to_numeric(measurements["cpu_per_wall"], errors="coerce").to_numpy(float)
-    judged = (measurements["status"] == "ok").to_numpy() & (
-        measurements["device"] == "cpu"
-    ).to_numpy()
-    low = judged & np.isfinite(share) & (share < _MIN_CPU_PER_WALL)
+    rows = measurements.assign(threads=1).to_dict("records")
+    low = np.array([lost_its_core(r) for r in rows], dtype=bool)
     if not low.any():
         return []
+    share = pd.to_numeric(measurements["cpu_per_wall"], errors="coerce").to_numpy(float)
     i = int(np.argmin(np.where(low, share, np.inf)))
     c = configs.iloc[i]
-    from carb_nas.measure import autogroup_enabled
-
     hint = (
         " Linux's autogroup scheduling is on (/proc/sys/kernel/sched_autogroup_enabled = 1),"
         " so a `nice`d job started from another terminal session still takes its share:"
@@ -311,7 +305,7 @@ def descheduled_rows(configs: pd.DataFrame, measurements: pd.DataFrame, threads:
         f"{int(low.sum())} config(s) were timed while other processes took the CPU, e.g. "
         f"{c['family']}-{c['depth']} width {c['width']} r{c['resolution']} batch "
         f"{c['batch_size']}: it ran {100 * share[i]:.0f} % of its timing window (expected "
-        f"at least {100 * _MIN_CPU_PER_WALL:.0f} % at one thread), so its latency includes "
+        f"at least {100 * MIN_CPU_PER_WALL:.0f} % at one thread), so its latency includes "
         f"the wait. Validate again on a quiet machine.{hint}"
     ]
 

@@ -372,6 +372,63 @@ def test_remeasure_noisy_rows_keeps_one_row_per_config(tmp_path):
     assert len(salvage_rows(out)) == 3
 
 
+class _JitteryBusyTorch(_FakeTorch):
+    """Computes (busy-waits) 0.2 or 1.0 ms in turn: it keeps its core, at a high CV."""
+
+    calls = 0
+
+    def run(self, prepared, x):
+        _JitteryBusyTorch.calls += 1
+        end = time.perf_counter() + (0.001 if _JitteryBusyTorch.calls % 2 else 0.0002)
+        while time.perf_counter() < end:
+            pass
+
+
+class _SteadySleepTorch(_FakeTorch):
+    """Sleeps 3 ms per run: off the CPU for the whole window, at a low CV."""
+
+    def run(self, prepared, x):
+        time.sleep(0.003)
+
+
+def test_rows_timed_off_their_core_are_counted_remeasured_and_lose_to_rows_that_kept_it(
+    tmp_path,
+):
+    out = tmp_path / "camp"
+    # off the CPU for the whole timing window, as behind another process
+    asleep = _fake_profiler()
+    asleep.runtime = _SteadySleepTorch("cpu", "fp32", 1)
+    s = _run(_configs(1), out, profiler=asleep)
+    assert (s.measured_now, s.descheduled) == (3, 3)
+    slept = campaign_rows(out).set_index("key")
+    assert (slept["cpu_per_wall"] < 0.5).all()
+    busy = _fake_profiler()
+    busy.runtime = _JitteryBusyTorch("cpu", "fp32", 1)
+    # only the cpu_per_wall rule queues them: no CV is above 10
+    s = _run(_configs(1), out, profiler=busy, remeasure_cv_above=10.0, max_attempts=2)
+    assert (s.remeasures_queued, s.measured_now, s.descheduled) == (3, 3, 0)
+    kept = campaign_rows(out).set_index("key")
+    assert (kept["cpu_per_wall"] > 0.5).all()  # the row that kept its core, whatever its CV
+    assert (kept["latency_cv"] > slept.loc[kept.index, "latency_cv"]).all()
+
+
+def test_profile_cli_warns_about_rows_timed_off_their_core(tmp_path, monkeypatch):
+    import carb_nas.measure
+    from carb_nas.measure import CampaignSummary
+
+    def measured(frame, out, **kw):  # what run_campaign returns after two such rows
+        return CampaignSummary(str(out), "cpu/torch/fp32", 3, 3, 3, 3, 0, 0, 0, 3, 0, 1.0, 0.3,
+                               descheduled=2)  # fmt: skip
+
+    monkeypatch.setattr(carb_nas.measure, "run_campaign", measured)
+    csv = tmp_path / "c.csv"
+    _configs(1).to_csv(csv, index=False)
+    r = CliRunner().invoke(cli, ["profile", str(csv), "--out", str(tmp_path / "o")])
+    assert r.exit_code == 0, r.output
+    assert "warning: 2 of the rows measured now were timed while other processes" in r.stderr
+    assert "--remeasure-cv-above" in r.stderr
+
+
 @pytest.mark.parametrize("storage", ["journal", "sqlite"])
 def test_two_concurrent_workers_measure_each_config_once(tmp_path, storage):
     import threading

@@ -71,7 +71,15 @@ from carb_nas.measure._profiler import (
     platform_string,
     profile_config,
 )
-from carb_nas.measure._protocol import PROTOCOLS, Protocol, TimingResult, median_ci, time_runs
+from carb_nas.measure._protocol import (
+    MIN_CPU_PER_WALL,
+    PROTOCOLS,
+    Protocol,
+    TimingResult,
+    lost_its_core,
+    median_ci,
+    time_runs,
+)
 from carb_nas.measure._quiet import autogroup_enabled, others_cpu_cores, wait_for_quiet
 from carb_nas.measure._runtimes import (
     AGREEMENT,
@@ -96,6 +104,8 @@ from carb_nas.measure._runtimes import (
 )
 
 __all__ = [
+    "MIN_CPU_PER_WALL",
+    "lost_its_core",
     "autogroup_enabled",
     "AGREEMENT",
     "INSTALL_HINTS",

@@ -53,7 +53,7 @@ from carb_nas._io import atomic_write_json
 from carb_nas.datasets import SCHEMA
 from carb_nas.errors import CampaignError, ConfigError, MissingFileError, StorageError
 from carb_nas.measure._profiler import Profiler, platform_string
-from carb_nas.measure._protocol import Protocol
+from carb_nas.measure._protocol import Protocol, lost_its_core
 from carb_nas.measure._runtimes import check_platform, usable_cpus
 from carb_nas.space import ARCH_COLUMNS as ARCH_KNOBS
 from carb_nas.space import CONFIG_COLUMNS, REQUIRED_COLUMNS, Config, frame_to_configs
@@ -568,7 +568,8 @@ def _queue_remeasures(
     retry_errors: bool,
     max_attempts: int,
 ) -> int:
-    """Enqueue another attempt for keys whose kept row is noisy (cv > cv_above) or an error."""
+    """Enqueue another attempt for keys whose kept row is noisy (cv > cv_above, or timed while
+    another process held its core: ``lost_its_core``) or an error."""
     from optuna.trial import TrialState
 
     trials = study.get_trials(deepcopy=False)
@@ -586,7 +587,9 @@ def _queue_remeasures(
     for key, (t, row) in _best_rows(done).items():
         if key in pending or attempts.get(key, 0) + 1 >= max_attempts:
             continue
-        noisy = cv_above is not None and row.get("status") == "ok" and _cv(row) > cv_above
+        noisy = cv_above is not None and (
+            (row.get("status") == "ok" and _cv(row) > cv_above) or lost_its_core(row)
+        )
         broken = retry_errors and row.get("status") == "error"
         if noisy or broken:
             study.enqueue_trial(
@@ -743,8 +746,9 @@ def _best_rows(trials) -> dict[str, tuple[Any, dict]]:
     """The row kept per key among completed trials holding one.
 
     A key has several rows only when it was re-measured (``--remeasure-cv-above``,
-    ``--retry-errors``): the ok row with the lowest ``latency_cv`` wins (the first on ties);
-    without an ok row, the first row. Selection is on measurement quality, never on the value.
+    ``--retry-errors``): among the ok rows, one that kept its core (``lost_its_core``) beats one
+    that lost it, then the lowest ``latency_cv`` wins (the first on ties); without an ok row, the
+    first row. Selection is on measurement quality, never on the value.
     """
     best: dict[str, tuple[Any, dict]] = {}
     for t in sorted(trials, key=lambda t: t.number):
@@ -758,9 +762,14 @@ def _best_rows(trials) -> dict[str, tuple[Any, dict]]:
         old = best[key][1]
         if row.get("status") != "ok":
             continue
-        if old.get("status") != "ok" or _cv(row) < _cv(old):
+        if old.get("status") != "ok" or _quality(row) < _quality(old):
             best[key] = (t, row)
     return best
+
+
+def _quality(row: dict) -> tuple[bool, float]:
+    """Sort key of an ok row, best first: kept its core, then the lowest CV."""
+    return lost_its_core(row), _cv(row)
 
 
 def _cv(row: dict) -> float:
@@ -797,6 +806,8 @@ class CampaignSummary:
     mean_s_per_config: float | None
     #: bytes of a torn last journal record cut before resuming (kept in ``journal.log.torn``)
     torn_bytes_cut: int = 0
+    #: ok one-thread rows measured now while other processes took their core (``lost_its_core``)
+    descheduled: int = 0
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -1073,7 +1084,7 @@ def _measure_queue(
         )
     heartbeat = not journal and hasattr(storage, "record_heartbeat")
     study_id = storage.get_study_id_from_name(STUDY_NAME) if heartbeat else None
-    measured = ok = failed = recovered = 0
+    measured = ok = failed = recovered = descheduled = 0
     t_measure = time.perf_counter()
     # The store's trials and the imported libraries are long-lived: freeze them so the
     # per-config gc.collect() (hygiene) scans only what each measurement creates.
@@ -1122,6 +1133,7 @@ def _measure_queue(
             measured += 1
             ok += row["status"] == "ok"
             failed += row["status"] != "ok"
+            descheduled += lost_its_core(row)
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix_str(f"{row['status']} {key}", refresh=False)
@@ -1134,6 +1146,7 @@ def _measure_queue(
         "measured_now": measured,
         "ok": ok,
         "failed": failed,
+        "descheduled": descheduled,
         "recovered": recovered,
         "measure_s": time.perf_counter() - t_measure,
     }

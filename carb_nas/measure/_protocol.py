@@ -20,14 +20,27 @@ import functools
 import gc
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
 from carb_nas.errors import ConfigError
 
-__all__ = ["Protocol", "TimingResult", "time_runs", "median_ci", "min_runs_for_ci", "PROTOCOLS"]
+__all__ = [
+    "MIN_CPU_PER_WALL",
+    "PROTOCOLS",
+    "Protocol",
+    "TimingResult",
+    "lost_its_core",
+    "median_ci",
+    "min_runs_for_ci",
+    "time_runs",
+]
+
+#: a one-thread row below this ``cpu_per_wall`` was off its core for >10 % of its timing
+MIN_CPU_PER_WALL = 0.9
 
 PROTOCOLS = ("adaptive", "carb")
 
@@ -228,6 +241,23 @@ def time_runs(run_once_s: Callable[[], float], protocol: Protocol) -> TimingResu
             None if faults is None or faults_before is None else (faults - faults_before) / len(s)
         ),
         cpu_per_wall=cpu_s / timing_s if timing_s > 0 else None,
+    )
+
+
+def lost_its_core(row: Mapping[str, Any]) -> bool:
+    """Whether an ok one-thread CPU row was timed while other processes took its core
+    (``cpu_per_wall`` below ``MIN_CPU_PER_WALL``; rows without it are not judged). More
+    threads spin and wait in ways that are the runtime's own, so they are not judged."""
+    try:
+        share, threads = float(row.get("cpu_per_wall")), float(row.get("threads"))  # type: ignore[arg-type]
+    except (TypeError, ValueError):  # not recorded (older rows) or no thread count
+        return False
+    return (
+        row.get("status") == "ok"
+        and row.get("device", "cpu") == "cpu"
+        and threads == 1
+        and math.isfinite(share)
+        and share < MIN_CPU_PER_WALL
     )
 
 

@@ -257,8 +257,13 @@ def export(args: argparse.Namespace) -> None:
                 f"are {sorted(machines)}; export them under their own name: --name zoo-<machine>"
             )
     ops = pd.concat([o.assign(_part=i) for i, (_, o) in enumerate(parts)], ignore_index=True)
-    # one row per config: the lowest-CV measurement among the passes, with its own ops
-    rows = rows[rows.status == "ok"].sort_values("latency_cv").drop_duplicates("key")
+    # one row per config: among the passes, one that kept its core, then the lowest CV,
+    # with its own ops
+    rows = rows[rows.status == "ok"]
+    share = rows["cpu_per_wall"] if "cpu_per_wall" in rows else pd.Series(np.nan, rows.index)
+    lost = pd.to_numeric(share, errors="coerce") < 0.9  # timed while it lost its core
+    rows = rows.assign(_lost=lost).sort_values(["_lost", "latency_cv"]).drop_duplicates("key")
+    rows = rows.drop(columns="_lost")
     ops = ops.merge(rows[["key", "_part"]], on=["key", "_part"]).drop(columns="_part")
     rows = rows.drop(columns="_part").sort_values(["family", "key"])
     rows = rows.assign(

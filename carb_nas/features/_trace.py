@@ -193,6 +193,15 @@ def _op_flops(func: Any, args: tuple, kwargs: dict, out: Any) -> int:
     return counter.flops
 
 
+def _empty_like(x: torch.Tensor) -> torch.Tensor:
+    """``torch.empty_like(x)`` of a meta tensor: for a contiguous one (dense, not
+    overlapping: empty_like keeps its strides) ``empty_strided`` gives the same tensor at a
+    tenth of the cost (empty_like on meta runs its Python reference)."""
+    if x.is_contiguous():
+        return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+    return torch.empty_like(x)
+
+
 class _ForwardTracer(dispatch_mode_base()):  # type: ignore[misc]
     """Tracks live tensor bytes (via storage lifetimes), activations and layer counts."""
 
@@ -232,13 +241,13 @@ class _ForwardTracer(dispatch_mode_base()):  # type: ignore[misc]
         if not isinstance(x, torch.Tensor) or x.device.type != "meta":
             return None
         if name == "batch_norm" and not _arg(args, kwargs, 5, "training", False):
-            return torch.empty_like(x)
+            return _empty_like(x)
         if name == "dropout" and not _arg(args, kwargs, 2, "train", False):
-            return torch.empty_like(x)  # eval dropout: a copy, as its decomposition makes
+            return _empty_like(x)  # eval dropout: a copy, as its decomposition makes
         if name == "relu_" or name in _INPLACE_UNARY:
             return x
         if name in _UNARY and x.is_floating_point():
-            return torch.empty_like(x)
+            return _empty_like(x)
         if name == "add_" and not kwargs and len(args) == 2:
             other = args[1]
             if (
@@ -257,7 +266,7 @@ class _ForwardTracer(dispatch_mode_base()):  # type: ignore[misc]
                 and other.stride() == x.stride()
                 and x.is_contiguous()
             ):
-                return torch.empty_like(x)
+                return _empty_like(x)
         return None
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001

@@ -17,8 +17,8 @@ from carb_nas.costmodel import (
     leave_one_family_out,
     lofo_kind_breakdown,
 )
-from carb_nas.errors import ModelError
 from carb_nas.costmodel._kernels import _TRANSCENDENTAL
+from carb_nas.errors import ModelError
 from carb_nas.features import clear_ops_cache, trace_ops
 from tests.synthetic import fake_module_dataset, fake_op_ms, small_cnn
 
@@ -352,7 +352,7 @@ def test_warm_and_cold_module_predictions_equal_a_straightforward_reference(fitt
         cold = [m.predict_module(mod, shape) for mod, shape in modules]
         clear_ops_cache(layers=False)  # new tables, replayed layers, cached per-op predictions
         warm = [m.predict_module(mod, shape) for mod, shape in modules]
-        for (mod, shape), ref, c, w in zip(modules, refs, cold, warm):
+        for (mod, _shape), ref, c, w in zip(modules, refs, cold, warm):
             assert c == w, (mode, type(mod).__name__)  # exactly
             assert c["unmodelled_ops"] == ref["unmodelled_ops"] == ref["_unmodelled"]
             # exactly the reference's per-op numbers, summed as predict_module sums them

@@ -235,7 +235,7 @@ def _conv2d_out(args: tuple, kwargs: dict) -> torch.Tensor | None:
         return None
     ho = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
     wo = (wd + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
-    if ho < 1 or wo < 1 or n < 1 or co < 1:
+    if ho < 1 or wo < 1 or n < 1 or co < 1 or c < 1:  # no input channels: torch's 0 out
         return None
     return torch.empty((n, co, ho, wo), dtype=x.dtype, device="meta")
 

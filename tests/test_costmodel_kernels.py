@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from torch import nn
 
 from carb_nas.costmodel import (
@@ -16,8 +17,9 @@ from carb_nas.costmodel import (
     leave_one_family_out,
     lofo_kind_breakdown,
 )
+from carb_nas.costmodel._kernels import _TRANSCENDENTAL
 from carb_nas.errors import ModelError
-from carb_nas.features import trace_ops
+from carb_nas.features import clear_ops_cache, trace_ops
 from tests.synthetic import fake_module_dataset, fake_op_ms, small_cnn
 
 _net = small_cnn
@@ -267,6 +269,108 @@ def test_fast_module_prediction_equals_the_table_path(fitted_modes, mode, alpha)
             a, b = m.kernel_coefs_
             assert fast["latency_ms"] == pytest.approx(a * ref.sum() + b * len(ops), rel=1e-12)
     assert m.predict_module(_net(8, 2, act=nn.GELU), (1, 3, 8, 8))["unmodelled_ops"] == ["gelu"]
+
+
+class _UserNet(nn.Module):
+    """A user's own module: ops the FAKE dataset never measured (GELU, ELU, tanh, softplus,
+    sigmoid, mish, layer norm, mean), some of a measured kind (stand-ins), some not."""
+
+    def __init__(self, w: int = 12) -> None:
+        super().__init__()
+        self.a, self.n = nn.Conv2d(3, w, 3, padding=1), nn.LayerNorm([w, 16, 16])
+        self.b, self.c = nn.Conv2d(w, w, 3, groups=w, padding=1), nn.Conv2d(w, 2 * w, 1)
+        self.relu6, self.fc = nn.ReLU6(), nn.Linear(2 * w, 10)
+
+    def forward(self, x):  # noqa: ANN001, ANN201
+        x = self.n(nn.functional.gelu(self.a(x)))
+        x = nn.functional.elu(self.b(x)) + self.relu6(x)
+        x = torch.tanh(self.c(x))
+        x = nn.functional.mish(nn.functional.softplus(x) * torch.sigmoid(x))
+        return self.fc(x.mean((2, 3)))
+
+
+def _reference_module_prediction(m: ModuleCostModel, module: nn.Module, shape: tuple) -> dict:
+    """``predict_module`` done the straightforward way: every cache cleared, a cold trace to
+    a frame, each distinct op predicted on its own (one booster row; an unmeasured name of a
+    measured kind by the median over its stand-in names, found by a plain scan of the
+    measured names), then the table path ``predict`` on that per-op sum."""
+    clear_ops_cache()
+    km = m.kernel_
+    ops, feats = trace_ops(module, shape, cache=False)
+    codes, _ = pd.factorize(ops["signature"])
+    first = np.unique(codes, return_index=True)[1]
+    kinds, names, num, logged = km._arrays(ops)
+    seen_names = set(km.seen_)
+    ms = np.zeros(len(first))
+    for j, i in enumerate(first):
+        k, o, nu, lg = kinds[i : i + 1], names[i : i + 1], num[i : i + 1], logged[i : i + 1]
+        seen = f"{k[0]}:{o[0]}" in seen_names
+        corr = float(np.exp(km.booster_.predict(km._matrix_of(k, o, nu, lg))[0]))
+        stand_ins = []
+        if not seen and km.unseen == "kind" and k[0] in km.prior_:
+            moved = lg[0, 1] + lg[0, 2]
+            for s in km.seen_:
+                kk, name = s.split(":", 1)
+                same_class = (name.rstrip("_") in _TRANSCENDENTAL) == (
+                    o[0].rstrip("_") in _TRANSCENDENTAL
+                )
+                if kk == k[0] and same_class and km.name_range_.get(s, 0.0) >= moved:
+                    stand_ins.append(name)
+        if stand_ins:
+            raw = [km.booster_.predict(km._matrix_of(k, np.array([a], dtype=object), nu, lg))[0]
+                   for a in stand_ins]  # fmt: skip
+            corr = float(np.float32(np.exp(np.median(np.array(raw, dtype=np.float32)))))
+        edge = km.edge_.get(k[0], 1.0) if km._beyond_of(k, lg)[0] else corr
+        pred = edge * km._prior_of(k, lg)[0]
+        flops, read, write, weight = lg[0]
+        roof = (read + write + weight) / 1e6 * km.ms_per_mb_ + flops / 1e9 * km.ms_per_gflop_
+        ms[j] = pred if (seen or stand_ins) else roof
+    row = pd.DataFrame([{**feats, "key": "module", "batch_size": shape[0]}])
+    ref = m.predict(row, ops.assign(key="module")).iloc[0].to_dict()
+    per_op = ms[codes]
+    un = np.array([f"{s}:{o}" not in seen_names for o, s in zip(names, kinds)], dtype=bool)
+    return {**ref, "_ops_ms": per_op, "_un": un, "_unmodelled": sorted(set(names[un]))}
+
+
+def test_warm_and_cold_module_predictions_equal_a_straightforward_reference(fitted_modes):
+    """The optimized single-module path (op columns without a frame, replayed layers,
+    cached per-op predictions, one booster call for ops and stand-ins) returns exactly what a
+    straightforward reference does, values and unmodelled-op lists, on built-in families and
+    a user's module: a future speed-up cannot silently change a prediction."""
+    from carb_nas.models import build_model
+    from carb_nas.space import ZOO_FAMILIES, Config
+
+    modules = [
+        (build_model(Config(f, ZOO_FAMILIES.get(f, 18), 0.5, 32, b), "meta"), (b, 3, 32, 32))
+        for f, b in (("basic", 1), ("mobilenet_v2", 2), ("mobilenet_v3_small", 1),
+                     ("efficientnet", 1), ("regnet_y_400mf", 1))
+    ] + [(_UserNet(), (2, 3, 16, 16)), (_UserNet(20), (1, 3, 16, 16))]  # fmt: skip
+    for mode, m in fitted_modes.items():
+        refs = [_reference_module_prediction(m, mod, shape) for mod, shape in modules]
+        clear_ops_cache()
+        m.kernel_.clear_cache()
+        cold = [m.predict_module(mod, shape) for mod, shape in modules]
+        clear_ops_cache(layers=False)  # new tables, replayed layers, cached per-op predictions
+        warm = [m.predict_module(mod, shape) for mod, shape in modules]
+        for (mod, _shape), ref, c, w in zip(modules, refs, cold, warm):
+            assert c == w, (mode, type(mod).__name__)  # exactly
+            assert c["unmodelled_ops"] == ref["unmodelled_ops"] == ref["_unmodelled"]
+            # exactly the reference's per-op numbers, summed as predict_module sums them
+            per_op, un = ref["_ops_ms"], ref["_un"]
+            assert c["kernel_sum_ms"] == per_op.sum() * m.scale_
+            assert c["unmodelled_ms"] == per_op[un].sum() * m.scale_
+            if mode == "kernel":
+                a, b = m.kernel_coefs_
+                assert c["latency_ms"] == a * per_op.sum() + b * len(per_op)
+            # and the table path on the cold frame (its sums grouped by pandas: last bits)
+            assert list(c) == [k for k in ref if not k.startswith("_")]
+            for k, v in c.items():
+                if k != "unmodelled_ops":
+                    assert v == pytest.approx(ref[k], rel=1e-12, abs=1e-15), (mode, k)
+        # the user's module has by-kind stand-ins (ReLU6 like ReLU) and roofline ops
+        res = m.kernel_.predict_network(trace_ops(*modules[-2])[0])
+        assert "hardtanh" in res["by_kind"] and "gelu" in res["unmodelled"]
+        assert set(res["by_kind"]) < set(res["unmodelled"])
 
 
 def test_per_op_predictions_are_cached_and_a_refit_forgets_them(fake_data, monkeypatch):

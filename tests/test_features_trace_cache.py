@@ -200,3 +200,62 @@ def test_a_layer_with_other_hyper_parameters_is_not_replayed():
 
 if __name__ == "__main__":
     sys.exit(_write_golden())
+
+
+def test_conv2d_and_linear_shortcuts_equal_torch_meta_kernels():
+    """The tracer's meta results of 2-D convolutions and 2-D linear layers (no Python meta
+    function) equal torch's on the meta device: shape, strides, offset, dtype; the linear
+    FLOPs equal FlopCounterMode's; cases the shortcut does not cover fall back to torch."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from carb_nas.features._trace import _conv2d_out, _linear_2d, _linear_out
+
+    def same(a: torch.Tensor, b: torch.Tensor) -> bool:
+        return (a.shape, a.stride(), a.storage_offset(), a.dtype) == (
+            b.shape, b.stride(), b.storage_offset(), b.dtype)  # fmt: skip
+
+    meta = partial(torch.empty, device="meta")
+    n_conv = 0
+    for n, c, h, w, co, k, s, p, d, g, bias, dt in [
+        (1, 3, 32, 32, 16, 3, 1, 1, 1, 1, True, torch.float32),
+        (2, 16, 17, 9, 32, 3, 2, 1, 1, 1, False, torch.float32),
+        (1, 32, 8, 8, 32, 3, 1, 1, 1, 32, False, torch.float32),  # depthwise
+        (4, 64, 14, 14, 128, 1, 1, 0, 1, 4, True, torch.float16),  # grouped, fp16
+        (1, 8, 7, 7, 8, 5, 3, 2, 2, 1, False, torch.bfloat16),  # dilated, strided
+        (1, 8, 1, 1, 4, 1, 1, 0, 1, 1, True, torch.float32),  # 1x1 spatial
+        (3, 6, 10, 12, 9, (3, 1), (2, 1), (1, 0), 1, 3, False, torch.float32),
+    ]:
+        kh, kw = k if isinstance(k, tuple) else (k, k)
+        x, wt = meta(n, c, h, w, dtype=dt), meta(co, c // g, kh, kw, dtype=dt)
+        b = meta(co, dtype=dt) if bias else None
+        pair = lambda v: list(v) if isinstance(v, tuple) else [v, v]  # noqa: E731
+        args = (x, wt, b, pair(s), pair(p), pair(d), g)  # as the dispatcher passes them
+        out = _conv2d_out(args, {})
+        assert out is not None and same(out, torch.ops.aten.conv2d(*args))
+        n_conv += 1
+    x = meta(1, 3, 8, 8)
+    channels_last = x.contiguous(memory_format=torch.channels_last)
+    for args in [
+        (channels_last, meta(4, 3, 3, 3), None, [1, 1], [1, 1], [1, 1], 1),  # torch's own
+        (x, meta(4, 2, 3, 3), None, [1, 1], [1, 1], [1, 1], 1),  # a channel mismatch
+        (x, meta(4, 3, 9, 9), None, [1, 1], [0, 0], [1, 1], 1),  # an empty output
+    ]:
+        assert _conv2d_out(args, {}) is None
+    assert _conv2d_out((x, meta(4, 3, 3, 3), None, [1, 1], "same", [1, 1], 1), {}) is None
+    for m, kin, kout, bias, dt in [
+        (1, 16, 10, True, torch.float32),
+        (8, 1, 1, False, torch.float32),
+        (3, 1280, 1000, True, torch.float16),
+        (2, 7, 5, False, torch.bfloat16),
+    ]:
+        x, wt = meta(m, kin, dtype=dt), meta(kout, kin, dtype=dt)
+        b = meta(kout, dtype=dt) if bias else None
+        out = _linear_out((x, wt, b), {})
+        ref = torch.ops.aten.linear(x, wt, b)
+        assert out is not None and same(out, ref)
+        with FlopCounterMode(display=False) as fc:
+            torch.ops.aten.linear(x, wt, b)
+        assert _linear_2d((x, wt, b), {}) and fc.get_total_flops() == 2 * m * kin * kout
+    assert _linear_out((meta(2, 3, 16), meta(10, 16), None), {}) is None  # 3-D: torch's own
+    assert _linear_out((meta(2, 15), meta(10, 16), None), {}) is None  # a mismatch
+    assert n_conv == 7

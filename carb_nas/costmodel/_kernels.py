@@ -68,7 +68,12 @@ from carb_nas.costmodel._common import err, package_version, sha256_file
 from carb_nas.costmodel._estimator import CostModel
 from carb_nas.costmodel._prepare import PHYSICAL_OFFSETS
 from carb_nas.errors import ModelError
-from carb_nas.features import FEATURE_COLUMNS, OP_AGGREGATE_COLUMNS, trace_ops
+from carb_nas.features import (
+    FEATURE_COLUMNS,
+    OP_AGGREGATE_COLUMNS,
+    trace_op_arrays,
+    trace_ops,
+)
 
 __all__ = [
     "MEMORY_MODES",
@@ -340,6 +345,24 @@ class KernelCostModel:
         ms, seen = self._predict_cached(kinds[first], names[first], num[first], logged[first])
         return ms[codes], seen[codes]
 
+    def predict_op_arrays(self, cols: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`predict_ops` of an op table given as its columns
+        (:func:`carb_nas.features.trace_op_arrays`): the same numbers, no frame."""
+        self._check_fitted()
+        sig = cols["signature"]
+        if not len(sig):
+            return np.zeros(0), np.zeros(0, dtype=bool)
+        # pd.factorize's codes (first appearance order), without building a Series
+        index: dict[Any, int] = {}
+        codes = np.fromiter((index.setdefault(v, len(index)) for v in sig), np.intp, len(sig))
+        first = np.unique(codes, return_index=True)[1]
+        kinds = self._kinds(np.asarray(cols["kind"], dtype=object)[first])
+        names = np.asarray(cols["op"], dtype=object)[first]
+        num = np.column_stack([np.asarray(cols[c], dtype=float)[first] for c in _NUMERIC])
+        logged = np.column_stack([np.asarray(cols[c], dtype=float)[first] for c in _LOGGED])
+        ms, seen = self._predict_cached(kinds, names, num, logged)
+        return ms[codes], seen[codes]
+
     def _predict_cached(
         self, kinds: np.ndarray, names: np.ndarray, num: np.ndarray, logged: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -371,12 +394,21 @@ class KernelCostModel:
         # wrapper's per-call configuration): the same trees, the same float32 inputs
         known = self._seen_set
         seen = np.array([f"{k}:{o}" in known for k, o in zip(kinds, names)], dtype=bool)
-        corr = np.exp(self._booster().inplace_predict(self._matrix_of(kinds, names, num, logged)))
-        by_kind = self._by_kind_of(kinds, names, logged, seen)
+        alts = self._stand_ins_of(kinds, names, logged, seen)
+        by_kind = np.array([bool(a) for a in alts], dtype=bool)
+        X = self._matrix_of(kinds, names, num, logged)
+        n = len(kinds)
         if by_kind.any():
-            corr[by_kind] = self._kind_correction(
-                kinds[by_kind], names[by_kind], num[by_kind], logged[by_kind]
-            )
+            # the rows predicted by kind, once per stand-in name in the op's place (its
+            # geometry and traffic unchanged): in the same booster call (a call's fixed cost
+            # is that of ~100 rows); each row's prediction does not depend on the others
+            row = np.repeat(np.arange(n), [len(a) for a in alts])
+            stand_in = np.array([o for a in alts for o in a], dtype=object)
+            X = np.vstack([X, self._matrix_of(kinds[row], stand_in, num[row], logged[row])])
+        raw = self._booster().inplace_predict(X)
+        corr = np.exp(raw[:n])
+        if by_kind.any():
+            corr[by_kind] = self._median_correction(raw[n:], row, np.flatnonzero(by_kind))
         edges = getattr(self, "edge_", {})  # saved before session 17: none (the prior alone)
         edge = np.array([edges.get(k, 1.0) for k in kinds])
         pred = np.where(self._beyond_of(kinds, logged), edge, corr) * self._prior_of(kinds, logged)
@@ -387,33 +419,51 @@ class KernelCostModel:
     def _stand_ins(self, kind: str, name: str, moved_bytes: float) -> list[str]:
         """The measured names an op of a measured kind but an unmeasured name is predicted
         like (``unseen="kind"``): those of its kind and cost class (:func:`_op_class`) whose
-        measured ops reach its size (read + write bytes); none: the roofline."""
+        measured ops reach its size (read + write bytes), in ``seen_``'s order; none: the
+        roofline."""
         if self.unseen != "kind" or kind not in self.prior_:
             return []
-        cls = _op_class(name)
-        top = getattr(self, "name_range_", {})
-        return [
-            o
-            for kk, o in (s.split(":", 1) for s in self.seen_)
-            if kk == kind and _op_class(o) == cls and top.get(f"{kk}:{o}", 0.0) >= moved_bytes
-        ]
+        cands = self._stand_in_table().get((kind, _op_class(name)), ())
+        return [o for o, top in cands if top >= moved_bytes]
+
+    def _stand_in_table(self) -> dict[tuple[str, str], list[tuple[str, float]]]:
+        """Per (kind, cost class): the measured names and their largest op (read + write
+        bytes), in ``seen_``'s order; built once per model."""
+        t = self.__dict__.get("_stand_in_cache")
+        if t is None:
+            t = {}
+            top = getattr(self, "name_range_", {})
+            for s in self.seen_:
+                kk, o = s.split(":", 1)
+                t.setdefault((kk, _op_class(o)), []).append((o, top.get(s, 0.0)))
+            self.__dict__["_stand_in_cache"] = t
+        return t
+
+    def _stand_ins_of(
+        self, kinds: np.ndarray, names: np.ndarray, logged: np.ndarray, seen: np.ndarray
+    ) -> list[list[str]]:
+        """:meth:`_stand_ins` of each row (none for a measured name)."""
+        out: list[list[str]] = [[] for _ in range(len(kinds))]
+        if self.unseen != "kind" or seen.all():
+            return out
+        moved = logged[:, 1] + logged[:, 2]
+        for i in np.flatnonzero(~seen).tolist():
+            out[i] = self._stand_ins(kinds[i], names[i], float(moved[i]))
+        return out
 
     def _by_kind_of(
         self, kinds: np.ndarray, names: np.ndarray, logged: np.ndarray, seen: np.ndarray
     ) -> np.ndarray:
         """Rows never measured by name that get their kind's model (see :meth:`_stand_ins`)."""
-        if self.unseen != "kind" or seen.all():
-            return np.zeros(len(kinds), dtype=bool)
-        moved = logged[:, 1] + logged[:, 2]
-        rows = zip(kinds, names, moved, seen)
-        return np.array([not s and bool(self._stand_ins(k, o, m)) for k, o, m, s in rows], bool)
+        alts = self._stand_ins_of(kinds, names, logged, seen)
+        return np.array([bool(a) for a in alts], dtype=bool)
 
     def _kind_correction(
         self, kinds: np.ndarray, names: np.ndarray, num: np.ndarray, logged: np.ndarray
     ) -> np.ndarray:
         """The trees' correction of rows predicted by kind: the median over their stand-in
         names of the correction with that name in the op's place (its geometry and traffic
-        unchanged)."""
+        unchanged). (:meth:`_predict_of` computes it in its own booster call.)"""
         moved = logged[:, 1] + logged[:, 2]
         alts = [self._stand_ins(k, o, m) for k, o, m in zip(kinds, names, moved)]
         row = np.repeat(np.arange(len(kinds)), [len(a) for a in alts])  # one row per stand-in
@@ -421,9 +471,15 @@ class KernelCostModel:
         corr = self._booster().inplace_predict(
             self._matrix_of(kinds[row], stand_in, num[row], logged[row])
         )
-        out = np.ones(len(kinds))
-        for i in range(len(kinds)):
-            out[i] = float(np.exp(np.median(corr[row == i])))
+        return self._median_correction(corr, row, np.arange(len(kinds)))
+
+    @staticmethod
+    def _median_correction(raw: np.ndarray, row: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Per row in ``rows``: exp of the median of the raw predictions ``raw`` whose
+        ``row`` is it (its stand-ins)."""
+        out = np.ones(len(rows))
+        for j, i in enumerate(rows.tolist()):
+            out[j] = float(np.exp(np.median(raw[row == i])))
         return out
 
     def _booster(self) -> Any:
@@ -441,7 +497,7 @@ class KernelCostModel:
     def _clear_cache(self) -> None:
         """Forget the per-op predictions (and the derived lookups) of a model being refitted;
         ``clear_cache`` for benchmarks timing a cold prediction."""
-        for name in ("_predict_cache", "_booster_cache", "_seen_cache"):
+        for name in ("_predict_cache", "_booster_cache", "_seen_cache", "_stand_in_cache"):
             self.__dict__.pop(name, None)
 
     def clear_cache(self) -> None:
@@ -912,8 +968,8 @@ class ModuleCostModel:
         :meth:`predict`): the numbers of ``predict`` on its one row, without building
         frames where arrays do (the per-op predictions are cached by the kernel model)."""
         self._check_predictable()
-        ops, feats = trace_ops(module, input_shape, precision)
-        ms, seen = self.kernel_.predict_ops(ops)
+        table, feats = trace_op_arrays(module, input_shape, precision)
+        ms, seen = self.kernel_.predict_op_arrays(table)
         batch = int(input_shape[0])
 
         def frame() -> pd.DataFrame:
@@ -929,7 +985,7 @@ class ModuleCostModel:
         )
         out: dict[str, Any] = {c: v[0].item() if hasattr(v[0], "item") else v[0]
                                for c, v in cols.items()}  # fmt: skip
-        out["unmodelled_ops"] = sorted(set(ops["op"].to_numpy()[~seen])) if len(ops) else []
+        out["unmodelled_ops"] = sorted(set(table["op"][~seen])) if len(seen) else []
         return out
 
     def predict_spec(self, spec: Any, alpha: float | None = 0.1) -> tuple[pd.DataFrame, bool]:

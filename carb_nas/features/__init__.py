@@ -89,6 +89,7 @@ from carb_nas.features._ops import (
     clear_ops_cache,
     op_aggregates,
     op_kind,
+    trace_op_arrays,
     trace_ops,
 )
 from carb_nas.features._trace import trace_features
@@ -107,6 +108,7 @@ __all__ = [
     "OP_COLUMNS",
     "OP_AGGREGATE_COLUMNS",
     "trace_ops",
+    "trace_op_arrays",
     "op_aggregates",
     "op_kind",
     "clear_ops_cache",

@@ -46,6 +46,7 @@ __all__ = [
     "OP_COLUMNS",
     "OP_AGGREGATE_COLUMNS",
     "trace_ops",
+    "trace_op_arrays",
     "op_aggregates",
     "op_kind",
     "clear_ops_cache",
@@ -342,7 +343,8 @@ class _OpRecorder(TorchFunctionMode):
         }
 
 
-_TABLE_CACHE: dict[tuple, tuple[pd.DataFrame, dict[str, float | int]]] = {}
+#: structure key -> [op columns (read-only arrays), the features, the DataFrame once built]
+_TABLE_CACHE: dict[tuple, list[Any]] = {}
 _TABLE_CACHE_MAX = 256
 
 
@@ -363,6 +365,30 @@ def trace_ops(
     (``_trace.ModuleWalk``: classes, attributes, tensor shapes, children), input shape and
     precision (a class's code is assumed not to change while the class object lives).
     """
+    entry = _traced(module, input_shape, precision, cache)
+    if entry[2] is None:
+        entry[2] = _frame(entry[0])
+    return entry[2].copy(), dict(entry[1])
+
+
+def trace_op_arrays(
+    module: nn.Module,
+    input_shape: Sequence[int],
+    precision: torch.dtype | str = "fp32",
+) -> tuple[Mapping[str, np.ndarray], dict[str, float | int]]:
+    """:func:`trace_ops` without the DataFrame (what a prediction needs, cached alike):
+    ``(columns, features)``, ``columns`` each of :data:`OP_COLUMNS` as a read-only numpy
+    array (``kind``, ``op``, ``signature``: objects; the others: int64), in the table's row
+    order; the values of ``trace_ops``' table. Building the frame and reading its columns
+    back cost more than a warm trace of a network's new layers (``benchmarks/any_cnn.py``)."""
+    entry = _traced(module, input_shape, precision, True)
+    return dict(entry[0]), dict(entry[1])
+
+
+def _traced(
+    module: nn.Module, input_shape: Sequence[int], precision: torch.dtype | str, cache: bool
+) -> list[Any]:
+    """The :data:`_TABLE_CACHE` entry of one trace (traced now on a miss)."""
     shape = tuple(int(s) for s in input_shape) if _is_shape(input_shape) else input_shape
     key = None
     walk = ModuleWalk(module) if isinstance(module, nn.Module) else None
@@ -370,7 +396,7 @@ def trace_ops(
         key = (walk.structure, shape, str(precision))
         hit = _TABLE_CACHE.get(key)
         if hit is not None:
-            return hit[0].copy(), dict(hit[1])
+            return hit
     holder: dict[str, Any] = {}
 
     def make_mode(tracer: Any, elem: int, weight_ids: set[int]) -> _OpRecorder:
@@ -379,25 +405,40 @@ def trace_ops(
 
     features = run_trace(module, shape, precision, extra_mode=make_mode, walk=walk)
     rows = holder["rec"].rows
+    # column by column, the numbers as int64 arrays (a frame from a list of dicts costs
+    # several times more); the aggregates from the same arrays
+    data: dict[str, np.ndarray] = {"index": np.arange(len(rows), dtype=np.int64)}
+    for c in _ROW_COLUMNS:
+        col = [r[c] for r in rows]
+        if c in _TEXT_COLUMNS:
+            arr = np.empty(len(col), dtype=object)
+            arr[:] = col
+        else:
+            arr = np.array(col, dtype=np.int64)
+        data[c] = arr
+    for arr in data.values():
+        arr.flags.writeable = False  # shared by every later hit of the cache
     if rows:
-        # column by column, the numbers as int64 arrays (a frame from a list of dicts costs
-        # several times more); the aggregates from the same arrays
-        data: dict[str, Any] = {"index": np.arange(len(rows), dtype=np.int64)}
-        for c in _ROW_COLUMNS:
-            col = [r[c] for r in rows]
-            data[c] = col if c in _TEXT_COLUMNS else np.array(col, dtype=np.int64)
-        aggregates = _aggregates(np.array(data["kind"], dtype=object), data)
-        ops = pd.DataFrame(data, columns=list(OP_COLUMNS))
+        aggregates = _aggregates(data["kind"], data)
     else:
-        ops = pd.DataFrame([], columns=list(OP_COLUMNS[1:]))
-        ops.insert(0, "index", np.arange(0, dtype=np.int64))
-        aggregates = op_aggregates(ops)
-    result = {**features, **aggregates}
+        aggregates = op_aggregates(_frame(data))
+    entry = [data, {**features, **aggregates}, None]
     if key is not None:
         if len(_TABLE_CACHE) >= _TABLE_CACHE_MAX:
             _TABLE_CACHE.pop(next(iter(_TABLE_CACHE)))
-        _TABLE_CACHE[key] = (ops.copy(), dict(result))
-    return ops, result
+        _TABLE_CACHE[key] = entry
+    return entry
+
+
+def _frame(data: Mapping[str, np.ndarray]) -> pd.DataFrame:
+    """The op table of :func:`_traced`'s columns (text columns from lists, as pandas infers
+    their dtype from strings)."""
+    if not len(data["index"]):
+        ops = pd.DataFrame([], columns=list(OP_COLUMNS[1:]))
+        ops.insert(0, "index", np.arange(0, dtype=np.int64))
+        return ops
+    cols = {c: (v.tolist() if c in _TEXT_COLUMNS else v) for c, v in data.items()}
+    return pd.DataFrame(cols, columns=list(OP_COLUMNS))
 
 
 def _is_shape(s: Any) -> bool:

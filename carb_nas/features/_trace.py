@@ -193,6 +193,83 @@ def _op_flops(func: Any, args: tuple, kwargs: dict, out: Any) -> int:
     return counter.flops
 
 
+def _empty_like(x: torch.Tensor) -> torch.Tensor:
+    """``torch.empty_like(x)`` of a meta tensor: for a contiguous one (dense, not
+    overlapping: empty_like keeps its strides) ``empty_strided`` gives the same tensor at a
+    tenth of the cost (empty_like on meta runs its Python reference)."""
+    if x.is_contiguous():
+        return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+    return torch.empty_like(x)
+
+
+def _conv2d_out(args: tuple, kwargs: dict) -> torch.Tensor | None:
+    """The meta result of ``aten::conv2d`` (int paddings) of a contiguous 4-D input:
+    ``meta_conv``'s ``input.new_empty(shape)``, a contiguous tensor of the output shape and the
+    input's dtype, from the conv shape formula; None where torch's own checks or another
+    layout could apply (a mismatch, an empty output: the real kernel runs and says why)."""
+    x, w = args[0], args[1] if len(args) > 1 else kwargs.get("weight")
+    bias = _arg(args, kwargs, 2, "bias", None)
+    if (
+        not isinstance(w, torch.Tensor)
+        or w.device.type != "meta"
+        or x.dim() != 4
+        or w.dim() != 4
+        or w.dtype != x.dtype
+        or not x.is_contiguous()
+        or not x.is_floating_point()
+        or (bias is not None and (not isinstance(bias, torch.Tensor) or bias.dim() != 1))
+    ):
+        return None
+    try:
+        stride = _pair(_arg(args, kwargs, 3, "stride", 1))
+        padding = _pair(_arg(args, kwargs, 4, "padding", 0))
+        dilation = _pair(_arg(args, kwargs, 5, "dilation", 1))
+        groups = int(_arg(args, kwargs, 6, "groups", 1))
+    except (TypeError, ValueError):  # padding="same" / "valid": torch's meta function
+        return None
+    n, c, h, wd = x.shape
+    co, cpg, kh, kw = w.shape
+    if len(stride) != 2 or len(padding) != 2 or len(dilation) != 2 or groups < 1:
+        return None
+    if cpg * groups != c or (bias is not None and bias.shape[0] != co) or min(stride) < 1:
+        return None
+    ho = (h + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    wo = (wd + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    if ho < 1 or wo < 1 or n < 1 or co < 1 or c < 1:  # no input channels: torch's 0 out
+        return None
+    return torch.empty((n, co, ho, wo), dtype=x.dtype, device="meta")
+
+
+def _linear_2d(args: tuple, kwargs: dict) -> bool:
+    """Whether an ``aten::linear`` call is the 2-D case :func:`_linear_out` shortcuts."""
+    x, w = args[0], args[1] if len(args) > 1 else kwargs.get("weight")
+    bias = _arg(args, kwargs, 2, "bias", None)
+    return (
+        isinstance(x, torch.Tensor)
+        and isinstance(w, torch.Tensor)
+        and x.device.type == "meta"
+        and w.device.type == "meta"
+        and x.dim() == 2
+        and w.dim() == 2
+        and x.is_floating_point()
+        and w.dtype == x.dtype
+        and x.is_contiguous()
+        and x.shape[0] >= 1
+        and x.shape[1] == w.shape[1]
+        and w.shape[0] >= 1
+        and (bias is None or (isinstance(bias, torch.Tensor) and bias.shape == (w.shape[0],)))
+    )
+
+
+def _linear_out(args: tuple, kwargs: dict) -> torch.Tensor | None:
+    """The meta result of a 2-D ``aten::linear`` (``addmm`` / ``mm`` of its decomposition):
+    a contiguous (batch, out_features) tensor of the input's dtype."""
+    if not _linear_2d(args, kwargs):
+        return None
+    x, w = args[0], args[1] if len(args) > 1 else kwargs["weight"]
+    return torch.empty((x.shape[0], w.shape[0]), dtype=x.dtype, device="meta")
+
+
 class _ForwardTracer(dispatch_mode_base()):  # type: ignore[misc]
     """Tracks live tensor bytes (via storage lifetimes), activations and layer counts."""
 
@@ -227,18 +304,23 @@ class _ForwardTracer(dispatch_mode_base()):  # type: ignore[misc]
 
     @staticmethod
     def _shortcut(name: str, args: tuple, kwargs: dict) -> torch.Tensor | None:
-        """Meta results of shape-preserving ops, without their slow Python decompositions."""
+        """Meta results of shape-preserving ops, 2-D convolutions and 2-D linear layers,
+        without their slow Python meta functions and decompositions."""
         x = args[0] if args else None
         if not isinstance(x, torch.Tensor) or x.device.type != "meta":
             return None
+        if name == "conv2d":
+            return _conv2d_out(args, kwargs)
+        if name == "linear":
+            return _linear_out(args, kwargs)
         if name == "batch_norm" and not _arg(args, kwargs, 5, "training", False):
-            return torch.empty_like(x)
+            return _empty_like(x)
         if name == "dropout" and not _arg(args, kwargs, 2, "train", False):
-            return torch.empty_like(x)  # eval dropout: a copy, as its decomposition makes
+            return _empty_like(x)  # eval dropout: a copy, as its decomposition makes
         if name == "relu_" or name in _INPLACE_UNARY:
             return x
         if name in _UNARY and x.is_floating_point():
-            return torch.empty_like(x)
+            return _empty_like(x)
         if name == "add_" and not kwargs and len(args) == 2:
             other = args[1]
             if (
@@ -257,7 +339,7 @@ class _ForwardTracer(dispatch_mode_base()):  # type: ignore[misc]
                 and other.stride() == x.stride()
                 and x.is_contiguous()
             ):
-                return torch.empty_like(x)
+                return _empty_like(x)
         return None
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
@@ -274,8 +356,14 @@ class _ForwardTracer(dispatch_mode_base()):  # type: ignore[misc]
             out = func(*args, **kwargs)
         g = _conv2d_geometry(name, args, kwargs, out)
         # a 2-D convolution's FLOPs are FlopCounterMode's conv formula, 2 x out x weight[1:]
-        # (the composite conv2d would otherwise decompose once per new shape)
-        self.flops += g["flops"] if g is not None else _op_flops(func, args, kwargs, out)
+        # (the composite conv2d would otherwise decompose once per new shape); a 2-D linear
+        # layer's its addmm / mm formula, 2 x M x N x K
+        if g is not None:
+            self.flops += g["flops"]
+        elif name == "linear" and _linear_2d(args, kwargs):
+            self.flops += 2 * out.numel() * int(args[0].shape[1])
+        else:
+            self.flops += _op_flops(func, args, kwargs, out)
         outs = out if isinstance(out, (tuple, list)) else (out,)
         if name in _BN_OPS:
             outs = outs[:1]  # eval BN statistics outputs are empty on CPU

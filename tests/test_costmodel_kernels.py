@@ -458,7 +458,7 @@ def test_lane_waste_counts_the_halvings_of_the_vector_a_group_width_forces():
 
 def _grouped_ops(cpgs: list[int], seed: int) -> pd.DataFrame:
     """Traced dense + grouped 3x3 convs (groups of ``cpgs`` channels) with FAKE times (never a
-    measurement): 0.005 ms + 20 ms per GFLOP x (1 + the vector halvings of the group width)
+    measurement): 0.005 ms + 20 ms per GFLOP x (1 + 2 x the vector halvings of the group width)
     + 0.05 ms per MB moved, so narrow groups cost more per FLOP."""
     rng = np.random.default_rng(seed)
     tables = []
@@ -478,7 +478,7 @@ def _grouped_ops(cpgs: list[int], seed: int) -> pd.DataFrame:
         lanes = np.where(cpg % lane == 0, lane, lanes)
     halvings = np.where(g > 1, np.log2(16 / lanes), 0.0)
     mb = (ops["read_bytes"] + ops["write_bytes"] + ops["weight_bytes"]) / 1e6
-    return ops.assign(measured_ms=0.005 + 20 * ops["flops"] / 1e9 * (1 + halvings) + 0.05 * mb)
+    return ops.assign(measured_ms=0.005 + 20 * ops["flops"] / 1e9 * (1 + 2 * halvings) + 0.05 * mb)
 
 
 def test_lane_waste_term_extrapolates_to_narrower_groups_than_any_measured(tmp_path):
@@ -490,8 +490,8 @@ def test_lane_waste_term_extrapolates_to_narrower_groups_than_any_measured(tmp_p
     for lanes in (16, 0):
         km = KernelCostModel(simd_lanes=lanes).fit(train)
         ratio[lanes] = float(np.median(km.predict_ops(test)[0][gc] / y))
-    assert 0.75 < ratio[16] < 1.3, ratio
-    assert ratio[0] < 0.6, ratio  # without the term: the trees stay at one halving's cost
+    assert 0.8 < ratio[16] < 1.25, ratio
+    assert ratio[0] < 0.7, ratio  # without the term: about the cost of the narrowest trained
     assert len(km.prior_["conv"]) == 4 and KernelCostModel().simd_lanes == 0  # the default
     km = KernelCostModel(simd_lanes=16).fit(train)
     assert len(km.prior_["conv"]) == 5 and km.prior_["conv"][4] > 0

@@ -26,9 +26,10 @@ measured op of its kind (FLOPs, weight or activation bytes) gets its kind's prio
 prior's bias at the edge of the measured range (the median measured / prior ratio of the
 kind's largest tenth of measured ops), as the trees cannot extrapolate. With ``simd_lanes``
 > 0 (off by default) the linear prior has a fifth column, the GFLOPs of a grouped conv times
-the halvings of the SIMD vector its channels per group force (:func:`lane_waste`): ResNeXt's
-narrow groups, held out, from 36 % to 80 % of its networks within +-10 % in the kernel-stage
-loop, but held-out RegNet from 84 % to 44 % (docs/costmodel.md, session 18).
+the halvings of the SIMD vector its channels per group force (:func:`lane_waste`), fitted
+alone on what the four-term prior leaves: held-out ResNeXt from 36 % to 82 % of its networks
+within +-10 % in the kernel-stage loop, but held-out RegNet from 84 % to 46 %
+(docs/costmodel.md, session 18).
 
 :class:`ModuleCostModel` is the network-level part: a :class:`~carb_nas.costmodel.CostModel`
 over the network features (:data:`FEATURE_COLUMNS` + :data:`OP_AGGREGATE_COLUMNS`) with the
@@ -266,10 +267,16 @@ class KernelCostModel:
                 continue
             A = self._terms(table[sel])
             w = 1.0 / ms_all[sel]
-            coef, _ = nnls(A * w[:, None], np.ones(sel.sum()))
-            if not (A @ coef > 0).all():
-                coef = np.zeros(A.shape[1])
-                coef[0] = float(np.median(ms_all[sel]))
+            coef, _ = nnls(A[:, :4] * w[:, None], np.ones(sel.sum()))
+            if not (A[:, :4] @ coef > 0).all():
+                coef = np.array([float(np.median(ms_all[sel])), 0.0, 0.0, 0.0])
+            if A.shape[1] > 4:
+                # the lane-waste term (``simd_lanes``) alone on what the base prior leaves,
+                # relative least squares, non-negative: the base prior, and with it every op
+                # that wastes no lanes, stays what it is without the term
+                x, r = A[:, 4] * w, 1.0 - (A[:, :4] @ coef) * w
+                c = float((x * r).sum() / (x * x).sum()) if (x > 0).any() else 0.0
+                coef = np.append(coef, max(c, 0.0))
             self.prior_[k] = [float(v) for v in coef]
         # per kind, the largest op measured: beyond it (in FLOPs, weight or activation bytes)
         # the trees' correction is that of the largest ops they saw, not a trend, so such an
@@ -632,14 +639,15 @@ def lane_waste(num: np.ndarray, simd_lanes: int = 16) -> np.ndarray:
     every other op (dense convs: oneDNN pads their channels to the vector; depthwise convs,
     one input channel per group: a kernel vectorized across groups). oneDNN vectorizes a
     grouped conv within a group's channels, so a group 2 channels wide uses 2 of AVX-512's 16
-    fp32 lanes. The prior's term ``GFLOPs x lane_waste``, learned from the grouped convs the
-    training families have (RegNet's 8- and 24-channel groups: one halving), extrapolates to
-    narrower groups where the trees cannot (ResNeXt's at width multipliers: 2, 3, 5, 6, 10,
-    11, 22 channels; docs/costmodel.md, session 18). Logarithmic, not ``simd_lanes / L - 1``
-    (idle lanes per used lane): that form, fitted on RegNet, put held-out ResNeXt's narrow
-    groups at 2-4x their measured time (``sqrt(simd_lanes / L) - 1``: 1.2x in sum; the
-    logarithm 0.97x). Off by default (``simd_lanes=0``): fitted on ResNeXt, the term puts
-    held-out RegNet's 8- and 24-channel groups at 1.4-1.5x."""
+    fp32 lanes. The prior's term ``GFLOPs x lane_waste``, fitted alone on what the four-term
+    prior leaves of the grouped convs the training families have (RegNet's 8- and 24-channel
+    groups: one halving), extrapolates to narrower groups where the trees cannot (ResNeXt's
+    at width multipliers: 2, 3, 5, 6, 10, 11, 22 channels; docs/costmodel.md, session 18).
+    Logarithmic, not ``simd_lanes / L - 1`` (idle lanes per used lane): that form, fitted on
+    RegNet, put held-out ResNeXt's narrow groups at 2-4x their measured time
+    (``sqrt(simd_lanes / L) - 1``: 1.2x in sum; the logarithm 0.97x). Off by default
+    (``simd_lanes=0``): fitted on ResNeXt, the term puts held-out RegNet's 8- and 24-channel
+    groups at 1.4-1.5x."""
     _b, ci, _hi, _wi, co, _ho, _wo, _k, _s, gr, _n = num.T
     gr = np.maximum(gr, 1.0)
     cpi, cpo = np.rint(ci / gr).astype(np.int64), np.rint(co / gr).astype(np.int64)

@@ -4,7 +4,7 @@ modelling choice, and the cost of featurizing + predicting an arbitrary module.
     PYTHONPATH=$PWD python benchmarks/any_cnn.py [--dataset CSV --ops OPS] [--campaign DIR]
         [--modes kernel,network,feature,both] [--json OUT] [--repeats N]
         [--kernel-prior linear|loglinear] [--kernel-geometry 0|1] [--kernel-shared-conv 0|1]
-        [--per-kind]
+        [--kernel-simd-lanes N] [--per-kind]
     PYTHONPATH=$PWD python benchmarks/any_cnn.py --speed-only [--repeats N]
 
 For each family group (ResNet, ResNeXt, VGG, DenseNet, MobileNetV2, MobileNetV3,
@@ -166,8 +166,15 @@ def main() -> None:
         "--kernel-shared-conv", default=None, choices=("0", "1"),
         help="one conv kind for dense / grouped / depthwise convs off / on (default: the model's)",
     )  # fmt: skip
+    p.add_argument(
+        "--kernel-simd-lanes", default=None, type=int,
+        help="fp32 SIMD lanes of the lane-waste prior term of grouped convs (16: AVX-512); "
+        "0: no term (default: the model's, 0)",
+    )  # fmt: skip
     args = p.parse_args()
     kp: dict[str, object] = {}
+    if args.kernel_simd_lanes is not None:
+        kp["kernel_simd_lanes"] = args.kernel_simd_lanes
     if args.kernel_shared_conv is not None:
         kp["kernel_shared_conv"] = args.kernel_shared_conv == "1"
     if args.kernel_prior is not None:

@@ -216,9 +216,18 @@ def _reference_op_ms(km: KernelCostModel, ops: pd.DataFrame) -> np.ndarray:
     cols += [(kinds == k).astype(float) for k in km.kinds_]
     cols += [(first["op"].to_numpy() == o).astype(float) for o in km.ops_]
     corr = np.exp(km.booster_.predict(np.column_stack(cols)))
-    A = np.column_stack([np.ones(len(first)), col("flops") / 1e9, moved / 1e6,
-                         col("weight_bytes") / 1e6])  # fmt: skip
-    coef = np.array([km.prior_.get(k, [1.0, 0.0, 0.0, 0.0]) for k in kinds])
+    cols_p = [np.ones(len(first)), col("flops") / 1e9, moved / 1e6, col("weight_bytes") / 1e6]
+    if km.simd_lanes:  # idle SIMD lanes of grouped convs: lanes / L - 1, L | channels per group
+        g = np.maximum(col("groups"), 1)
+        cpi, cpo = np.rint(col("c_in") / g), np.rint(col("c_out") / g)
+        lanes = np.ones(len(first))
+        for lane in (2, 4, 8, 16, 32, 64):
+            if lane <= km.simd_lanes:
+                lanes = np.where((cpi % lane == 0) & (cpo % lane == 0), lane, lanes)
+        waste = np.where((g > 1) & (cpi > 1), np.log2(km.simd_lanes / lanes), 0.0)
+        cols_p.append(col("flops") / 1e9 * waste)
+    A = np.column_stack(cols_p)
+    coef = np.array([km.prior_.get(k, [1.0, 0.0, 0.0, 0.0, 0.0]) for k in kinds])
     prior = np.maximum((A * coef).sum(axis=1), 1e-6)
     top = np.array([km.range_.get(k, [np.inf] * 4) for k in kinds])
     rng = first[["flops", "weight_bytes", "read_bytes", "write_bytes"]].to_numpy(float)
@@ -321,7 +330,7 @@ def _reference_module_prediction(m: ModuleCostModel, module: nn.Module, shape: t
                    for a in stand_ins]  # fmt: skip
             corr = float(np.float32(np.exp(np.median(np.array(raw, dtype=np.float32)))))
         edge = km.edge_.get(k[0], 1.0) if km._beyond_of(k, lg)[0] else corr
-        pred = edge * km._prior_of(k, lg)[0]
+        pred = edge * km._prior_of(k, lg, nu)[0]
         flops, read, write, weight = lg[0]
         roof = (read + write + weight) / 1e6 * km.ms_per_mb_ + flops / 1e9 * km.ms_per_gflop_
         ms[j] = pred if (seen or stand_ins) else roof
@@ -532,3 +541,70 @@ def test_lofo_kind_breakdown_says_which_kinds_of_a_held_out_family_err(fake_data
     assert row["unmeasured"] == [] and row["by_kind"] == []  # one conv kind: measured
     with pytest.raises(ModelError, match="op rows of unknown networks"):
         lofo_kind_breakdown(ops, {k: g for k, g in groups.items() if k != "k0"})
+
+
+# -- grouped convs: the lane-waste prior term (session 18) --------------------------------------
+def test_lane_waste_counts_the_halvings_of_the_vector_a_group_width_forces():
+    from carb_nas.costmodel._kernels import lane_waste
+
+    # columns: batch c_in h_in w_in c_out h_out w_out kernel stride groups native
+    def row(c_in, c_out, groups):
+        return [1, c_in, 8, 8, c_out, 8, 8, 3, 1, groups, 0]
+
+    rows = [(64, 64, 32), (96, 96, 32), (128, 128, 16), (256, 256, 16), (64, 64, 1),
+            (64, 64, 64), (64, 128, 16)]  # fmt: skip
+    num = np.array([row(*r) for r in rows], dtype=float)
+    # 2 / 3 / 8 / 16 channels per group; dense; depthwise; 4 in, 8 out per group
+    np.testing.assert_allclose(lane_waste(num, 16), [3, 4, 1, 0, 0, 0, 2])
+    np.testing.assert_allclose(lane_waste(num, 8), [2, 3, 0, 0, 0, 0, 1])
+    np.testing.assert_allclose(lane_waste(num, 0), 0)
+
+
+def _grouped_ops(cpgs: list[int], seed: int) -> pd.DataFrame:
+    """Traced dense + grouped 3x3 convs (groups of ``cpgs`` channels) with FAKE times (never a
+    measurement): 0.005 ms + 20 ms per GFLOP x (1 + 2 x the vector halvings of the group width)
+    + 0.05 ms per MB moved, so narrow groups cost more per FLOP."""
+    rng = np.random.default_rng(seed)
+    tables = []
+    for i in range(60):
+        cpg = int(cpgs[i % len(cpgs)])
+        c = cpg * int(rng.choice([8, 16, 32]))
+        net = nn.Sequential(nn.Conv2d(3, c, 3, padding=1), nn.Conv2d(c, c, 3, padding=1),
+                            nn.Conv2d(c, c, 3, padding=1, groups=c // cpg))  # fmt: skip
+        r, b = int(rng.choice([8, 16, 32])), int(rng.choice([1, 2, 4]))
+        ops, _ = trace_ops(net, (b, 3, r, r))
+        tables.append(ops[ops["kind"].isin(["conv", "gconv"])].assign(key=f"g{seed}-{i}"))
+    ops = pd.concat(tables, ignore_index=True)
+    g = ops["groups"].to_numpy(float)
+    cpg = np.rint(ops["c_in"].to_numpy(float) / g)
+    lanes = np.ones(len(ops))
+    for lane in (2, 4, 8, 16):
+        lanes = np.where(cpg % lane == 0, lane, lanes)
+    halvings = np.where(g > 1, np.log2(16 / lanes), 0.0)
+    mb = (ops["read_bytes"] + ops["write_bytes"] + ops["weight_bytes"]) / 1e6
+    return ops.assign(measured_ms=0.005 + 20 * ops["flops"] / 1e9 * (1 + 2 * halvings) + 0.05 * mb)
+
+
+def test_lane_waste_term_extrapolates_to_narrower_groups_than_any_measured(tmp_path):
+    train = _grouped_ops([8, 16, 32], seed=0)  # one halving at most, like RegNet
+    test = _grouped_ops([2, 3], seed=1)  # three and four halvings, like ResNeXt at widths
+    gc = (test["kind"] == "gconv").to_numpy()
+    y = test["measured_ms"].to_numpy()[gc]
+    ratio = {}
+    for lanes in (16, 0):
+        km = KernelCostModel(simd_lanes=lanes).fit(train)
+        ratio[lanes] = float(np.median(km.predict_ops(test)[0][gc] / y))
+    assert 0.8 < ratio[16] < 1.25, ratio
+    assert ratio[0] < 0.7, ratio  # without the term: about the cost of the narrowest trained
+    assert len(km.prior_["conv"]) == 4 and KernelCostModel().simd_lanes == 0  # the default
+    km = KernelCostModel(simd_lanes=16).fit(train)
+    assert len(km.prior_["conv"]) == 5 and km.prior_["conv"][4] > 0
+    d = tmp_path / "k"
+    d.mkdir()
+    back = KernelCostModel.load_from(d, km.save_to(d))
+    assert back.simd_lanes == 16
+    m = ModuleCostModel(kernel_simd_lanes=16)
+    assert m._kernel_model().simd_lanes == 16
+    np.testing.assert_allclose(back.predict_ops(test)[0], km.predict_ops(test)[0], rtol=1e-6)
+    with pytest.raises(ModelError, match="invalid SIMD lane count.*12"):
+        KernelCostModel(simd_lanes=12).fit(train)

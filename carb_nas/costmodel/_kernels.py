@@ -24,7 +24,12 @@ MobileNetV2's ``hardtanh`` (ReLU6) like ``relu`` and ``hardswish``; an op with n
 estimate (the training ops' median milliseconds per MB moved and per GFLOP). An op larger than every
 measured op of its kind (FLOPs, weight or activation bytes) gets its kind's prior times the
 prior's bias at the edge of the measured range (the median measured / prior ratio of the
-kind's largest tenth of measured ops), as the trees cannot extrapolate.
+kind's largest tenth of measured ops), as the trees cannot extrapolate. With ``simd_lanes``
+> 0 (off by default) the linear prior has a fifth column, the GFLOPs of a grouped conv times
+the halvings of the SIMD vector its channels per group force (:func:`lane_waste`), fitted
+alone on what the four-term prior leaves: held-out ResNeXt from 36 % to 82 % of its networks
+within +-10 % in the kernel-stage loop, but held-out RegNet from 84 % to 46 %
+(docs/costmodel.md, session 18).
 
 :class:`ModuleCostModel` is the network-level part: a :class:`~carb_nas.costmodel.CostModel`
 over the network features (:data:`FEATURE_COLUMNS` + :data:`OP_AGGREGATE_COLUMNS`) with the
@@ -165,8 +170,10 @@ class KernelCostModel:
         geometry: bool = True,
         shared_conv: bool = True,
         unseen: str = "kind",
+        simd_lanes: int = 0,
     ) -> None:
         self.xgb_params = xgb_params
+        self.simd_lanes = simd_lanes
         self.unseen = unseen
         self.random_state = random_state
         self.prior = prior
@@ -215,6 +222,12 @@ class KernelCostModel:
                 "invalid kernel prior", f"one of {list(PRIORS)}", repr(self.prior),
                 "Use 'linear' or 'loglinear'.",
             )  # fmt: skip
+        lanes = self.simd_lanes
+        if not (isinstance(lanes, int) and lanes >= 0 and lanes & (lanes - 1) == 0):
+            raise err(
+                "invalid SIMD lane count", "0 (no lane-waste prior term) or a power of two",
+                repr(self.simd_lanes), "Use 16 (AVX-512 fp32), 8 (AVX2) or 0.",
+            )  # fmt: skip
         if self.unseen not in UNSEEN:
             raise err(
                 "invalid unseen-op rule", f"one of {list(UNSEEN)}", repr(self.unseen),
@@ -257,11 +270,18 @@ class KernelCostModel:
                 coef = _loglinear_fit(table[list(_LOGGED)].to_numpy(float)[sel], ms_all[sel])
                 self.prior_[k] = [float(v) for v in coef]
                 continue
-            A = _prior_terms(table[sel])
+            A = self._terms(table[sel])
             w = 1.0 / ms_all[sel]
-            coef, _ = nnls(A * w[:, None], np.ones(sel.sum()))
-            if not (A @ coef > 0).all():
+            coef, _ = nnls(A[:, :4] * w[:, None], np.ones(sel.sum()))
+            if not (A[:, :4] @ coef > 0).all():
                 coef = np.array([float(np.median(ms_all[sel])), 0.0, 0.0, 0.0])
+            if A.shape[1] > 4:
+                # the lane-waste term (``simd_lanes``) alone on what the base prior leaves,
+                # relative least squares, non-negative: the base prior, and with it every op
+                # that wastes no lanes, stays what it is without the term
+                x, r = A[:, 4] * w, 1.0 - (A[:, :4] @ coef) * w
+                c = float((x * r).sum() / (x * x).sum()) if (x > 0).any() else 0.0
+                coef = np.append(coef, max(c, 0.0))
             self.prior_[k] = [float(v) for v in coef]
         # per kind, the largest op measured: beyond it (in FLOPs, weight or activation bytes)
         # the trees' correction is that of the largest ops they saw, not a trend, so such an
@@ -310,17 +330,24 @@ class KernelCostModel:
         self.n_signatures_ = len(table)
         return self
 
+    def _terms(self, table: pd.DataFrame) -> np.ndarray:
+        """The linear prior's columns of op rows (:func:`_prior_terms_of`)."""
+        _, _, num, logged = _op_arrays(table)
+        return _prior_terms_of(logged, num, self.simd_lanes)
+
     def _prior(self, table: pd.DataFrame) -> np.ndarray:
         """The per-kind physical prior (ms) of op rows of seen kinds (1 ms elsewhere)."""
-        kinds, _, _, logged = self._arrays(table)
-        return self._prior_of(kinds, logged)
+        kinds, _, num, logged = self._arrays(table)
+        return self._prior_of(kinds, logged, num)
 
-    def _prior_of(self, kinds: np.ndarray, logged: np.ndarray) -> np.ndarray:
+    def _prior_of(self, kinds: np.ndarray, logged: np.ndarray, num: np.ndarray) -> np.ndarray:
         if self.prior == "loglinear":
             coef = np.array([self.prior_.get(k, [0.0, 0.0, 0.0, 0.0]) for k in kinds])
             return np.maximum(np.exp((_loglinear_terms(logged) * coef).sum(axis=1)), 1e-6)
-        A = _prior_terms_of(logged)
-        coef = np.array([self.prior_.get(k, [1.0, 0.0, 0.0, 0.0]) for k in kinds])
+        A = _prior_terms_of(logged, num, self.simd_lanes)
+        n = A.shape[1]
+        # a model saved before the lane-waste term has 4 coefficients: the term is absent
+        coef = np.array([(self.prior_.get(k, [1.0]) + [0.0] * n)[:n] for k in kinds])
         return np.maximum((A * coef).sum(axis=1), 1e-6)
 
     def _check_fitted(self) -> None:
@@ -411,7 +438,8 @@ class KernelCostModel:
             corr[by_kind] = self._median_correction(raw[n:], row, np.flatnonzero(by_kind))
         edges = getattr(self, "edge_", {})  # saved before session 17: none (the prior alone)
         edge = np.array([edges.get(k, 1.0) for k in kinds])
-        pred = np.where(self._beyond_of(kinds, logged), edge, corr) * self._prior_of(kinds, logged)
+        prior = self._prior_of(kinds, logged, num)
+        pred = np.where(self._beyond_of(kinds, logged), edge, corr) * prior
         flops, read, write, weight = logged.T
         roof = (read + write + weight) / 1e6 * self.ms_per_mb_ + flops / 1e9 * self.ms_per_gflop_
         return np.where(seen | by_kind, pred, roof), seen
@@ -562,6 +590,7 @@ class KernelCostModel:
             "geometry": self.geometry,
             "shared_conv": self.shared_conv,
             "unseen": self.unseen,
+            "simd_lanes": self.simd_lanes,
             "name_range": self.name_range_,
             "edge": self.edge_,
         }
@@ -596,6 +625,7 @@ class KernelCostModel:
             geometry=bool(part.get("geometry", False)),
             shared_conv=bool(part.get("shared_conv", False)),
             unseen=str(part.get("unseen", "roofline")),  # saved before the option: roofline
+            simd_lanes=int(part.get("simd_lanes", 0)),  # saved before the term: none
         )
         m.name_range_ = {k: float(v) for k, v in part.get("name_range", {}).items()}
         m.edge_ = {k: float(v) for k, v in part.get("edge", {}).items()}
@@ -645,14 +675,45 @@ def _op_arrays(table: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray,
     )
 
 
-def _prior_terms(table: pd.DataFrame) -> np.ndarray:
-    """Columns of the per-kind prior: 1 (per-op overhead), GFLOPs, MB moved, weight MB."""
-    return _prior_terms_of(table[list(_LOGGED)].to_numpy(dtype=float))
-
-
-def _prior_terms_of(logged: np.ndarray) -> np.ndarray:
+def _prior_terms_of(
+    logged: np.ndarray, num: np.ndarray | None = None, simd_lanes: int = 0
+) -> np.ndarray:
+    """Columns of the per-kind linear prior: 1 (per-op overhead), GFLOPs, MB moved, weight MB;
+    with ``simd_lanes`` > 0 also the lane-waste GFLOPs of grouped convolutions
+    (:func:`lane_waste`)."""
     flops, read, write, weight = logged.T
-    return np.column_stack([np.ones(len(logged)), flops / 1e9, (read + write) / 1e6, weight / 1e6])
+    cols = [np.ones(len(logged)), flops / 1e9, (read + write) / 1e6, weight / 1e6]
+    if simd_lanes > 0 and num is not None:
+        cols.append(flops / 1e9 * lane_waste(num, simd_lanes))
+    return np.column_stack(cols)
+
+
+def lane_waste(num: np.ndarray, simd_lanes: int = 16) -> np.ndarray:
+    """Per op row (the :data:`_NUMERIC` columns): ``log2(simd_lanes / L)``, the halvings of the
+    vector width a grouped convolution's channels force, where ``L`` is the largest power of
+    two up to ``simd_lanes`` dividing both its input and its output channels per group; 0 for
+    every other op (dense convs: oneDNN pads their channels to the vector; depthwise convs,
+    one input channel per group: a kernel vectorized across groups). oneDNN vectorizes a
+    grouped conv within a group's channels, so a group 2 channels wide uses 2 of AVX-512's 16
+    fp32 lanes. The prior's term ``GFLOPs x lane_waste``, fitted alone on what the four-term
+    prior leaves of the grouped convs the training families have (RegNet's 8- and 24-channel
+    groups: one halving), extrapolates to narrower groups where the trees cannot (ResNeXt's
+    at width multipliers: 2, 3, 5, 6, 10, 11, 22 channels; docs/costmodel.md, session 18).
+    Logarithmic, not ``simd_lanes / L - 1`` (idle lanes per used lane): that form, fitted on
+    RegNet, put held-out ResNeXt's narrow groups at 2-4x their measured time
+    (``sqrt(simd_lanes / L) - 1``: 1.2x in sum; the logarithm 0.97x). Off by default
+    (``simd_lanes=0``): fitted on ResNeXt, the term puts held-out RegNet's 8- and 24-channel
+    groups at 1.4-1.5x."""
+    _b, ci, _hi, _wi, co, _ho, _wo, _k, _s, gr, _n = num.T
+    gr = np.maximum(gr, 1.0)
+    cpi, cpo = np.rint(ci / gr).astype(np.int64), np.rint(co / gr).astype(np.int64)
+    lanes = np.ones(len(num))
+    lane = 2
+    while lane <= simd_lanes:
+        lanes = np.where((cpi % lane == 0) & (cpo % lane == 0), lane, lanes)
+        lane *= 2
+    grouped = (gr > 1) & (cpi > 1)
+    return np.where(grouped, np.log2(max(simd_lanes, 1) / lanes), 0.0)
 
 
 def _loglinear_terms(logged: np.ndarray) -> np.ndarray:
@@ -731,7 +792,9 @@ class ModuleCostModel:
         kernel_prior: str = "linear",
         kernel_geometry: bool = True,
         kernel_shared_conv: bool = True,
+        kernel_simd_lanes: int = 0,
     ) -> None:
+        self.kernel_simd_lanes = kernel_simd_lanes
         self.memory = memory
         self.kernel_prior = kernel_prior
         self.kernel_geometry = kernel_geometry
@@ -787,6 +850,7 @@ class ModuleCostModel:
             prior=self.kernel_prior,
             geometry=self.kernel_geometry,
             shared_conv=self.kernel_shared_conv,
+            simd_lanes=self.kernel_simd_lanes,
         )
 
     def kernel_part(
@@ -1054,6 +1118,7 @@ class ModuleCostModel:
         m.kernel_ = KernelCostModel.load_from(d, manifest["kernel"])
         m.kernel_prior, m.kernel_geometry = m.kernel_.prior, m.kernel_.geometry
         m.kernel_shared_conv = m.kernel_.shared_conv
+        m.kernel_simd_lanes = m.kernel_.simd_lanes
         m.network_ = CostModel.load(d / "network")
         return m
 

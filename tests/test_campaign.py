@@ -392,8 +392,13 @@ class _SteadySleepTorch(_FakeTorch):
 
 
 def test_rows_timed_off_their_core_are_counted_remeasured_and_lose_to_rows_that_kept_it(
-    tmp_path,
+    tmp_path, monkeypatch
 ):
+    import carb_nas.measure._protocol as protocol
+
+    # a loaded test machine may take a busy row's core now and then: judge at 0.3, far
+    # between a sleeper (~0.0) and a busy loop (~1.0)
+    monkeypatch.setattr(protocol, "MIN_CPU_PER_WALL", 0.3)
     out = tmp_path / "camp"
     # off the CPU for the whole timing window, as behind another process
     asleep = _fake_profiler()
@@ -401,14 +406,14 @@ def test_rows_timed_off_their_core_are_counted_remeasured_and_lose_to_rows_that_
     s = _run(_configs(1), out, profiler=asleep)
     assert (s.measured_now, s.descheduled) == (3, 3)
     slept = campaign_rows(out).set_index("key")
-    assert (slept["cpu_per_wall"] < 0.5).all()
+    assert (slept["cpu_per_wall"] < 0.3).all()
     busy = _fake_profiler()
     busy.runtime = _JitteryBusyTorch("cpu", "fp32", 1)
     # only the cpu_per_wall rule queues them: no CV is above 10
     s = _run(_configs(1), out, profiler=busy, remeasure_cv_above=10.0, max_attempts=2)
     assert (s.remeasures_queued, s.measured_now, s.descheduled) == (3, 3, 0)
     kept = campaign_rows(out).set_index("key")
-    assert (kept["cpu_per_wall"] > 0.5).all()  # the row that kept its core, whatever its CV
+    assert (kept["cpu_per_wall"] > 0.3).all()  # the row that kept its core, whatever its CV
     assert (kept["latency_cv"] > slept.loc[kept.index, "latency_cv"]).all()
 
 

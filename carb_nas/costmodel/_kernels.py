@@ -486,21 +486,6 @@ class KernelCostModel:
         alts = self._stand_ins_of(kinds, names, logged, seen)
         return np.array([bool(a) for a in alts], dtype=bool)
 
-    def _kind_correction(
-        self, kinds: np.ndarray, names: np.ndarray, num: np.ndarray, logged: np.ndarray
-    ) -> np.ndarray:
-        """The trees' correction of rows predicted by kind: the median over their stand-in
-        names of the correction with that name in the op's place (its geometry and traffic
-        unchanged). (:meth:`_predict_of` computes it in its own booster call.)"""
-        moved = logged[:, 1] + logged[:, 2]
-        alts = [self._stand_ins(k, o, m) for k, o, m in zip(kinds, names, moved)]
-        row = np.repeat(np.arange(len(kinds)), [len(a) for a in alts])  # one row per stand-in
-        stand_in = np.array([o for a in alts for o in a], dtype=object)
-        corr = self._booster().inplace_predict(
-            self._matrix_of(kinds[row], stand_in, num[row], logged[row])
-        )
-        return self._median_correction(corr, row, np.arange(len(kinds)))
-
     @staticmethod
     def _median_correction(raw: np.ndarray, row: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Per row in ``rows``: exp of the median of the raw predictions ``raw`` whose

@@ -216,6 +216,7 @@ def _conv2d_out(args: tuple, kwargs: dict) -> torch.Tensor | None:
         or w.dim() != 4
         or w.dtype != x.dtype
         or not x.is_contiguous()
+        or not w.is_contiguous()  # a channels-last weight can make the output channels-last
         or not x.is_floating_point()
         or (bias is not None and (not isinstance(bias, torch.Tensor) or bias.dim() != 1))
     ):

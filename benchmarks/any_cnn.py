@@ -47,6 +47,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -172,7 +173,7 @@ def main() -> None:
         "0: no term (default: the model's, 0)",
     )  # fmt: skip
     args = p.parse_args()
-    kp: dict[str, object] = {}
+    kp: dict[str, Any] = {}  # ModuleCostModel keyword arguments of several types
     if args.kernel_simd_lanes is not None:
         kp["kernel_simd_lanes"] = args.kernel_simd_lanes
     if args.kernel_shared_conv is not None:

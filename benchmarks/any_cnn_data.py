@@ -158,14 +158,14 @@ def interleave(families: list[dict], resnets: list[dict]) -> list[dict]:
 def measure(args: argparse.Namespace) -> None:
     import json
 
-    from carb_nas.measure import run_ops_campaign
+    from carb_nas.measure import MIN_CPU_PER_WALL, run_ops_campaign
 
     cached = Path(args.out) / "specs.json"  # the draw, kept so a resume does not redo it
     if args.remeasure_from:
         rows, _ = read_part(args.remeasure_from)
         noisy = rows.latency_cv > args.cv_above
         if "cpu_per_wall" in rows:  # timed while another process held the core
-            noisy |= pd.to_numeric(rows.cpu_per_wall, errors="coerce") < 0.9
+            noisy |= pd.to_numeric(rows.cpu_per_wall, errors="coerce") < MIN_CPU_PER_WALL
         rows = rows[(rows.status == "ok") & noisy]
         rows = rows.sort_values("latency_cv", ascending=False)  # the noisiest first
         cols = ["key", "family", "depth", "width", "resolution", "batch_size"]
@@ -239,6 +239,7 @@ def export(args: argparse.Namespace) -> None:
     import json
 
     from carb_nas.datasets import SCHEMA
+    from carb_nas.measure import MIN_CPU_PER_WALL
 
     out_rows, out_ops = OUT_ROWS, OUT_OPS
     if args.name != "zoo":  # another machine's dataset beside the shipped one, never over it
@@ -261,7 +262,7 @@ def export(args: argparse.Namespace) -> None:
     # with its own ops
     rows = rows[rows.status == "ok"]
     share = rows["cpu_per_wall"] if "cpu_per_wall" in rows else pd.Series(np.nan, rows.index)
-    lost = pd.to_numeric(share, errors="coerce") < 0.9  # timed while it lost its core
+    lost = pd.to_numeric(share, errors="coerce") < MIN_CPU_PER_WALL  # timed off its core
     rows = rows.assign(_lost=lost).sort_values(["_lost", "latency_cv"]).drop_duplicates("key")
     rows = rows.drop(columns="_lost")
     ops = ops.merge(rows[["key", "_part"]], on=["key", "_part"]).drop(columns="_part")

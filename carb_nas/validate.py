@@ -283,7 +283,7 @@ def descheduled_rows(configs: pd.DataFrame, measurements: pd.DataFrame, threads:
     more than a tenth of its timing window, and that wait is inside its latency
     (``measure.lost_its_core``). Judged only at one thread; rows without the column are not.
     """
-    from carb_nas.measure import MIN_CPU_PER_WALL, autogroup_enabled, lost_its_core
+    from carb_nas.measure import MIN_CPU_PER_WALL, autogroup_hint, lost_its_core
 
     if threads != 1 or "cpu_per_wall" not in measurements or len(configs) == 0:
         return []
@@ -294,19 +294,12 @@ def descheduled_rows(configs: pd.DataFrame, measurements: pd.DataFrame, threads:
     share = pd.to_numeric(measurements["cpu_per_wall"], errors="coerce").to_numpy(float)
     i = int(np.argmin(np.where(low, share, np.inf)))
     c = configs.iloc[i]
-    hint = (
-        " Linux's autogroup scheduling is on (/proc/sys/kernel/sched_autogroup_enabled = 1),"
-        " so a `nice`d job started from another terminal session still takes its share:"
-        " stop it, or set sched_autogroup_enabled to 0 as root."
-        if autogroup_enabled()
-        else ""
-    )
     return [
         f"{int(low.sum())} config(s) were timed while other processes took the CPU, e.g. "
         f"{c['family']}-{c['depth']} width {c['width']} r{c['resolution']} batch "
         f"{c['batch_size']}: it ran {100 * share[i]:.0f} % of its timing window (expected "
         f"at least {100 * MIN_CPU_PER_WALL:.0f} % at one thread), so its latency includes "
-        f"the wait. Validate again on a quiet machine.{hint}"
+        f"the wait. Validate again on a quiet machine.{autogroup_hint()}"
     ]
 
 

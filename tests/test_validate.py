@@ -299,7 +299,7 @@ def test_page_fault_shortfall_flags_runs_that_skipped_the_mmap_cost():
 
 
 def test_descheduled_rows_flag_one_thread_runs_that_lost_their_core(monkeypatch):
-    import carb_nas.measure
+    import carb_nas.measure._quiet
 
     configs = pd.DataFrame(
         [
@@ -311,7 +311,7 @@ def test_descheduled_rows_flag_one_thread_runs_that_lost_their_core(monkeypatch)
     def rows(share, device="cpu", status="ok"):
         return pd.DataFrame({"status": status, "device": device, "cpu_per_wall": share})
 
-    monkeypatch.setattr(carb_nas.measure, "autogroup_enabled", lambda: False)
+    monkeypatch.setattr(carb_nas.measure._quiet, "autogroup_enabled", lambda: False)
     (msg,) = descheduled_rows(configs, rows([0.99, 0.41]), threads=1)
     assert "1 config(s)" in msg and "basic-8 width 0.5 r32 batch 1" in msg and "41 %" in msg
     assert "autogroup" not in msg
@@ -321,7 +321,7 @@ def test_descheduled_rows_flag_one_thread_runs_that_lost_their_core(monkeypatch)
     assert descheduled_rows(configs, rows([0.5, 0.4], status="error"), threads=1) == []
     assert descheduled_rows(configs, rows([None, None]), threads=1) == []  # older rows
     assert descheduled_rows(configs, rows([0.4, 0.4]).drop(columns="cpu_per_wall"), 1) == []
-    monkeypatch.setattr(carb_nas.measure, "autogroup_enabled", lambda: True)
+    monkeypatch.setattr(carb_nas.measure._quiet, "autogroup_enabled", lambda: True)
     (msg,) = descheduled_rows(configs, rows([0.3, 0.4]), threads=1)
     assert "2 config(s)" in msg and "basic-18" in msg and "sched_autogroup_enabled" in msg
 

@@ -353,20 +353,14 @@ def profile_cmd(
         + f". Export: carb-nas dataset export {out_dir} -o rows.csv"
     )
     if summary.descheduled:
-        from carb_nas.measure import MIN_CPU_PER_WALL, autogroup_enabled
+        from carb_nas.measure import MIN_CPU_PER_WALL, autogroup_hint
 
         info(
             f"warning: {summary.descheduled} of the rows measured now were timed while other "
             f"processes took the CPU (cpu_per_wall below {MIN_CPU_PER_WALL}: off the core for "
             "more than a tenth of the timing window), so their latency includes the wait. "
             "Stop other work and run the same command with --remeasure-cv-above 0.10 to "
-            "measure them again (the row that kept its core is kept)."
-            + (
-                " Linux's autogroup scheduling is on (/proc/sys/kernel/sched_autogroup_enabled"
-                " = 1): a nice'd job of another terminal session still takes its share."
-                if autogroup_enabled()
-                else ""
-            )
+            "measure them again (the row that kept its core is kept)." + autogroup_hint()
         )
 
 

@@ -80,7 +80,12 @@ from carb_nas.measure._protocol import (
     median_ci,
     time_runs,
 )
-from carb_nas.measure._quiet import autogroup_enabled, others_cpu_cores, wait_for_quiet
+from carb_nas.measure._quiet import (
+    autogroup_enabled,
+    autogroup_hint,
+    others_cpu_cores,
+    wait_for_quiet,
+)
 from carb_nas.measure._runtimes import (
     AGREEMENT,
     CALIBRATION,
@@ -107,6 +112,7 @@ __all__ = [
     "MIN_CPU_PER_WALL",
     "lost_its_core",
     "autogroup_enabled",
+    "autogroup_hint",
     "AGREEMENT",
     "INSTALL_HINTS",
     "calibration_batches",

@@ -248,9 +248,12 @@ def lost_its_core(row: Mapping[str, Any]) -> bool:
     """Whether an ok one-thread CPU row was timed while other processes took its core
     (``cpu_per_wall`` below ``MIN_CPU_PER_WALL``; rows without it are not judged). More
     threads spin and wait in ways that are the runtime's own, so they are not judged."""
+    raw_share, raw_threads = row.get("cpu_per_wall"), row.get("threads")
+    if raw_share is None or raw_threads is None:  # not recorded (older rows), no thread count
+        return False
     try:
-        share, threads = float(row.get("cpu_per_wall")), float(row.get("threads"))  # type: ignore[arg-type]
-    except (TypeError, ValueError):  # not recorded (older rows) or no thread count
+        share, threads = float(raw_share), float(raw_threads)
+    except (TypeError, ValueError):
         return False
     return (
         row.get("status") == "ok"

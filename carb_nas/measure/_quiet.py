@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 
-__all__ = ["autogroup_enabled", "others_cpu_cores", "wait_for_quiet"]
+__all__ = ["autogroup_enabled", "autogroup_hint", "others_cpu_cores", "wait_for_quiet"]
 
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -56,6 +56,17 @@ def autogroup_enabled() -> bool | None:
             return f.read().strip() == "1"
     except OSError:
         return None
+
+
+def autogroup_hint() -> str:
+    """The sentence a contention warning ends with when autogroup scheduling is on, else ""."""
+    if not autogroup_enabled():
+        return ""
+    return (
+        " Linux's autogroup scheduling is on (/proc/sys/kernel/sched_autogroup_enabled = 1),"
+        " so a `nice`d job started from another terminal session still takes its share:"
+        " stop it, or set sched_autogroup_enabled to 0 as root."
+    )
 
 
 def wait_for_quiet(

@@ -147,6 +147,12 @@ def main() -> None:
     p.add_argument("--preset", default="fast")
     p.add_argument("--json", default=None, help="write the full report here")
     p.add_argument(
+        "--reference-normalized",
+        action="store_true",
+        help="train and test on latencies at the machine's typical speed (rows that timed the "
+        "speed probe: datasets.reference_normalized)",
+    )
+    p.add_argument(
         "--speed-only",
         action="store_true",
         help="time ms_per_model alone, with the default module model (no LOFO: seconds)",
@@ -190,6 +196,13 @@ def main() -> None:
     from carb_nas.costmodel import ModuleCostModel, lofo_report, network_tables
 
     rows, ops = _load(args)
+    if args.reference_normalized:
+        from carb_nas.datasets import reference_normalized
+
+        rows, normalized_ops, typical = reference_normalized(rows, ops)
+        assert normalized_ops is not None
+        ops = normalized_ops
+        print(f"reference-normalized to the probe's median {typical:.4f} ms", file=sys.stderr)
     modes = args.modes.split(",")
     t0 = time.perf_counter()
     report = lofo_report(rows, ops, modes=modes, preset=args.preset, kernel_params=kp)

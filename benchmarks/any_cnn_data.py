@@ -167,6 +167,8 @@ def measure(args: argparse.Namespace) -> None:
         if "cpu_per_wall" in rows:  # timed while another process held the core
             noisy |= pd.to_numeric(rows.cpu_per_wall, errors="coerce") < MIN_CPU_PER_WALL
         rows = rows[(rows.status == "ok") & noisy]
+        if args.sample is not None:  # a seeded random subset, e.g. a repeatability pass
+            rows = rows.sample(n=min(args.sample, len(rows)), random_state=0)
         rows = rows.sort_values("latency_cv", ascending=False)  # the noisiest first
         cols = ["key", "family", "depth", "width", "resolution", "batch_size"]
         specs = [dict(zip(cols, r)) for r in rows[cols].itertuples(index=False)]
@@ -192,12 +194,17 @@ def measure(args: argparse.Namespace) -> None:
         )
         Path(args.out).mkdir(parents=True, exist_ok=True)
         cached.write_text(json.dumps(specs))
-    if args.skip_in:  # configs an exported dataset already holds
-        have = set(pd.read_csv(_existing(args.skip_in, "--skip-in"), usecols=["key"]).key)
+    for part in args.skip_in:  # configs an exported dataset or another campaign already holds
+        rows, _ = read_part(part)
+        have = set(rows.key[rows.status == "ok"])
         specs = [sp for sp in specs if sp["key"] not in have]
     print(f"{len(specs)} specs", file=sys.stderr, flush=True)
     n = run_ops_campaign(
-        specs, build, args.out, progress=lambda s: print(s, file=sys.stderr, flush=True)
+        specs,
+        build,
+        args.out,
+        progress=lambda s: print(s, file=sys.stderr, flush=True),
+        reference=args.reference,
     )
     print(f"measured {n} now", file=sys.stderr)
 
@@ -298,7 +305,20 @@ def main() -> None:
     m.add_argument("--remeasure-from", default=None, help="re-measure this campaign's rows...")
     m.add_argument("--cv-above", type=float, default=0.10, help="...whose latency CV is above")
     m.add_argument("--specs", default=None, help="a draw to continue (specs.json.gz)")
-    m.add_argument("--skip-in", default=None, help="skip the configs of this exported CSV")
+    m.add_argument(
+        "--skip-in",
+        action="append",
+        default=[],
+        help="skip the configs of this exported CSV or campaign directory (repeatable)",
+    )
+    m.add_argument(
+        "--sample", type=int, default=None, help="with --remeasure-from: N of its rows, seeded"
+    )
+    m.add_argument(
+        "--reference",
+        action="store_true",
+        help="time the machine-speed probe among each row's runs (reference_ms)",
+    )
     e = sub.add_parser("export")
     e.add_argument("campaign", nargs="+", help="campaign directories or exported CSVs (passes)")
     e.add_argument(

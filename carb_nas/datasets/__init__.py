@@ -4,7 +4,8 @@ A row is one measured config on one platform (``SCHEMA``). ``load_dataset`` is t
 of measured rows (a shipped platform name such as ``cpu/torch/fp32``, a CSV/Parquet path or a
 DataFrame), and every table it returns passed ``validate_rows`` -- one strictness rule, see
 ``carb_nas.datasets._validate``. ``median_of_passes`` merges independent passes of one platform;
-``append_rows`` adds rows to a dataset file (one row per config). Published measurements
+``append_rows`` adds rows to a dataset file (one row per config); ``reference_normalized``
+divides the machine's momentary speed out of rows that timed the speed probe. Published measurements
 (timm's GPU/CPU benchmarks and ImageNet accuracies, read-only, never mixed with ours) are read
 by ``load_published`` / ``load_published_accuracy`` and refused where measured rows are needed.
 """
@@ -30,6 +31,7 @@ from carb_nas.datasets._published import (
     refuse_published,
     resolve_published,
 )
+from carb_nas.datasets._reference import REFERENCE_SCALED, reference_normalized
 from carb_nas.datasets._schema import (
     DEVICES,
     REAL_METERS,
@@ -51,6 +53,8 @@ from carb_nas.datasets._tables import TABLE_SUFFIXES, read_configs, read_table, 
 from carb_nas.datasets._validate import plain, validate_rows
 
 __all__ = [
+    "REFERENCE_SCALED",
+    "reference_normalized",
     "SCHEMA",
     "TARGETS",
     "REQUIRED_COLUMNS",

@@ -60,6 +60,13 @@ SCHEMA: dict[str, tuple[str, bool, str]] = {
         "run had a core to itself, lower when other processes took the CPU; empty in rows "
         "from before it was recorded",
     ),
+    "reference_ms": (
+        "float",
+        False,
+        "median time of the machine-speed probe (measure.REFERENCE_WORKLOAD) timed in bursts "
+        "among the row's runs, ms: divides the machine's momentary speed out "
+        "(datasets.reference_normalized); empty where no probe was timed",
+    ),
     # energy
     "energy_j": ("float", False, "energy per batch, J (empty without a meter)"),
     "energy_reason": ("str", False, "why energy_j is empty, e.g. meter=none"),

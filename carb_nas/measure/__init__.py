@@ -86,6 +86,7 @@ from carb_nas.measure._quiet import (
     others_cpu_cores,
     wait_for_quiet,
 )
+from carb_nas.measure._reference import REFERENCE_WORKLOAD, ReferenceProbe
 from carb_nas.measure._runtimes import (
     AGREEMENT,
     CALIBRATION,
@@ -110,6 +111,8 @@ from carb_nas.measure._runtimes import (
 
 __all__ = [
     "MIN_CPU_PER_WALL",
+    "REFERENCE_WORKLOAD",
+    "ReferenceProbe",
     "lost_its_core",
     "autogroup_enabled",
     "autogroup_hint",

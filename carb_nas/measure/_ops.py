@@ -39,6 +39,7 @@ from carb_nas.errors import ConfigError
 from carb_nas.features import op_kind, trace_ops
 from carb_nas.measure._profiler import cpu_identity, cpu_model_name
 from carb_nas.measure._protocol import Protocol, time_runs
+from carb_nas.measure._reference import REFERENCE_WORKLOAD, ReferenceProbe
 from carb_nas.measure._runtimes import _quiet_stderr, torch_cpu_peak_bytes
 
 __all__ = [
@@ -117,6 +118,7 @@ def measure_ops(
     protocol: Protocol | str = "adaptive",
     profiled_runs: int = 3,
     seed: int = 0,
+    reference: ReferenceProbe | None = None,
 ) -> tuple[dict[str, Any], pd.DataFrame]:
     """Measure ``module`` (fp32, on the CPU, in this process and its thread setting) on one
     random input of ``input_shape``.
@@ -124,7 +126,8 @@ def measure_ops(
     Returns ``(row, ops)``: ``row`` with the whole-network timing (``latency_ms``,
     ``latency_cv``, ... of :func:`time_runs`), ``peak_mem_mb``, ``op_sum_ms`` (the matched
     ops' times summed), ``n_ops`` / ``n_events`` / ``n_unmatched``; ``ops`` the traced op
-    table with ``measured_ms``.
+    table with ``measured_ms``. With ``reference`` the row also has ``reference_ms``, the
+    machine-speed probe timed among the runs (:class:`ReferenceProbe`).
     """
     if not isinstance(module, nn.Module):
         raise ConfigError(
@@ -145,7 +148,7 @@ def measure_ops(
             module(x)
         return time.perf_counter() - t0
 
-    timing = time_runs(once, proto)
+    timing = time_runs(once, proto, reference)
     events = profiled_op_times(module, x, runs=profiled_runs)
     ops = match_ops(ops, events)
     matched = ops["measured_ms"].notna()
@@ -163,8 +166,9 @@ def measure_ops(
     return row, ops
 
 
-def ops_fingerprint(protocol: Protocol) -> dict[str, Any]:
-    """The platform of an ops campaign: CPU, threads, versions, protocol, fresh processes."""
+def ops_fingerprint(protocol: Protocol, reference: bool = False) -> dict[str, Any]:
+    """The platform of an ops campaign: CPU, threads, versions, protocol, fresh processes
+    (and the machine-speed probe's workload when its rows time one)."""
     import platform as _platform
 
     from carb_nas.measure._profiler import allocator_fingerprint
@@ -186,6 +190,7 @@ def ops_fingerprint(protocol: Protocol) -> dict[str, Any]:
         "allocator": allocator_fingerprint(),
         "fresh_process": True,
         "per_op": "torch.profiler cpu_time_total of the record_function marker's children",
+        **({"reference": REFERENCE_WORKLOAD} if reference else {}),
     }
 
 
@@ -257,10 +262,11 @@ def _measure_child(
     spec: Mapping[str, Any],
     protocol: Protocol,
     profiled_runs: int,
+    reference: ReferenceProbe | None,
 ) -> dict[str, Any]:
     torch.manual_seed(0)
     module, shape = build(spec)
-    row, ops = measure_ops(module, shape, protocol, profiled_runs)
+    row, ops = measure_ops(module, shape, protocol, profiled_runs, reference=reference)
     return {"row": row, "ops": ops.to_dict(orient="records")}
 
 
@@ -271,6 +277,7 @@ def run_ops_campaign(
     protocol: Protocol | str = "adaptive",
     profiled_runs: int = 3,
     progress: Callable[[str], None] | None = None,
+    reference: bool = False,
 ) -> int:
     """Measure every spec (a dict with a unique ``key``) not yet in ``out_dir``; returns how
     many were measured now.
@@ -278,7 +285,10 @@ def run_ops_campaign(
     ``build(spec) -> (module, input_shape)`` runs in the forked child. Each result appends one
     line to ``rows.jsonl`` (the spec, the platform fingerprint, the network row, or
     ``status: error`` with the error) and the op rows to ``ops.jsonl``; interrupt it at any
-    moment and call it again to continue. One thread (``torch.set_num_threads(1)``).
+    moment and call it again to continue. One thread (``torch.set_num_threads(1)``). With
+    ``reference`` every row also times the machine-speed probe (``reference_ms``,
+    :class:`ReferenceProbe`); the fingerprint says so, so such a campaign never continues in
+    a directory of rows without it.
     """
     if not hasattr(os, "fork"):
         raise ConfigError(
@@ -289,9 +299,10 @@ def run_ops_campaign(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
-    fp = json.dumps(ops_fingerprint(proto), sort_keys=True)
+    fp = json.dumps(ops_fingerprint(proto, reference), sort_keys=True)
     done = _done_keys(out / ROWS, fp)
     warmed = False
+    probe: ReferenceProbe | None = None
     n = 0
     for spec in specs:
         key = str(spec["key"])
@@ -299,13 +310,14 @@ def run_ops_campaign(
             continue
         if not warmed:
             _warm_up()
+            probe = ReferenceProbe() if reference else None  # built once; each child inherits it
             warmed = True
         read_end, write_end = os.pipe()
         pid = os.fork()
         if pid == 0:
             os.close(read_end)
             try:
-                reply = _measure_child(build, spec, proto, profiled_runs)
+                reply = _measure_child(build, spec, proto, profiled_runs, probe)
             except BaseException as e:  # noqa: BLE001 - every failure is a row
                 reply = {"error": f"{type(e).__name__}: {e}"[:500]}
             with os.fdopen(write_end, "w") as f:

@@ -22,11 +22,14 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from carb_nas.errors import ConfigError
+
+if TYPE_CHECKING:
+    from carb_nas.measure._reference import ReferenceProbe
 
 __all__ = [
     "MIN_CPU_PER_WALL",
@@ -171,13 +174,21 @@ class TimingResult:
     # process CPU seconds per wall second while timing: ~1.0 for a one-thread run that had a
     # core to itself; lower when other processes took the CPU (the wait is in the latency)
     cpu_per_wall: float | None = None
+    # the machine-speed probe's median over the timing window (``ReferenceProbe``), ms;
+    # None when no probe was timed
+    reference_ms: float | None = None
 
     def as_row(self) -> dict:
         return asdict(self)
 
 
-def time_runs(run_once_s: Callable[[], float], protocol: Protocol) -> TimingResult:
-    """Warm up, then time ``run_once_s`` (returns one run's seconds) under ``protocol``.
+def time_runs(
+    run_once_s: Callable[[], float],
+    protocol: Protocol,
+    reference: ReferenceProbe | None = None,
+) -> TimingResult:
+    """Warm up, then time ``run_once_s`` (returns one run's seconds) under ``protocol``;
+    with ``reference``, also time its bursts among the runs (``reference_ms``).
 
     The garbage collector is disabled during timing so collector pauses do not land inside
     timed runs (the caller collects once per config before calling this).
@@ -197,9 +208,16 @@ def time_runs(run_once_s: Callable[[], float], protocol: Protocol) -> TimingResu
         faults_before = _minor_faults()
         cpu_start = time.process_time()  # every thread of this process (runtimes' workers too)
         start = time.perf_counter()
+        if reference is not None:
+            reference.start()
+            reference.run_burst()
+            last_burst = time.perf_counter()
         check_every = 1
         while True:
             samples.append(run_once_s())
+            if reference is not None and time.perf_counter() - last_burst >= reference.every_s:
+                reference.run_burst()
+                last_burst = time.perf_counter()
             n = len(samples)
             elapsed = time.perf_counter() - start
             if n >= protocol.max_runs or (
@@ -218,6 +236,8 @@ def time_runs(run_once_s: Callable[[], float], protocol: Protocol) -> TimingResu
                 if med > 0 and (hi - lo) / 2 / med <= protocol.target_ci_rel:
                     break
                 check_every = max(1, n // 20)  # sorting stays O(n log n) amortized-cheap
+        if reference is not None:
+            reference.run_burst()
         timing_s = time.perf_counter() - start
         cpu_s = time.process_time() - cpu_start
         faults = _minor_faults()
@@ -241,6 +261,7 @@ def time_runs(run_once_s: Callable[[], float], protocol: Protocol) -> TimingResu
             None if faults is None or faults_before is None else (faults - faults_before) / len(s)
         ),
         cpu_per_wall=cpu_s / timing_s if timing_s > 0 else None,
+        reference_ms=(None if reference is None else float(np.median(reference.samples_s)) * 1e3),
     )
 
 

@@ -113,3 +113,16 @@ def test_a_failing_build_becomes_an_error_row(tmp_path):
 def test_read_needs_a_campaign(tmp_path):
     with pytest.raises(ConfigError, match="not an ops campaign"):
         read_ops_campaign(tmp_path)
+
+
+def test_a_reference_campaign_times_the_probe_and_never_mixes_with_rows_without_it(tmp_path):
+    ref_dir, plain_dir = tmp_path / "ref", tmp_path / "plain"
+    assert run_ops_campaign([{"key": "a", "c": 4}], _build, ref_dir, QUICK, 1, reference=True)
+    rows, _ = read_ops_campaign(ref_dir)
+    assert rows["reference_ms"].iloc[0] > 0
+    assert "conv2d" in json.loads(rows["fingerprint"].iloc[0])["reference"]
+    assert run_ops_campaign([{"key": "a", "c": 4}], _build, plain_dir, QUICK, 1) == 1
+    plain, _ = read_ops_campaign(plain_dir)
+    assert plain["reference_ms"].isna().all()  # no probe, no number
+    with pytest.raises(ConfigError, match="differ in reference"):
+        run_ops_campaign([{"key": "b", "c": 8}], _build, ref_dir, QUICK, 1)  # probe-less resume

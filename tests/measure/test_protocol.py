@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from carb_nas.errors import ConfigError
-from carb_nas.measure import Protocol, median_ci, time_runs
+from carb_nas.measure import Protocol, ReferenceProbe, median_ci, time_runs
 from tests.measure._machine import thp_always
 
 
@@ -171,3 +171,31 @@ def test_cpu_per_wall_tells_a_run_that_waited_from_one_that_computed():
     assert time_runs(sleeping, proto).cpu_per_wall < 0.2
     assert time_runs(computing, proto).cpu_per_wall > 0.5
     assert "cpu_per_wall" in time_runs(computing, proto).as_row()
+
+
+class _CountingProbe(ReferenceProbe):
+    """The real probe's burst schedule with a fixed 1 ms per probe run (fake, no timing)."""
+
+    def _once(self) -> float:
+        return 0.001
+
+
+def test_the_speed_probe_runs_in_bursts_at_the_start_every_interval_and_the_end():
+    import time
+
+    probe = _CountingProbe(burst=2, every_s=0.05)
+    fixed = Protocol(min_runs=10, max_runs=10, target_ci_rel=None, warmup_runs=0,
+                     warmup_min_s=0.0)  # fmt: skip
+
+    def run() -> float:
+        time.sleep(0.02)
+        return 0.02
+
+    res = time_runs(run, fixed, probe)
+    bursts = len(probe.samples_s) / 2
+    # 10 runs of 20 ms: a burst at the start, one after every ~50 ms (3 or 4), one at the end
+    assert bursts == int(bursts) and 4 <= bursts <= 7
+    assert res.reference_ms == pytest.approx(1.0)
+    assert time_runs(run, fixed).reference_ms is None  # no probe, no number
+    time_runs(run, fixed, probe)
+    assert len(probe.samples_s) <= 14  # each window starts afresh

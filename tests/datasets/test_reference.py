@@ -1,0 +1,43 @@
+"""datasets.reference_normalized: dividing the machine's momentary speed out of rows."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from carb_nas.datasets import reference_normalized
+from carb_nas.errors import ConfigError
+
+
+def _rows(refs):
+    return pd.DataFrame(
+        {
+            "key": ["a", "b", "c"],
+            "status": ["ok", "ok", "error"],
+            "latency_ms": [10.0, 30.0, None],
+            "latency_p90_ms": [11.0, 33.0, None],
+            "reference_ms": refs,
+        }
+    )
+
+
+def test_rows_and_their_ops_scale_to_the_typical_probe_time_and_keep_the_raw_figures():
+    ops = pd.DataFrame({"key": ["a", "a", "b"], "measured_ms": [4.0, 6.0, 30.0]})
+    rows, nops, typical = reference_normalized(_rows([0.5, 1.0, None]), ops)
+    assert typical == pytest.approx(0.75)  # median of the ok rows' probe times
+    # a ran while the machine was fast (0.5 ms probe): 10 ms is 15 ms at typical speed
+    assert rows["latency_ms"].tolist()[:2] == pytest.approx([15.0, 22.5])
+    assert rows["latency_p90_ms"].tolist()[:2] == pytest.approx([16.5, 24.75])
+    assert rows["latency_ms_raw"].tolist()[:2] == [10.0, 30.0]
+    assert nops["measured_ms"].tolist() == pytest.approx([6.0, 9.0, 22.5])
+    assert nops["measured_ms_raw"].tolist() == [4.0, 6.0, 30.0]
+    # a test set takes the training set's typical time, not its own
+    again, _, t = reference_normalized(_rows([0.5, 1.0, None]), typical_ms=1.0)
+    assert t == 1.0 and again["latency_ms"].tolist()[:2] == pytest.approx([20.0, 30.0])
+
+
+def test_rows_without_the_probe_are_refused_not_mixed():
+    with pytest.raises(ConfigError, match="without a positive reference_ms"):
+        reference_normalized(_rows([0.5, None, None]))
+    with pytest.raises(ConfigError, match="without a reference_ms column"):
+        reference_normalized(_rows([0.5, 1.0, None]).drop(columns="reference_ms"))

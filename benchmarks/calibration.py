@@ -11,8 +11,11 @@ the default and the calibrated model are scored against it. The MAPE of the seco
 against the first is the machine's own floor: no model can be checked closer than the machine
 repeats itself. Real measurements: run it on a quiet machine (a few minutes).
 
-Last line: ``mape_before=<..> mape_after=<..> calibration_s=<..> mape_floor=<..>`` (latency
-MAPE in %, mean of the two models; seconds of calibration in all; pass 2 vs pass 1).
+Last line: ``mape_before=<..> mape_after=<..> calibration_s=<..> mape_floor=<..>
+mape_after_normalized=<..> mape_floor_normalized=<..>`` (latency MAPE in %, mean of the two
+models; seconds of calibration in all; pass 2 vs pass 1; the last two with every row scaled to
+the machine's typical speed by its speed probe, ``datasets.reference_normalized``, and the
+calibration fitted on rows so scaled).
 Goal: mape_after <= 5.
 
     PYTHONPATH=. python benchmarks/calibration.py [--time-budget-s 60] [--n-validate 20]
@@ -28,8 +31,8 @@ import pandas as pd
 from sklearn.metrics import mean_absolute_percentage_error
 
 from carb_nas.calibrate import MAX_PREDICTED_MS, calibrate_on_arrival
-from carb_nas.costmodel import load_default_model, model_inputs
-from carb_nas.datasets import SCHEMA, load_dataset
+from carb_nas.costmodel import calibrate, load_default_model, model_inputs
+from carb_nas.datasets import SCHEMA, load_dataset, reference_normalized
 from carb_nas.measure import Profiler, profile_passes, usable_cpus
 from carb_nas.space import CONFIG_COLUMNS, frame_to_configs
 
@@ -50,20 +53,20 @@ def mape_pct(measured: np.ndarray, predicted: np.ndarray) -> float:
 
 def run(
     platform: str, budget_s: float, n: int, seed: int, passes: int, validate_passes: int
-) -> tuple[float, float, float, float]:
+) -> tuple[float, float, float, float, float, float]:
     model = load_default_model(platform)
-    threads = min(int(model.platform_.get("threads") or 1), usable_cpus())
+    threads = min(int((model.platform_ or {}).get("threads") or 1), usable_cpus())
     _, runtime, precision = platform.split("/")
     prof = Profiler("cpu", runtime, precision, threads, "adaptive", meter="auto", idle_s=0.0)
     try:
         val = validation_configs(model, platform, n, seed)
-        first = measure(prof, val, validate_passes)
+        first, first_ref = measure(prof, val, validate_passes)
         t0 = time.perf_counter()
         cal = calibrate_on_arrival(
             platform, budget_s, prof, source_model=model, exclude=val, save=False, passes=passes
         )
         seconds = time.perf_counter() - t0
-        second = measure(prof, val, validate_passes)
+        second, second_ref = measure(prof, val, validate_passes)
     finally:
         prof.close()
     ok = np.isfinite(first) & np.isfinite(second)
@@ -72,24 +75,39 @@ def run(
     before = mape_pct(y, model.predict(X)["latency_ms"].to_numpy(float))
     after = mape_pct(y, cal.model.predict(X)["latency_ms"].to_numpy(float))
     floor = mape_pct(first[ok], second[ok])
+    # the same at this machine's typical speed: every row (calibration and validation) scaled
+    # by the speed probe's median over the calibration rows / its own probe time
+    cal_rows, _, typical = reference_normalized(cal.rows)
+    normalized = calibrate(model, cal_rows[cal_rows["status"] == "ok"], keep_uncalibrated=True)
+    first_n = first[ok] * typical / first_ref[ok]
+    second_n = second[ok] * typical / second_ref[ok]
+    y_n = (first_n + second_n) / 2
+    after_n = mape_pct(y_n, normalized.predict(X)["latency_ms"].to_numpy(float))
+    floor_n = mape_pct(first_n, second_n)
     spec = cal.model.maps_["latency_ms"]
     rep = cal.repeatability()
     print(
         f"{platform}: {int(ok.sum())} validation configs; calibrated on {cal.n_rows} configs in "
         f"{seconds:.1f} s ({spec['method']}); latency MAPE {before:.1f}% -> {after:.1f}%; "
         f"the two validation measurements differ by a MAPE of {floor:.1f}%; calibration's "
-        f"single-pass repeatability {rep['median_pct']:.1f}% over {rep['n']} configs",
+        f"single-pass repeatability {rep['median_pct']:.1f}% over {rep['n']} configs; "
+        f"probe-normalized (typical {typical:.3f} ms): after {after_n:.1f}%, floor {floor_n:.1f}%",
         flush=True,
     )
-    return before, after, seconds, floor
+    return before, after, seconds, floor, after_n, floor_n
 
 
-def measure(prof: Profiler, configs: pd.DataFrame, passes: int) -> np.ndarray:
-    """Latency (ms) of each config, the fastest of ``passes`` rounds; NaN where it failed."""
+def measure(
+    prof: Profiler, configs: pd.DataFrame, passes: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Latency (ms) of each config, the fastest of ``passes`` rounds, and that row's speed
+    probe time (ms); NaN where it failed."""
     got = profile_passes(prof, frame_to_configs(configs), passes)
     rows = pd.DataFrame(got, columns=list(SCHEMA))
+    ok = (rows["status"] == "ok").to_numpy()
     lat = pd.to_numeric(rows["latency_ms"], errors="coerce").to_numpy(float)
-    return np.where((rows["status"] == "ok").to_numpy(), lat, np.nan)
+    ref = pd.to_numeric(rows["reference_ms"], errors="coerce").to_numpy(float)
+    return np.where(ok, lat, np.nan), np.where(ok, ref, np.nan)
 
 
 def main() -> None:
@@ -115,9 +133,12 @@ def main() -> None:
     after = float(np.mean([r[1] for r in results]))
     seconds = float(sum(r[2] for r in results))
     floor = float(np.mean([r[3] for r in results]))
+    after_n = float(np.mean([r[4] for r in results]))
+    floor_n = float(np.mean([r[5] for r in results]))
     print(
         f"mape_before={before:.2f} mape_after={after:.2f} calibration_s={seconds:.1f} "
-        f"mape_floor={floor:.2f}"
+        f"mape_floor={floor:.2f} mape_after_normalized={after_n:.2f} "
+        f"mape_floor_normalized={floor_n:.2f}"
     )
 
 

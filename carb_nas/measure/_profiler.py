@@ -29,6 +29,7 @@ from carb_nas.measure._meters import (
     observe_update_period_s,
 )
 from carb_nas.measure._protocol import Protocol, time_runs
+from carb_nas.measure._reference import ReferenceProbe
 from carb_nas.measure._quiet import wait_for_quiet
 from carb_nas.measure._runtimes import (
     CALIBRATION,
@@ -186,6 +187,7 @@ class Profiler:
         quiet_threshold_cores: float = 0.5,
         fresh_process: bool = False,
         calibration: Any = None,
+        reference_probe: bool = True,
     ) -> None:
         if fresh_process and calibration is not None and not isinstance(calibration, (str, Path)):
             raise ConfigError(
@@ -224,6 +226,7 @@ class Profiler:
             "idle_s": 0.0,  # the idle power is recorded, not subtracted: the parent's serves
             "wait_quiet_s": wait_quiet_s,
             "quiet_threshold_cores": quiet_threshold_cores,
+            "reference_probe": reference_probe,
         }
         if calibration is not None:
             self._fresh_args["calibration"] = str(calibration)
@@ -241,6 +244,9 @@ class Profiler:
         self.lock_sm_clock_mhz = lock_sm_clock_mhz
         self.wait_quiet_s = wait_quiet_s
         self.quiet_threshold_cores = quiet_threshold_cores
+        # the machine-speed probe among each CPU row's runs (reference_ms); built on first use
+        self.reference_probe = reference_probe and self.kind == "cpu"
+        self._probe: ReferenceProbe | None = None
         if lock_sm_clock_mhz is not None:
             if not isinstance(self.meter, NVMLMeter):
                 raise ConfigError(
@@ -442,7 +448,11 @@ class Profiler:
             )
         if self.wait_quiet_s > 0:
             wait_for_quiet(self.wait_quiet_s, self.quiet_threshold_cores)
-        timing = time_runs(lambda: self.runtime.run_timed(prepared, x), self.protocol)
+        if self.reference_probe and self._probe is None:
+            self._probe = ReferenceProbe()
+        timing = time_runs(
+            lambda: self.runtime.run_timed(prepared, x), self.protocol, self._probe
+        )
         row.update(timing.as_row())
         if isinstance(self.meter, NVMLMeter):
             row.update(self.meter.telemetry())

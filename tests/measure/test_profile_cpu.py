@@ -93,6 +93,16 @@ def test_torch_cpu_row_plausible_and_larger_config_slower():
     )
     assert small["peak_mem_mb"] > params_mb
     assert small["key"] == TINY.key
+    # the machine-speed probe ran among the runs: a 64-channel 3x3 conv at 28 px, 0.06 GFLOP
+    assert 0.01 < small["reference_ms"] < 50 and 0.01 < large["reference_ms"] < 50
+
+
+def test_a_profiler_without_the_speed_probe_leaves_reference_ms_empty():
+    prof = Profiler("cpu", "torch", "fp32", 1, FAST, meter="none", reference_probe=False)
+    try:
+        assert prof.profile(TINY)["reference_ms"] is None
+    finally:
+        prof.close()
 
 
 def test_peak_memory_agrees_with_closed_form_tensor_peak():
@@ -252,6 +262,7 @@ def test_fresh_process_measures_each_config_from_a_clean_heap():
     for row in (tiny, big):
         _check_row(row, "cpu/torch/fp32")
         assert json.loads(row["fingerprint"])["fresh_process"] is True
+        assert row["reference_ms"] > 0  # the child timed the probe too
     if sys.platform.startswith("linux") and not thp_always():
         # a fresh process maps those buffers anew on every call: ~244 faults per MB
         pages = compute_features(configs_to_frame([heavy]))["mmap_mb"].iloc[0] * 1e6 / 4096

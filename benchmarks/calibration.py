@@ -97,9 +97,7 @@ def run(
     return before, after, seconds, floor, after_n, floor_n
 
 
-def measure(
-    prof: Profiler, configs: pd.DataFrame, passes: int
-) -> tuple[np.ndarray, np.ndarray]:
+def measure(prof: Profiler, configs: pd.DataFrame, passes: int) -> tuple[np.ndarray, np.ndarray]:
     """Latency (ms) of each config, the fastest of ``passes`` rounds, and that row's speed
     probe time (ms); NaN where it failed."""
     got = profile_passes(prof, frame_to_configs(configs), passes)

@@ -29,8 +29,8 @@ from carb_nas.measure._meters import (
     observe_update_period_s,
 )
 from carb_nas.measure._protocol import Protocol, time_runs
-from carb_nas.measure._reference import ReferenceProbe
 from carb_nas.measure._quiet import wait_for_quiet
+from carb_nas.measure._reference import ReferenceProbe
 from carb_nas.measure._runtimes import (
     CALIBRATION,
     OnnxRuntime,
@@ -450,9 +450,7 @@ class Profiler:
             wait_for_quiet(self.wait_quiet_s, self.quiet_threshold_cores)
         if self.reference_probe and self._probe is None:
             self._probe = ReferenceProbe()
-        timing = time_runs(
-            lambda: self.runtime.run_timed(prepared, x), self.protocol, self._probe
-        )
+        timing = time_runs(lambda: self.runtime.run_timed(prepared, x), self.protocol, self._probe)
         row.update(timing.as_row())
         if isinstance(self.meter, NVMLMeter):
             row.update(self.meter.telemetry())

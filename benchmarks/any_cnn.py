@@ -149,8 +149,8 @@ def main() -> None:
     p.add_argument(
         "--reference-normalized",
         action="store_true",
-        help="train and test on latencies at the machine's typical speed (rows that timed the "
-        "speed probe: datasets.reference_normalized)",
+        help="train and test on latencies at the machine's typical speed (only the rows that "
+        "timed the speed probe: datasets.reference_normalized)",
     )
     p.add_argument(
         "--speed-only",
@@ -199,6 +199,10 @@ def main() -> None:
     if args.reference_normalized:
         from carb_nas.datasets import reference_normalized
 
+        probed = pd.to_numeric(rows.get("reference_ms"), errors="coerce") > 0
+        print(f"{int(probed.sum())} of {len(rows)} rows timed the speed probe", file=sys.stderr)
+        rows = rows[probed]  # a dataset measured partly without it: only the rows with it
+        ops = ops[ops["key"].isin(set(rows["key"]))]
         rows, normalized_ops, typical = reference_normalized(rows, ops)
         assert normalized_ops is not None
         ops = normalized_ops

@@ -284,7 +284,14 @@ def export(args: argparse.Namespace) -> None:
         energy_reason="meter=none: no energy counter readable (no NVML, no powercap)",
     )
     rows["device_name"] = rows.fingerprint.map(lambda s: json.loads(s)["device_name"])
-    extra = ["op_sum_ms", "n_ops", "n_events", "n_unmatched", "minor_faults_per_run"]
+    extra = [
+        "op_sum_ms",
+        "n_ops",
+        "n_events",
+        "n_unmatched",
+        "minor_faults_per_run",
+        "ops_reference_ms",
+    ]
     cols = [c for c in SCHEMA if c in rows.columns] + [c for c in extra if c in rows.columns]
     out = rows.reindex(columns=list(dict.fromkeys([*SCHEMA, *cols])))
     out.to_csv(out_rows, index=False)

@@ -27,7 +27,8 @@ def reference_normalized(
     typical_ms: float | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame | None, float]:
     """``(rows, ops, typical_ms)`` with each row's latencies (and its ops' ``measured_ms``,
-    joined on ``key``) times ``typical_ms / reference_ms``.
+    joined on ``key``) times ``typical_ms / reference_ms`` (for the ops ``ops_reference_ms``
+    where a row has it: the probe around the profiled runs).
 
     ``typical_ms`` defaults to the median ``reference_ms`` of ``rows`` (pass the training
     set's to normalize a test set alike). Every ok row needs a ``reference_ms``: a dataset
@@ -61,7 +62,11 @@ def reference_normalized(
             out[c] = pd.to_numeric(out[c], errors="coerce") * factor
     new_ops = None
     if ops is not None:
-        by_key = dict(zip(out["key"], factor))
+        # ops campaigns time the probe around the profiled runs too (ops_reference_ms): the
+        # op times are of those runs, after the timing window
+        ops_ref = pd.to_numeric(rows.get("ops_reference_ms", ref), errors="coerce")
+        ops_factor = (typical_ms / ops_ref.where(ops_ref > 0, ref)).where(ok, 1.0)
+        by_key = dict(zip(out["key"], ops_factor))
         new_ops = ops.copy()
         new_ops["measured_ms_raw"] = new_ops["measured_ms"]
         new_ops["measured_ms"] = new_ops["measured_ms"] * new_ops["key"].map(by_key).fillna(1.0)

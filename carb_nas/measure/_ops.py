@@ -127,7 +127,8 @@ def measure_ops(
     ``latency_cv``, ... of :func:`time_runs`), ``peak_mem_mb``, ``op_sum_ms`` (the matched
     ops' times summed), ``n_ops`` / ``n_events`` / ``n_unmatched``; ``ops`` the traced op
     table with ``measured_ms``. With ``reference`` the row also has ``reference_ms``, the
-    machine-speed probe timed among the runs (:class:`ReferenceProbe`).
+    machine-speed probe timed among the runs (:class:`ReferenceProbe`), and
+    ``ops_reference_ms``, the probe timed just before and after the profiled runs.
     """
     if not isinstance(module, nn.Module):
         raise ConfigError(
@@ -149,7 +150,14 @@ def measure_ops(
         return time.perf_counter() - t0
 
     timing = time_runs(once, proto, reference)
+    if reference is not None:  # the probe again, around the profiled runs the op times are of
+        reference.start()
+        reference.run_burst()
     events = profiled_op_times(module, x, runs=profiled_runs)
+    ops_reference_ms = None
+    if reference is not None:
+        reference.run_burst()
+        ops_reference_ms = float(np.median(reference.samples_s)) * 1e3
     ops = match_ops(ops, events)
     matched = ops["measured_ms"].notna()
     row = {
@@ -160,6 +168,7 @@ def measure_ops(
         "n_ops": len(ops),
         "n_events": len(events),
         "n_unmatched": int((~matched).sum()),
+        "ops_reference_ms": ops_reference_ms,
         "protocol": proto.name,
         "protocol_params": json.dumps(proto.params(), sort_keys=True),
     }

@@ -36,6 +36,16 @@ def test_rows_and_their_ops_scale_to_the_typical_probe_time_and_keep_the_raw_fig
     assert t == 1.0 and again["latency_ms"].tolist()[:2] == pytest.approx([20.0, 30.0])
 
 
+def test_ops_take_the_probe_timed_around_their_profiled_runs_where_a_row_has_it():
+    rows = _rows([0.5, 1.0, None]).assign(ops_reference_ms=[1.5, None, None])
+    ops = pd.DataFrame({"key": ["a", "b"], "measured_ms": [3.0, 30.0]})
+    out, nops, typical = reference_normalized(rows, ops)
+    assert out["latency_ms"].tolist()[:2] == pytest.approx([15.0, 22.5])  # the timing probe
+    # a's ops were profiled at 1.5 ms probe time (slow): 3 ms is 1.5 ms at typical speed;
+    # b has no ops probe and falls back to its timing probe
+    assert nops["measured_ms"].tolist() == pytest.approx([1.5, 22.5])
+
+
 def test_rows_without_the_probe_are_refused_not_mixed():
     with pytest.raises(ConfigError, match="without a positive reference_ms"):
         reference_normalized(_rows([0.5, None, None]))

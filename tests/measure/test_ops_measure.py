@@ -119,7 +119,7 @@ def test_a_reference_campaign_times_the_probe_and_never_mixes_with_rows_without_
     ref_dir, plain_dir = tmp_path / "ref", tmp_path / "plain"
     assert run_ops_campaign([{"key": "a", "c": 4}], _build, ref_dir, QUICK, 1, reference=True)
     rows, _ = read_ops_campaign(ref_dir)
-    assert rows["reference_ms"].iloc[0] > 0
+    assert rows["reference_ms"].iloc[0] > 0 and rows["ops_reference_ms"].iloc[0] > 0
     assert "conv2d" in json.loads(rows["fingerprint"].iloc[0])["reference"]
     assert run_ops_campaign([{"key": "a", "c": 4}], _build, plain_dir, QUICK, 1) == 1
     plain, _ = read_ops_campaign(plain_dir)

@@ -1,0 +1,56 @@
+"""benchmarks/repeatability.py: two passes of the same configs, raw and probe-normalized
+(hand-written FAKE campaign rows: the figures are made up, the arithmetic is checked)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def rep():
+    spec = importlib.util.spec_from_file_location(
+        "repeatability", ROOT / "benchmarks/repeatability.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _pass(path: Path, rows: list[tuple[str, float, float]]) -> str:
+    path.mkdir()
+    with open(path / "rows.jsonl", "w") as f:
+        for key, ms, ref in rows:
+            rec = {"key": key, "family": "fake_net", "status": "ok", "latency_ms": ms,
+                   "op_sum_ms": ms * 0.9, "reference_ms": ref}  # fmt: skip
+            f.write(json.dumps(rec) + "\n")
+    return str(path)
+
+
+def test_a_slow_minute_the_probe_saw_is_divided_out(rep, tmp_path, monkeypatch, capsys):
+    # c and d ran 30 % slower in the second pass, and so did the probe beside them; e moved
+    # by itself (the probe did not), so normalizing cannot help it
+    a = _pass(tmp_path / "a", [("c", 10.0, 1.0), ("d", 20.0, 1.0), ("e", 5.0, 1.0)])
+    b = _pass(tmp_path / "b", [("c", 13.0, 1.3), ("d", 26.0, 1.3), ("e", 6.0, 1.0)])
+    monkeypatch.setattr(sys, "argv", ["repeatability.py", a, b])
+    rep.main()
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    got = dict(kv.split("=") for kv in last.split())
+    assert got["n"] == "3"
+    assert float(got["repeat_within10_raw"]) == pytest.approx(0.0)  # +30 %, +30 %, +20 %
+    assert float(got["repeat_within10_normalized"]) == pytest.approx(2 / 3, abs=1e-3)  # e stays +20 %
+    assert float(got["repeat_mape_raw"]) == pytest.approx(100 * (0.3 + 0.3 + 0.2) / 3, abs=0.01)
+
+
+def test_passes_with_no_config_in_common_are_one_clear_line(rep, tmp_path, monkeypatch):
+    a = _pass(tmp_path / "a", [("c", 10.0, 1.0)])
+    b = _pass(tmp_path / "b", [("d", 10.0, 1.0)])
+    monkeypatch.setattr(sys, "argv", ["repeatability.py", a, b])
+    with pytest.raises(SystemExit, match="no config in both passes"):
+        rep.main()

@@ -21,7 +21,11 @@ budgets={"latency_ms": 50})`` profiles every config with :class:`carb_nas.measur
   when it lies outside what the prediction intervals allow (the median over the configs of
   ``lower/predicted`` to ``upper/predicted`` at ``alpha = 1 - confidence``, 0.1 without one):
   the model is then off for this machine as a whole, which ``carb-nas calibrate`` (or
-  ``validate --recalibrate``) corrects.
+  ``validate --recalibrate``) corrects;
+- the machine's speed now against when the model was calibrated (``machine_speed``: the
+  speed probe's median here over the calibration rows' one), and a warning beyond
+  ``SPEED_WARN_RATIO``: a shared VM runs convolution code 10-25 % slower for minutes at a time
+  (docs/measurement.md), which moves every measured latency by as much.
 
 ``append=PATH`` adds the new measurement rows to a dataset CSV/Parquet (written atomically).
 The file is checked *before* anything is measured (readable, writable, a carb_nas dataset of
@@ -76,6 +80,7 @@ __all__ = [
     "DECISIONS",
     "RATIO_ALPHA",
     "median_ratios",
+    "machine_speed",
     "profile_spec",
     "validate_scenario",
     "ScenarioValidationResult",
@@ -107,6 +112,8 @@ class ValidationResult:
     model_platform: str
     warnings: list[str] = field(default_factory=list)
     ratios: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # the speed probe here against the calibration's (``machine_speed``); None without both
+    speed: dict[str, Any] | None = None
     seconds: float = 0.0
     appended_to: str | None = None
     replaced_keys: list[str] = field(default_factory=list)
@@ -150,6 +157,7 @@ class ValidationResult:
             "confidence": self.confidence,
             "warnings": self.warnings,
             "ratios": self.ratios,
+            "speed": self.speed,
             "seconds": self.seconds,
             "appended_to": self.appended_to,
             "replaced_keys": self.replaced_keys,
@@ -177,6 +185,12 @@ class ValidationResult:
                 f"  {t:<12} n={m['n']:<3} MAE={m['mae']:.4g}  MAPE={m['mape_pct']:.1f}%{extra}"
                 if m["n"]
                 else f"  {t:<12} not measured on this platform"
+            )
+        if self.speed is not None:
+            lines.append(
+                f"  speed probe {self.speed['reference_ms']:.3f} ms here, "
+                f"{self.speed['model_reference_ms']:.3f} ms when calibrated "
+                f"(x{self.speed['ratio']:.2f})"
             )
         if self.budgets:
             d = self.decisions
@@ -327,6 +341,42 @@ def median_ratios(
         outside = None if allowed is None else not allowed[0] <= median <= allowed[1]
         out[t] = {"n": int(have.sum()), "median": median, "allowed": allowed, "outside": outside}
     return out
+
+
+#: a validation whose speed probe ran this much slower or faster than the model's own rows
+#: did says so (the machine's momentary speed moves measured/predicted by about as much)
+SPEED_WARN_RATIO = 1.10
+
+
+def machine_speed(model: Any, measurements: pd.DataFrame) -> dict[str, Any] | None:
+    """The speed probe here against the model's: ``model_reference_ms`` (the median probe
+    time of the rows a calibration was fitted on, ``platform_["reference_ms"]``),
+    ``reference_ms`` (this validation's median) and ``ratio`` (here / model's: above 1 the
+    machine runs convolution code slower now than when the model was calibrated). None
+    when either side has no probe time (shipped models' rows predate it)."""
+    theirs = _num((getattr(model, "platform_", None) or {}).get("reference_ms"))
+    if theirs is None or not theirs > 0 or "reference_ms" not in measurements:
+        return None
+    ok = measurements["status"] == "ok" if "status" in measurements else True
+    here = pd.to_numeric(measurements["reference_ms"], errors="coerce")[ok]
+    here = here[here > 0]
+    if len(here) == 0:
+        return None
+    mine = float(here.median())
+    return {"model_reference_ms": theirs, "reference_ms": mine, "ratio": mine / theirs}
+
+
+def _speed_warnings(speed: Mapping[str, Any] | None) -> list[str]:
+    if speed is None or 1 / SPEED_WARN_RATIO <= speed["ratio"] <= SPEED_WARN_RATIO:
+        return []
+    word = "slower" if speed["ratio"] > 1 else "faster"
+    return [
+        f"this machine ran convolution code x{speed['ratio']:.2f} {word} during this validation "
+        f"than when the model was calibrated (speed probe {speed['reference_ms']:.3f} ms "
+        f"against {speed['model_reference_ms']:.3f} ms, measure.REFERENCE_WORKLOAD): measured "
+        "latencies move by about as much from that alone (a shared or throttled machine); "
+        "validate again when it is quiet, or calibrate again"
+    ]
 
 
 def _ratio_warnings(ratios: Mapping[str, Mapping[str, Any]], platform: str) -> list[str]:
@@ -567,6 +617,10 @@ def validate(
     for w in _ratio_warnings(ratios, platform):
         warnings.warn(w, stacklevel=2)
         warn.append(w)
+    speed = machine_speed(model, meas)
+    for w in _speed_warnings(speed):
+        warnings.warn(w, stacklevel=2)
+        warn.append(w)
     if budgets and decisions["undecided"]:
         unmeasured = [b for b in budgets if metrics[base_target(b)]["n"] == 0]
         if unmeasured:
@@ -586,6 +640,7 @@ def validate(
         model_platform=platform_name(model),
         warnings=warn,
         ratios=ratios,
+        speed=speed,
     )
     if append is not None:
         path, result.replaced_keys = append_rows(meas, append, old=old_rows)

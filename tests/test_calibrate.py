@@ -49,8 +49,9 @@ class FakeProfiler:
     kind = "cpu"
 
     def __init__(self, model, factor=1.3, *, device_name=FAKE, platform=PLATFORM, clock=None,
-                 seconds_per_config=0.0, status="ok"):  # fmt: skip
+                 seconds_per_config=0.0, status="ok", reference_ms=None):  # fmt: skip
         self.model, self.factor, self.device_name = model, factor, device_name
+        self.reference_ms = reference_ms  # a made-up speed-probe time for every row
         self.platform, self.clock, self.seconds = platform, clock, seconds_per_config
         self.status = status
         self.runtime = type("R", (), {"name": platform.split("/")[1], "threads": 1})()
@@ -73,7 +74,7 @@ class FakeProfiler:
             threads=1, fingerprint=json.dumps(self.fingerprint), protocol="fake",
             protocol_params="{}", timestamp="2026-12-01T00:00:00+00:00", status=self.status,
             meter="fake", latency_ms=float(pred["latency_ms"].iloc[0]) * self.factor,
-            peak_mem_mb=float(pred["peak_mem_mb"].iloc[0]),
+            peak_mem_mb=float(pred["peak_mem_mb"].iloc[0]), reference_ms=self.reference_ms,
         )  # fmt: skip
         return row
 
@@ -473,3 +474,29 @@ def test_set_up_time_does_not_count_as_a_configs_cost(torch_model, model_cache, 
     cal = calibrate_on_arrival(PLATFORM, 30, prof, source_model=torch_model, passes=3)
     # 20 s left at 1 s per measurement: 6 configs in 3 rounds (not 3, as 13 s / 3 would say)
     assert cal.n_rows == 6 and len(prof.profiled) == 18
+
+
+def test_validate_says_when_the_machine_runs_slower_than_when_it_was_calibrated(
+    torch_model, model_cache
+):
+    from carb_nas.validate import validate
+
+    cal = calibrate_on_arrival(
+        PLATFORM, 12, FakeProfiler(torch_model, 1.0, reference_ms=0.4), source_model=torch_model
+    )
+    assert cal.model.platform_["reference_ms"] == pytest.approx(0.4)
+    model = load_calibration(PLATFORM, FakeProfiler(torch_model), source_model=torch_model).model
+    assert model.platform_["reference_ms"] == pytest.approx(0.4)  # kept with the calibration
+    grid = _grid(4)
+    # later the machine runs conv code 25 % slower (the probe says so) and so do the configs
+    with pytest.warns(UserWarning, match="x1.25 slower"):
+        slow = validate(
+            grid, model=model, profiler=FakeProfiler(torch_model, 1.25, reference_ms=0.5)
+        )
+    assert slow.speed["ratio"] == pytest.approx(1.25) and "x1.25)" in slow.summary()
+    assert slow.to_dict()["speed"]["model_reference_ms"] == pytest.approx(0.4)
+    same = validate(grid, model=model, profiler=FakeProfiler(torch_model, 1.0, reference_ms=0.41))
+    assert not any("convolution code" in w for w in same.warnings)
+    # a model whose rows never timed the probe (the shipped ones): nothing to compare
+    assert validate(grid, model=torch_model, profiler=FakeProfiler(torch_model, 1.0,
+                    reference_ms=0.5)).speed is None  # fmt: skip

@@ -329,8 +329,8 @@ def _fit(
             plat[k] = fingerprint[k]
     plat["platform"] = platform
     plat["calibrated"] = f"{len(ok)} rows, machine {machine_key(fingerprint)}"
-    probe = pd.to_numeric(ok.get("reference_ms"), errors="coerce")
-    if probe is not None and (probe > 0).any():
+    probe = pd.to_numeric(ok.get("reference_ms", pd.Series(dtype=float)), errors="coerce")
+    if (probe > 0).any():
         # the machine's speed while it was calibrated: validate compares its own probe times
         plat["reference_ms"] = float(probe[probe > 0].median())
     model.platform_ = plat  # type: ignore[attr-defined]

@@ -359,6 +359,14 @@ def train_cmd(
     "default all): kernel sum alone, network cascade alone, the sum as a feature, or as "
     "feature and offset (both).",
 )
+@click.option(
+    "--reference-normalized",
+    "normalized",
+    is_flag=True,
+    help="With --leave-one-family-out: only the rows that timed the speed probe, each "
+    "scaled to the machine's typical speed (datasets.reference_normalized), so the test does "
+    "not count the machine's own slow minutes as model error.",
+)
 @example("carb-nas evaluate cpu/torch/fp32 carb_nas/data/datasets/cpu_torch_fp32.csv --json")
 def evaluate_cmd(
     model: str,
@@ -371,6 +379,7 @@ def evaluate_cmd(
     lofo: bool,
     ops_path: str | None,
     modes: tuple[str, ...],
+    normalized: bool,
 ) -> None:
     """Score MODEL (a model directory or a shipped platform name such as cpu/torch/fp32) on
     the measured rows of DATASET; or, with --leave-one-family-out, the kernel-level
@@ -378,7 +387,7 @@ def evaluate_cmd(
     from carb_nas.costmodel import evaluate, leave_one_batch_tier_out
 
     if lofo:
-        _evaluate_lofo(model, ops_path, modes, as_json, dataset)
+        _evaluate_lofo(model, ops_path, modes, as_json, dataset, normalized)
         return
     if dataset is None:
         raise ModelError(
@@ -386,10 +395,11 @@ def evaluate_cmd(
             "`carb-nas evaluate --leave-one-family-out DATASET`), got only MODEL "
             f"{model!r}. Name the measured table to score on."
         )
-    if ops_path or modes:
+    if ops_path or modes or normalized:
         raise ModelError(
-            "--ops and --mode belong to --leave-one-family-out: expected them with that flag, "
-            "got them without it. Add --leave-one-family-out or drop them."
+            "--ops, --mode and --reference-normalized belong to --leave-one-family-out: "
+            "expected them with that flag, got them without it. Add --leave-one-family-out or "
+            "drop them."
         )
     _check_alpha(alpha)
     budget_limits = _per_batch_budgets(budgets) or None
@@ -447,8 +457,10 @@ def _evaluate_lofo(
     modes: tuple[str, ...],
     as_json: bool,
     second: str | None,
+    normalized: bool = False,
 ) -> None:
     from carb_nas.costmodel import MODES, lofo_report
+    from carb_nas.datasets import reference_normalized
 
     if second is not None:
         raise ModelError(
@@ -482,12 +494,27 @@ def _evaluate_lofo(
         )
     if "status" in rows:
         rows = rows[rows["status"] == "ok"]
+    note = ""
+    if normalized:
+        probed = pd.to_numeric(rows.get("reference_ms", pd.Series(dtype=float)), errors="coerce")
+        probed = probed.reindex(rows.index) > 0
+        if not probed.any():
+            raise ModelError(
+                f"--reference-normalized needs rows that timed the speed probe: expected rows "
+                f"with a reference_ms, got none of {len(rows)}. Measure them with "
+                "benchmarks/any_cnn_data.py measure --reference, or drop --reference-normalized."
+            )
+        rows = rows[probed]
+        ops = ops[ops["key"].isin(set(rows["key"]))]
+        rows, scaled, typical = reference_normalized(rows, ops)
+        ops = scaled if scaled is not None else ops
+        note = f" (the {len(rows)} that timed the speed probe, scaled to {typical:.4f} ms)"
     report = lofo_report(rows, ops, modes=list(modes) or list(MODES))
     if as_json:
         echo_json(report)
         return
     table = pd.DataFrame(report["per_family"])
-    click.echo(f"leave-one-family-out over {report['n_rows']} networks of {dataset}:")
+    click.echo(f"leave-one-family-out over {report['n_rows']} networks of {dataset}{note}:")
     click.echo(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     for mode, s in report["summary"].items():
         click.echo(

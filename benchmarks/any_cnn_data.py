@@ -25,7 +25,10 @@ A second pass (``--remeasure-from``) measures the rows whose CV is above ``--cv-
 and writing over a file of another machine. A later sitting continues a shipped draw
 (``--specs``, skipping the exported configs with ``--skip-in``) and exports the old CSV and
 the new campaign together (``export OLD.csv CAMPAIGN2 --name ...``; a CSV part reads its
-``_ops.csv.gz`` beside it); ``--remeasure-from`` takes an exported CSV too.
+``_ops.csv.gz`` beside it); ``--remeasure-from`` takes an exported CSV too, ``--sample N``
+re-measures a seeded N of its rows (``--cv-above -1``: any of them; a repeatability pass for
+``benchmarks/repeatability.py``), and ``--skip-in`` repeats. ``--reference`` times the
+machine-speed probe in every row (``reference_ms``, ``ops_reference_ms``; docs/measurement.md).
 """
 
 from __future__ import annotations

@@ -199,14 +199,15 @@ def main() -> None:
     if args.reference_normalized:
         from carb_nas.datasets import reference_normalized
 
-        probed = pd.to_numeric(rows.get("reference_ms"), errors="coerce") > 0
-        print(f"{int(probed.sum())} of {len(rows)} rows timed the speed probe", file=sys.stderr)
-        rows = rows[probed]  # a dataset measured partly without it: only the rows with it
-        ops = ops[ops["key"].isin(set(rows["key"]))]
-        rows, normalized_ops, typical = reference_normalized(rows, ops)
+        n_all = len(rows)
+        rows, normalized_ops, typical = reference_normalized(rows, ops, drop_unprobed=True)
         assert normalized_ops is not None
         ops = normalized_ops
-        print(f"reference-normalized to the probe's median {typical:.4f} ms", file=sys.stderr)
+        print(
+            f"the {len(rows)} of {n_all} rows that timed the speed probe, normalized to its "
+            f"median {typical:.4f} ms",
+            file=sys.stderr,
+        )
     modes = args.modes.split(",")
     t0 = time.perf_counter()
     report = lofo_report(rows, ops, modes=modes, preset=args.preset, kernel_params=kp)

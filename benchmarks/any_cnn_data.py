@@ -165,7 +165,7 @@ def measure(args: argparse.Namespace) -> None:
 
     cached = Path(args.out) / "specs.json"  # the draw, kept so a resume does not redo it
     if args.remeasure_from:
-        rows, _ = read_part(args.remeasure_from)
+        rows, _ = read_part(args.remeasure_from, with_ops=False)
         noisy = rows.latency_cv > args.cv_above
         if "cpu_per_wall" in rows:  # timed while another process held the core
             noisy |= pd.to_numeric(rows.cpu_per_wall, errors="coerce") < MIN_CPU_PER_WALL
@@ -198,7 +198,7 @@ def measure(args: argparse.Namespace) -> None:
         Path(args.out).mkdir(parents=True, exist_ok=True)
         cached.write_text(json.dumps(specs))
     for part in args.skip_in:  # configs an exported dataset or another campaign already holds
-        rows, _ = read_part(part)
+        rows, _ = read_part(part, with_ops=False)  # the keys only: not the large ops table
         have = set(rows.key[rows.status == "ok"])
         specs = [sp for sp in specs if sp["key"] not in have]
     print(f"{len(specs)} specs", file=sys.stderr, flush=True)
@@ -231,17 +231,19 @@ def _existing(path: str, what: str) -> Path:
     return p
 
 
-def read_part(path: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+def read_part(path: str, with_ops: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(rows, ops)`` of a campaign directory, or of an exported rows CSV (its per-op table
-    ``<stem>_ops.csv.gz`` beside it), so an export can be extended by a later campaign."""
+    ``<stem>_ops.csv.gz`` beside it), so an export can be extended by a later campaign;
+    ``with_ops=False`` skips the per-op table (empty)."""
     from carb_nas.measure import read_ops_campaign
 
     p = _existing(path, "a campaign directory or an exported rows CSV")
     if p.is_dir():
-        return read_ops_campaign(p)
+        return read_ops_campaign(p, with_ops)
     rows = pd.read_csv(p)
-    return rows.assign(status=rows.get("status", "ok")), pd.read_csv(
-        p.with_name(p.name.removesuffix(".csv") + "_ops.csv.gz")
+    ops = p.with_name(p.name.removesuffix(".csv") + "_ops.csv.gz")
+    return rows.assign(status=rows.get("status", "ok")), (
+        pd.read_csv(ops) if with_ops else pd.DataFrame()
     )
 
 

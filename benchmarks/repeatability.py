@@ -31,7 +31,7 @@ import pandas as pd
 def _rows(path: str) -> pd.DataFrame:
     from carb_nas.measure import read_ops_campaign
 
-    rows, _ = read_ops_campaign(path)
+    rows, _ = read_ops_campaign(path, with_ops=False)
     return rows[rows["status"] == "ok"].drop_duplicates("key", keep="last")
 
 

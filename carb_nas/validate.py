@@ -357,8 +357,9 @@ def machine_speed(model: Any, measurements: pd.DataFrame) -> dict[str, Any] | No
     theirs = _num((getattr(model, "platform_", None) or {}).get("reference_ms"))
     if theirs is None or not theirs > 0 or "reference_ms" not in measurements:
         return None
-    ok = measurements["status"] == "ok" if "status" in measurements else True
-    here = pd.to_numeric(measurements["reference_ms"], errors="coerce")[ok]
+    here = pd.to_numeric(measurements["reference_ms"], errors="coerce")
+    if "status" in measurements:
+        here = here[measurements["status"] == "ok"]
     here = here[here > 0]
     if len(here) == 0:
         return None

@@ -41,7 +41,7 @@ from carb_nas.costmodel import (
     physical_offsets as find_physical_offsets,
 )
 from carb_nas.datasets import TARGETS
-from carb_nas.errors import ModelError
+from carb_nas.errors import ConfigError, ModelError
 
 _MARKER_MODEL = "manifest.json"
 _MARKER_REPORT = "evaluation.json"
@@ -496,17 +496,13 @@ def _evaluate_lofo(
         rows = rows[rows["status"] == "ok"]
     note = ""
     if normalized:
-        probed = pd.to_numeric(rows.get("reference_ms", pd.Series(dtype=float)), errors="coerce")
-        probed = probed.reindex(rows.index) > 0
-        if not probed.any():
+        try:
+            rows, scaled, typical = reference_normalized(rows, ops, drop_unprobed=True)
+        except ConfigError as e:
             raise ModelError(
-                f"--reference-normalized needs rows that timed the speed probe: expected rows "
-                f"with a reference_ms, got none of {len(rows)}. Measure them with "
-                "benchmarks/any_cnn_data.py measure --reference, or drop --reference-normalized."
-            )
-        rows = rows[probed]
-        ops = ops[ops["key"].isin(set(rows["key"]))]
-        rows, scaled, typical = reference_normalized(rows, ops)
+                f"--reference-normalized needs rows that timed the speed probe: {e} Or drop "
+                "--reference-normalized."
+            ) from e
         ops = scaled if scaled is not None else ops
         note = f" (the {len(rows)} that timed the speed probe, scaled to {typical:.4f} ms)"
     report = lofo_report(rows, ops, modes=list(modes) or list(MODES))

@@ -25,6 +25,7 @@ def reference_normalized(
     rows: pd.DataFrame,
     ops: pd.DataFrame | None = None,
     typical_ms: float | None = None,
+    drop_unprobed: bool = False,
 ) -> tuple[pd.DataFrame, pd.DataFrame | None, float]:
     """``(rows, ops, typical_ms)`` with each row's latencies (and its ops' ``measured_ms``,
     joined on ``key``) times ``typical_ms / reference_ms`` (for the ops ``ops_reference_ms``
@@ -32,17 +33,29 @@ def reference_normalized(
 
     ``typical_ms`` defaults to the median ``reference_ms`` of ``rows`` (pass the training
     set's to normalize a test set alike). Every ok row needs a ``reference_ms``: a dataset
-    measured without the probe cannot be normalized, and a mix would be two scales.
+    measured without the probe cannot be normalized, and a mix would be two scales. With
+    ``drop_unprobed`` the rows without one (and their ops) are left out instead, for a dataset
+    measured partly with the probe; at least one row must have it.
     """
+    probe_hint = "Measure them with it (benchmarks/any_cnn_data.py measure --reference)."
     if "reference_ms" not in rows.columns:
         raise ConfigError(
             "rows without a reference_ms column: expected rows measured with the machine-speed "
-            "probe, got none. Measure them with it (any_cnn_data.py measure --reference)."
+            f"probe, got none. {probe_hint}"
         )
     ok = rows["status"] == "ok" if "status" in rows.columns else pd.Series(True, rows.index)
     ref = pd.to_numeric(rows["reference_ms"], errors="coerce")
     missing = ok & ~(ref > 0)
-    if missing.any():
+    if drop_unprobed:
+        if not (ok & (ref > 0)).any():
+            raise ConfigError(
+                f"no row timed the machine-speed probe: expected some ok rows with a positive "
+                f"reference_ms, got none of {len(rows)}. {probe_hint}"
+            )
+        rows, ok, ref = rows[~missing], ok[~missing], ref[~missing]
+        if ops is not None:
+            ops = ops[ops["key"].isin(set(rows["key"]))]
+    elif missing.any():
         raise ConfigError(
             f"{int(missing.sum())} ok rows without a positive reference_ms (e.g. key "
             f"{rows.loc[missing, 'key'].iloc[0] if 'key' in rows else '?'}): expected every "
@@ -52,7 +65,10 @@ def reference_normalized(
     if typical_ms is None:
         typical_ms = float(ref[ok].median())
     if not (typical_ms > 0 and np.isfinite(typical_ms)):
-        raise ConfigError(f"typical_ms: expected a positive number of ms, got {typical_ms!r}.")
+        raise ConfigError(
+            f"invalid typical_ms: expected a positive number of ms, got {typical_ms!r}. Pass "
+            "the training rows' typical probe time (the third value this function returns)."
+        )
     factor = (typical_ms / ref).where(ok, 1.0)
     out = rows.copy()
     out["reference_factor"] = factor

@@ -352,8 +352,11 @@ def run_ops_campaign(
     return n
 
 
-def read_ops_campaign(out_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``(rows, ops)`` of an ops campaign directory (torn trailing lines skipped)."""
+def read_ops_campaign(
+    out_dir: str | Path, with_ops: bool = True
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(rows, ops)`` of an ops campaign directory (torn trailing lines skipped); with
+    ``with_ops=False`` the ops table (the large file) is not read and comes back empty."""
     out = Path(out_dir)
     if not (out / ROWS).exists():
         raise ConfigError(
@@ -372,4 +375,4 @@ def read_ops_campaign(out_dir: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
                         continue
         return pd.DataFrame(recs)
 
-    return read(out / ROWS), read(out / OPS)
+    return read(out / ROWS), read(out / OPS) if with_ops else pd.DataFrame()

@@ -20,6 +20,8 @@ import time
 import torch
 from torch import nn
 
+from carb_nas.errors import ConfigError
+
 __all__ = ["REFERENCE_WORKLOAD", "ReferenceProbe"]
 
 #: what ``reference_ms`` times (recorded in the fingerprint of every campaign that uses it)
@@ -30,13 +32,18 @@ class ReferenceProbe:
     """Times :data:`REFERENCE_WORKLOAD` in bursts of ``burst`` runs, one burst at the start
     of a timing window, then one whenever ``every_s`` of the window has passed since the
     last, and one at its end (:func:`carb_nas.measure.time_runs` calls it). Bursts rather
-    than one probe run after every timed run: the probe's 0.35 MB would evict part of a
+    than one probe run after every timed run: the probe's ~0.55 MB (0.15 MB of weights, 0.2 MB
+    each of input and output) would evict part of a
     small network's working set before each of its runs; a burst every 0.1 s colds at most
     one run in ten or more, which the median ignores."""
 
     def __init__(self, burst: int = 3, every_s: float = 0.1) -> None:
-        if burst < 1 or not every_s > 0:
-            raise ValueError(f"expected burst >= 1 and every_s > 0, got {burst}, {every_s}")
+        if not (isinstance(burst, int) and burst >= 1 and every_s > 0):
+            raise ConfigError(
+                f"invalid speed probe: expected burst >= 1 (runs per burst) and every_s > 0 "
+                f"(seconds between bursts), got burst={burst!r}, every_s={every_s!r}. Use the "
+                "defaults (3, 0.1)."
+            )
         self.burst, self.every_s = burst, every_s
         g = torch.Generator().manual_seed(0)
         self._conv = nn.Conv2d(64, 64, 3, padding=1).eval()
@@ -48,9 +55,14 @@ class ReferenceProbe:
             self._once()
 
     def _once(self) -> float:
+        return self.time_call(self._conv, self._x)
+
+    @staticmethod
+    def time_call(module: nn.Module, x: torch.Tensor) -> float:
+        """Seconds of one ``module(x)`` under ``inference_mode`` (the probe's own timing)."""
         t0 = time.perf_counter()
         with torch.inference_mode():
-            self._conv(self._x)
+            module(x)
         return time.perf_counter() - t0
 
     def run_burst(self) -> None:

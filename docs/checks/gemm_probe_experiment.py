@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -41,10 +40,7 @@ class TwoProbe(ReferenceProbe):
             self._gemv()
 
     def _gemv(self) -> float:
-        t0 = time.perf_counter()
-        with torch.inference_mode():
-            self._lin(self._lx)
-        return time.perf_counter() - t0
+        return self.time_call(self._lin, self._lx)
 
     def run_burst(self) -> None:
         super().run_burst()

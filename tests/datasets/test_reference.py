@@ -51,3 +51,13 @@ def test_rows_without_the_probe_are_refused_not_mixed():
         reference_normalized(_rows([0.5, None, None]))
     with pytest.raises(ConfigError, match="without a reference_ms column"):
         reference_normalized(_rows([0.5, 1.0, None]).drop(columns="reference_ms"))
+
+
+def test_drop_unprobed_leaves_out_rows_without_the_probe_and_their_ops():
+    ops = pd.DataFrame({"key": ["a", "b"], "measured_ms": [4.0, 30.0]})
+    rows, nops, typical = reference_normalized(_rows([0.5, None, None]), ops, drop_unprobed=True)
+    assert rows["key"].tolist() == ["a", "c"]  # b had no probe time; c is an error row
+    assert typical == pytest.approx(0.5) and rows["latency_ms"].iloc[0] == pytest.approx(10.0)
+    assert nops["key"].tolist() == ["a"]
+    with pytest.raises(ConfigError, match="no row timed the machine-speed probe"):
+        reference_normalized(_rows([None, None, None]), ops, drop_unprobed=True)

@@ -124,5 +124,7 @@ def test_a_reference_campaign_times_the_probe_and_never_mixes_with_rows_without_
     assert run_ops_campaign([{"key": "a", "c": 4}], _build, plain_dir, QUICK, 1) == 1
     plain, _ = read_ops_campaign(plain_dir)
     assert plain["reference_ms"].isna().all()  # no probe, no number
+    keys_only, no_ops = read_ops_campaign(plain_dir, with_ops=False)
+    assert keys_only["key"].tolist() == ["a"] and no_ops.empty
     with pytest.raises(ConfigError, match="differ in reference"):
         run_ops_campaign([{"key": "b", "c": 8}], _build, ref_dir, QUICK, 1)  # probe-less resume

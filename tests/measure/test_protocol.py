@@ -199,3 +199,9 @@ def test_the_speed_probe_runs_in_bursts_at_the_start_every_interval_and_the_end(
     assert time_runs(run, fixed).reference_ms is None  # no probe, no number
     time_runs(run, fixed, probe)
     assert len(probe.samples_s) <= 14  # each window starts afresh
+
+
+@pytest.mark.parametrize("kwargs", [{"burst": 0}, {"every_s": 0.0}])
+def test_a_speed_probe_with_impossible_settings_is_a_clear_error(kwargs):
+    with pytest.raises(ConfigError, match="invalid speed probe.*Use the defaults"):
+        ReferenceProbe(**kwargs)

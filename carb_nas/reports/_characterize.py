@@ -528,8 +528,8 @@ def loadgen_markdown(result: Mapping[str, Any], reading: str | None = None) -> s
         f"{result['runs']} LoadGen runs ({result['ok']} measured, {result['valid']} VALID by "
         f"LoadGen), rules {', '.join(result['rules'])}; CPU: {', '.join(result['cpu_model'])}. "
         "One thread, batch 1 inputs, seeded N(0,1) samples, random weights (seed 0). "
-        "† = LoadGen said INVALID (figure kept). The machine was shared with other jobs: "
-        "the figures are noisy."
+        "† = LoadGen said INVALID (figure kept). How busy the machine was while it measured "
+        "(and so how far to trust small differences) is in the reading below."
     )
     out += ["", "## Latency and throughput", ""]
     out.append(

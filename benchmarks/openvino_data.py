@@ -1,9 +1,11 @@
 """Export the OpenVINO fp32 / int8 campaigns of the zoo configs into the shipped datasets
-(issue 15), paired with the torch rows of ``cpu_torch_fp32_zoo.csv``, and describe them.
+(issue 15), paired with the torch rows of the same machine (``--torch``, default
+``cpu/torch/fp32/zoo``), and describe them.
 
     PYTHONPATH=$PWD python benchmarks/openvino_data.py export PASS [PASS ...]
-        [--out-dir carb_nas/data/zoo]
+        [--out-dir carb_nas/data/zoo] [--torch cpu/torch/fp32/zoo] [--name zoo]
     PYTHONPATH=$PWD python benchmarks/openvino_data.py describe [DATASET ...]
+        [--torch cpu/torch/fp32/zoo]
 
 The passes are ``carb-nas profile CONFIGS --runtime openvino --precision fp32|int8
 --threads 1`` campaigns over configs of the torch zoo dataset (``configs.csv``: family, depth,
@@ -13,9 +15,11 @@ width, resolution, batch_size), given as campaign directories (read read-only wi
 several passes keeps each config's median-latency ok row (``datasets.median_of_passes``: with
 two passes the faster one, contention only slows a run down). It keeps the rows whose config
 pairs with a torch zoo row (on family, depth, width, resolution, batch_size), sorts them by key
-and writes ``<platform>_zoo.csv`` per platform (``cpu_openvino_fp32_zoo.csv``,
+and writes ``<platform>_<name>.csv`` per platform (``cpu_openvino_fp32_zoo.csv``,
 ``cpu_openvino_int8_zoo.csv``), so `carb-nas dataset list` names them ``cpu/openvino/fp32/zoo``
-and ``load_dataset("cpu/openvino/int8")`` finds them. A partial campaign exports what it has;
+and ``load_dataset("cpu/openvino/int8")`` finds them. ``--torch`` names the torch dataset of the
+same machine to pair with and ``--name`` the qualifier (``--torch cpu/torch/fp32/zoo-zen5
+--name zoo-zen5`` for the Zen 5 passes). A partial campaign exports what it has;
 the same command on the finished passes rewrites the files.
 
 ``describe`` prints, per dataset: rows (ok), paired torch rows, latency CV median / p90, rows
@@ -38,7 +42,7 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 ZOO = ROOT / "carb_nas" / "data" / "zoo"
-TORCH = ZOO / "cpu_torch_fp32_zoo.csv"
+TORCH = "cpu/torch/fp32/zoo"
 PAIR = ["family", "depth", "width", "resolution", "batch_size"]
 PLATFORMS = ("cpu/openvino/fp32", "cpu/openvino/int8")
 
@@ -67,10 +71,10 @@ def _pass_rows(source: str) -> pd.DataFrame:
     return load_dataset(source)
 
 
-def export(passes: list[str], out_dir: Path) -> list[Path]:
+def export(passes: list[str], out_dir: Path, torch: str = TORCH, name: str = "zoo") -> list[Path]:
     from carb_nas.datasets import load_dataset, median_of_passes, write_table
 
-    torch_keys = set(_pair_keys(pd.read_csv(TORCH)))
+    torch_keys = set(_pair_keys(load_dataset(torch)))
     by_platform: dict[str, list[tuple[str, pd.DataFrame]]] = {}
     for source in passes:
         rows = _pass_rows(source)
@@ -90,9 +94,9 @@ def export(passes: list[str], out_dir: Path) -> list[Path]:
             rows = median_of_passes([r for _, r in found], sources=sources)
         paired = _pair_keys(rows).isin(torch_keys)
         if (~paired).any():
-            print(f"{platform}: dropped {int((~paired).sum())} rows without a torch zoo row")
+            print(f"{platform}: dropped {int((~paired).sum())} rows without a row in {torch}")
         rows = rows[paired.to_numpy()].sort_values("key").reset_index(drop=True)
-        out = out_dir / f"{platform.replace('/', '_')}_zoo.csv"
+        out = out_dir / f"{platform.replace('/', '_')}_{name}.csv"
         load_dataset(rows, name=str(out))  # the shipped rule, before writing
         write_table(rows, out)
         counts = rows["status"].value_counts().to_dict()
@@ -106,10 +110,10 @@ def _fingerprint(frame: pd.DataFrame) -> dict:
     return json.loads(text)
 
 
-def describe(paths: list[Path]) -> str:
+def describe(paths: list[Path], torch_name: str = TORCH) -> str:
     from carb_nas.datasets import load_dataset
 
-    torch = load_dataset(TORCH, ok_only=True)
+    torch = load_dataset(torch_name, ok_only=True)
     tlat = dict(zip(_pair_keys(torch), torch["latency_ms"]))
     figures: dict[str, float | int] = {}
     lat: dict[str, dict[str, float]] = {}
@@ -125,7 +129,7 @@ def describe(paths: list[Path]) -> str:
         ratio = np.array([v / tlat[k] for k, v in lat[tag].items() if k in tlat])
         ts = pd.to_datetime(ok["timestamp"])
         print(f"## {plat} ({path.name})")
-        print(f"rows {len(frame)} (ok {len(ok)}), paired with torch zoo rows: {len(ratio)}")
+        print(f"rows {len(frame)} (ok {len(ok)}), paired with rows of {torch_name}: {len(ratio)}")
         print(
             f"latency CV median {cv.median():.1%} / p90 {cv.quantile(0.9):.1%}; "
             f"rows with CV > 0.10: {int((cv > 0.10).sum())}"
@@ -139,6 +143,12 @@ def describe(paths: list[Path]) -> str:
         )
         print(f"scheme {json.dumps(fp.get('scheme'))}")
         print(f"peak memory: {ok['peak_mem_method'].iloc[0]}")
+        if "reference_ms" in ok.columns and (ok["reference_ms"].astype(float) > 0).any():
+            ref = ok["reference_ms"].astype(float)
+            print(
+                f"speed probe: {int((ref > 0).sum())} rows timed it, median {ref.median():.3f} ms, "
+                f"p10-p90 {ref.quantile(0.1):.3f}-{ref.quantile(0.9):.3f} ms"
+            )
         print(
             f"latency / torch fp32 on the paired configs: p10 {np.quantile(ratio, 0.1):.2f}, "
             f"median {np.median(ratio):.2f}, p90 {np.quantile(ratio, 0.9):.2f}"
@@ -163,17 +173,20 @@ def main() -> None:
     e = sub.add_parser("export", help="passes -> the shipped OpenVINO zoo datasets")
     e.add_argument("passes", nargs="+", help="campaign directories or exported row tables")
     e.add_argument("--out-dir", default=str(ZOO))
+    e.add_argument("--name", default="zoo", help="the datasets' qualifier (file <platform>_NAME)")
     d = sub.add_parser("describe", help="provenance figures of the datasets")
-    d.add_argument("datasets", nargs="*")
+    d.add_argument("datasets", nargs="*", help="dataset names or files (default: the zoo ones)")
+    for sp in (e, d):
+        sp.add_argument("--torch", default=TORCH, help="the torch fp32 dataset to pair with")
     args = p.parse_args()
     if args.cmd == "export":
-        paths = export(args.passes, Path(args.out_dir))
+        paths = export(args.passes, Path(args.out_dir), args.torch, args.name)
     else:
-        paths = [Path(x) for x in args.datasets] or [
-            ZOO / f"{x.replace('/', '_')}_zoo.csv" for x in PLATFORMS
-        ]
-        paths = [x for x in paths if x.exists()]
-    print(describe(paths))
+        from carb_nas.datasets import dataset_path
+
+        names = args.datasets or [f"{x}/zoo" for x in PLATFORMS]
+        paths = [dataset_path(x) for x in names]
+    print(describe(paths, args.torch))
 
 
 if __name__ == "__main__":

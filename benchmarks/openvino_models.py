@@ -3,7 +3,7 @@
 
     PYTHONPATH=$PWD python benchmarks/openvino_models.py [--platforms cpu/openvino/fp32,...]
         [--preset carb] [--seeds 0] [--max-cv 0.10] [--before ISO]
-        [--recipe default|no-offsets|no-mem-offset|group] [--json OUT]
+        [--recipe default|no-offsets|no-mem-offset|group] [--reference-normalized] [--json OUT]
 
 The recipe is the default models' (``carb_nas.costmodel.DEFAULT_MODEL_PARAMS``: CARB preset,
 physical offsets, seed 0) on the shipped dataset's ok rows and the built-in families'
@@ -12,6 +12,11 @@ physical offsets (plain log targets), ``no-mem-offset`` only peak memory's (the 
 peak, which an RSS high-water mark does not follow); ``group`` adds the family group
 (``carb_nas.space.family_group``) as a categorical column, so the 20 variants' few rows
 each share a label.
+
+``--platforms`` takes dataset names too (``cpu/openvino/fp32/zoo-zen5``).
+``--reference-normalized`` scales each row's latency to the machine's typical speed by its
+speed-probe time (``datasets.reference_normalized``; rows without a probe time are left out),
+so the figures read what the model learns apart from the machine's slow phases.
 
 * random split: 20 % held out (``train_test_split``, per seed), R2 of latency and peak
   memory in their own units, and latency R2 of the logs and median |error| / measured;
@@ -39,17 +44,26 @@ TAGS = {
     "cpu/openvino/fp32": "ov_fp32",
     "cpu/openvino/int8": "ov_int8",
     "cpu/torch/fp32/zoo": "torch_zoo",
+    "cpu/openvino/fp32/zoo-zen5": "ov_fp32_zen5",
+    "cpu/openvino/int8/zoo-zen5": "ov_int8_zen5",
+    "cpu/torch/fp32/zoo-zen5": "torch_zoo_zen5",
 }
 
 
 def _data(
-    platform: str, recipe: str, max_cv: float | None = None, before: str | None = None
+    platform: str,
+    recipe: str,
+    max_cv: float | None = None,
+    before: str | None = None,
+    normalized: bool = False,
 ) -> dict[str, Any]:
     from carb_nas.costmodel import prepare_table
-    from carb_nas.datasets import load_dataset
+    from carb_nas.datasets import load_dataset, reference_normalized
     from carb_nas.space import family_group
 
     rows = load_dataset(platform, ok_only=True)
+    if normalized:
+        rows = reference_normalized(rows, drop_unprobed=True)[0].reset_index(drop=True)
     if max_cv is not None:  # the calm rows only: what the recipe reaches on less noisy data
         rows = rows[rows["latency_cv"].astype(float) <= max_cv].reset_index(drop=True)
     if before is not None:  # the rows measured before the machine got busier
@@ -87,12 +101,13 @@ def evaluate(
     seeds: list[int],
     max_cv: float | None = None,
     before: str | None = None,
+    normalized: bool = False,
 ) -> dict[str, Any]:
     from sklearn.model_selection import train_test_split
 
     from carb_nas.space import family_group
 
-    data = _data(platform, recipe, max_cv, before)
+    data = _data(platform, recipe, max_cv, before, normalized)
     X, Y = data["X"], data["Y"]
     out: dict[str, Any] = {"platform": platform, "rows": int(len(X)), "random": []}
     cv = data["rows"]["latency_cv"].astype(float)
@@ -150,17 +165,31 @@ def main() -> None:
     )
     ap.add_argument("--max-cv", type=float, default=None, help="only rows with latency CV <= this")
     ap.add_argument("--before", default=None, help="only rows measured before this ISO time (UTC)")
+    ap.add_argument(
+        "--reference-normalized",
+        action="store_true",
+        help="latencies scaled by each row's speed-probe time (rows without one left out)",
+    )
     ap.add_argument("--json", default=None, help="write the full report here")
     args = ap.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     t0 = time.perf_counter()
     results = []
     for platform in [p for p in args.platforms.split(",") if p]:
-        res = evaluate(platform, args.recipe, args.preset, seeds, args.max_cv, args.before)
+        res = evaluate(
+            platform,
+            args.recipe,
+            args.preset,
+            seeds,
+            args.max_cv,
+            args.before,
+            args.reference_normalized,
+        )
         results.append(res)
         print(
             f"{platform}: {res['rows']} rows (latency CV median {res['latency_cv_median']:.1%}, "
-            f"p90 {res['latency_cv_p90']:.1%}; max CV {args.max_cv}, before {args.before}); "
+            f"p90 {res['latency_cv_p90']:.1%}; max CV {args.max_cv}, before {args.before}, "
+            f"reference-normalized {args.reference_normalized}); "
             "random split "
             f"({args.recipe}, {args.preset}, seeds {seeds}): latency R2 "
             f"{_med(res, 'latency_r2'):.4f} (logs "

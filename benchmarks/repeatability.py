@@ -3,7 +3,8 @@
 A cost model cannot be checked closer than the machine repeats a measurement, so this is the
 floor under every "within +-10 %" target (issue 14's leave-one-family-out, issue 18's
 calibration). Give two ops campaigns (``benchmarks/any_cnn_data.py measure``) that hold the
-same configs, e.g. a pass and its repeat:
+same configs (or two ``carb-nas profile`` campaigns of one platform), e.g. a pass and its
+repeat:
 
     PYTHONPATH=$PWD python benchmarks/any_cnn_data.py measure --reference --out A ...
     PYTHONPATH=$PWD python benchmarks/any_cnn_data.py measure --reference --out B \\
@@ -29,9 +30,14 @@ import pandas as pd
 
 
 def _rows(path: str) -> pd.DataFrame:
-    from carb_nas.measure import read_ops_campaign
+    from pathlib import Path
 
-    rows, _ = read_ops_campaign(path, with_ops=False)
+    from carb_nas.measure import campaign_rows, read_ops_campaign
+
+    if (Path(path) / "rows.jsonl").exists():
+        rows, _ = read_ops_campaign(path, with_ops=False)
+    else:  # a `carb-nas profile` campaign (any runtime): its latest row per config
+        rows = campaign_rows(path)
     return rows[rows["status"] == "ok"].drop_duplicates("key", keep="last")
 
 
@@ -43,7 +49,7 @@ def agreement(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("first", help="an ops campaign directory")
+    p.add_argument("first", help="an ops campaign directory (or a carb-nas profile campaign)")
     p.add_argument("second", help="another pass over (some of) the same configs")
     args = p.parse_args()
     a, b = _rows(args.first), _rows(args.second)
@@ -63,20 +69,23 @@ def main() -> None:
         v = m[f"{col}_{side}"].to_numpy(float)
         return v * typical / m[f"reference_ms_{side}"].to_numpy(float) if probe else v
 
+    has_ops = {"op_sum_ms_a", "op_sum_ms_b"} <= set(m.columns)  # ops campaigns only
     fam = m["family_a"].map(lambda f: str(f).split("_")[0])
     pd.set_option("display.width", 200)
     table = []
     for name, sel in [*((f, fam == f) for f in sorted(fam.unique())), ("all", fam == fam)]:
         s = sel.to_numpy()
         raw = agreement(m["latency_ms_a"].to_numpy(float)[s], m["latency_ms_b"].to_numpy(float)[s])
-        ops = agreement(m["op_sum_ms_a"].to_numpy(float)[s], m["op_sum_ms_b"].to_numpy(float)[s])
         row = {"family": name, "n": int(s.sum()), "within10_raw": raw[0], "mape_raw": raw[1]}
-        row["op_sum_within10_raw"] = ops[0]
+        if has_ops:
+            a_ops, b_ops = (m[f"op_sum_ms_{x}"].to_numpy(float)[s] for x in "ab")
+            row["op_sum_within10_raw"] = agreement(a_ops, b_ops)[0]
         if probe:
             norm = agreement(scaled("latency_ms", "a")[s], scaled("latency_ms", "b")[s])
-            opn = agreement(scaled("op_sum_ms", "a")[s], scaled("op_sum_ms", "b")[s])
             row.update(within10_normalized=norm[0], mape_normalized=norm[1])
-            row["op_sum_within10_normalized"] = opn[0]
+            if has_ops:
+                opn = agreement(scaled("op_sum_ms", "a")[s], scaled("op_sum_ms", "b")[s])
+                row["op_sum_within10_normalized"] = opn[0]
         table.append(row)
     print(pd.DataFrame(table).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     lat = np.log(m["latency_ms_b"] / m["latency_ms_a"]).to_numpy(float)

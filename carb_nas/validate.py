@@ -374,7 +374,8 @@ def _speed_warnings(speed: Mapping[str, Any] | None) -> list[str]:
     return [
         f"this machine ran convolution code x{speed['ratio']:.2f} {word} during this validation "
         f"than when the model was calibrated (speed probe {speed['reference_ms']:.3f} ms "
-        f"against {speed['model_reference_ms']:.3f} ms, measure.REFERENCE_WORKLOAD): measured "
+        f"against {speed['model_reference_ms']:.3f} ms: one 64->64 3x3 convolution on "
+        "1x64x28x28, timed beside each config): measured "
         "latencies move by about as much from that alone (a shared or throttled machine); "
         "validate again when it is quiet, or calibrate again"
     ]

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from carb_nas.cli import cli
-from carb_nas.datasets import list_datasets, load_dataset, shipped_names
+from carb_nas.datasets import DEFAULT_QUALIFIER, list_datasets, load_dataset, shipped_names
 from tests.synthetic import TINY_PARAMS
 
 PAIR = ["family", "depth", "width", "resolution", "batch_size"]
@@ -85,22 +85,36 @@ def _one_line_error(run, *needles):
 
 
 # -- datasets --------------------------------------------------------------------------------
-@pytest.mark.parametrize("platform", OV)
-def test_openvino_dataset_loads_and_pairs_with_torch_zoo_rows(platform):
-    rows = load_dataset(platform)
-    assert rows.attrs["source"].endswith(f"{platform.replace('/', '_')}_zoo.csv")
-    assert len(rows) == len(load_dataset(f"{platform}/zoo")) > 0
+OV_DATASETS = [(f"{p}/{q}", f"cpu/torch/fp32/{q}") for q in ("zoo", "zoo-zen5") for p in OV]
+
+
+@pytest.mark.parametrize(("name", "torch_name"), OV_DATASETS)
+def test_openvino_dataset_loads_and_pairs_with_torch_rows_of_its_machine(name, torch_name):
+    rows = load_dataset(name)
+    platform = name.rsplit("/", 1)[0]
+    assert rows.attrs["source"].endswith(f"{name.replace('/', '_')}.csv")
+    assert len(rows) > 0
     assert (rows["platform"] == platform).all() and (rows["runtime"] == "openvino").all()
-    torch = load_dataset("cpu/torch/fp32/zoo")
+    torch = load_dataset(torch_name)
     paired = rows.merge(torch[PAIR], on=PAIR, how="left", indicator=True)
     assert (paired["_merge"] == "both").all()  # every OpenVINO row has its torch row
     assert set(rows["family"]) - {"basic", "bottleneck"}  # not ResNets only
     fp = json.loads(rows["fingerprint"].iloc[0])
+    torch_fp = json.loads(torch["fingerprint"].iloc[0])
+    same = ("cpu_model", "cpu")  # the same machine kind (family, model, ISA where recorded)
+    assert [fp.get(k) for k in same] == [torch_fp.get(k) for k in same]
     assert fp["openvino"] and fp["scheme"]["conversion"].startswith("openvino.convert_model")
     if platform.endswith("int8"):
         assert fp["nncf"] and fp["scheme"]["calibration"] and "nncf" in fp["scheme"]["quantization"]
     else:
         assert fp["scheme"]["calibration"] is None
+
+
+@pytest.mark.parametrize("platform", OV)
+def test_a_bare_openvino_name_means_its_zen5_dataset(platform):
+    source = load_dataset(platform).attrs["source"]
+    assert source.endswith(f"{platform.replace('/', '_')}_zoo-zen5.csv")
+    assert (load_dataset(f"{platform}/zoo-zen5")["reference_ms"] > 0).all()  # probe-timed rows
 
 
 def test_dataset_list_names_the_zoo_datasets_and_bare_names_keep_their_meaning():
@@ -129,6 +143,24 @@ def test_a_misnamed_dataset_file_is_skipped_with_a_warning(tmp_path, monkeypatch
     with pytest.warns(DatasetWarning, match="misnamed dataset"):
         items = list_datasets()
     assert "cpu/torch/int8/zoo" not in {d["name"] for d in items}
+
+
+def test_a_bare_name_of_several_datasets_means_the_default_qualifier_or_none(tmp_path, monkeypatch):
+    import carb_nas.datasets._shipped as shipped
+    from carb_nas.errors import MissingFileError
+
+    rows = load_dataset("cpu/openvino/fp32/zoo").head(3)
+    monkeypatch.setattr(shipped, "zoo_dir", lambda: tmp_path)
+    for qualifier in ("zoo", "xeon"):
+        rows.to_csv(tmp_path / f"cpu_openvino_fp32_{qualifier}.csv", index=False)
+    with pytest.raises(MissingFileError, match="no shipped dataset for platform"):
+        load_dataset("cpu/openvino/fp32")  # two, neither the default: ambiguous, refused
+    assert "cpu/openvino/fp32" not in shipped_names()
+    default = tmp_path / f"cpu_openvino_fp32_{DEFAULT_QUALIFIER}.csv"
+    rows.head(2).to_csv(default, index=False)
+    assert load_dataset("cpu/openvino/fp32").attrs["source"] == str(default)
+    assert "cpu/openvino/fp32" in shipped_names()
+    assert len(load_dataset("cpu/openvino/fp32/zoo")) == 3  # a qualified name is unchanged
 
 
 # -- models by name --------------------------------------------------------------------------

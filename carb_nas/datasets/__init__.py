@@ -42,6 +42,7 @@ from carb_nas.datasets._schema import (
     TARGETS,
 )
 from carb_nas.datasets._shipped import (
+    DEFAULT_QUALIFIER,
     DatasetWarning,
     dataset_path,
     datasets_dir,
@@ -54,6 +55,7 @@ from carb_nas.datasets._tables import TABLE_SUFFIXES, read_configs, read_table, 
 from carb_nas.datasets._validate import plain, validate_rows
 
 __all__ = [
+    "DEFAULT_QUALIFIER",
     "REFERENCE_SCALED",
     "reference_normalized",
     "SCHEMA",

@@ -6,10 +6,11 @@ datasets measured on another machine (the built-in families; ``*_ops`` tables be
 per-operator tables, not datasets). A dataset's *name* is its file name with ``_`` read as
 ``/``: ``device/runtime/precision`` (``cpu/torch/fp32``) or that plus a qualifier
 (``cpu/torch/fp32/zoo``: a second dataset of a platform). A bare platform name picks the file
-in ``data/datasets/``, or, when there is none, the platform's only dataset
-(``cpu/openvino/int8`` is ``cpu/openvino/int8/zoo``). ``load_dataset`` is the one way to read
-measured rows -- a shipped name, a path or a DataFrame -- and validates every table it returns
-with ``validate_rows`` (see ``carb_nas.datasets._validate`` for the strictness rule).
+in ``data/datasets/``, or, when there is none, the platform's only dataset, or of several the
+one qualified ``DEFAULT_QUALIFIER`` (``cpu/openvino/int8`` is ``cpu/openvino/int8/zoo-zen5``).
+``load_dataset`` is the one way to read measured rows -- a shipped name, a path or a DataFrame
+-- and validates every table it returns with ``validate_rows`` (see
+``carb_nas.datasets._validate`` for the strictness rule).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from carb_nas.datasets._validate import validate_rows
 from carb_nas.errors import CarbNasError, InputFileError, MissingFileError
 
 __all__ = [
+    "DEFAULT_QUALIFIER",
     "DatasetWarning",
     "datasets_dir",
     "dataset_path",
@@ -35,6 +37,11 @@ __all__ = [
     "shipped_names",
     "zoo_dir",
 ]
+
+
+#: what a bare platform name means when the platform has several qualified datasets and none
+#: in ``data/datasets/``: the quiet, probe-timed Zen 5 rows (docs/datasets.md)
+DEFAULT_QUALIFIER = "zoo-zen5"
 
 
 class DatasetWarning(UserWarning):
@@ -68,7 +75,8 @@ def _name(path: Path) -> str:
 
 def _resolve(name: str) -> Path | None:
     """The file of a shipped dataset name; a bare platform name (``device/runtime/precision``)
-    without a file of its own picks the platform's only qualified dataset."""
+    without a file of its own picks the platform's only qualified dataset, or of several the
+    ``DEFAULT_QUALIFIER`` one."""
     files = _files()
     found = [f for f in files if _name(f) == name]
     if found:
@@ -77,6 +85,9 @@ def _resolve(name: str) -> Path | None:
         qualified = [f for f in files if _name(f).rsplit("/", 1)[0] == name]
         if len(qualified) == 1:
             return qualified[0]
+        preferred = [f for f in qualified if _name(f) == f"{name}/{DEFAULT_QUALIFIER}"]
+        if preferred:
+            return preferred[0]
     return None
 
 

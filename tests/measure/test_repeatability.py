@@ -55,3 +55,42 @@ def test_passes_with_no_config_in_common_are_one_clear_line(rep, tmp_path, monke
     monkeypatch.setattr(sys, "argv", ["repeatability.py", a, b])
     with pytest.raises(SystemExit, match="no config in both passes"):
         rep.main()
+
+
+def test_profile_campaigns_without_op_sums_are_compared_too(rep, tmp_path, monkeypatch, capsys):
+    # `carb-nas profile` campaigns (OpenVINO, ...) hold no rows.jsonl and no op_sum_ms: read
+    # through campaign_rows, the latency part alone
+    import pandas as pd
+
+    import carb_nas.measure as measure
+
+    fake = {  # FAKE rows: the second pass ran 5 % and 40 % slower, its probe 40 % slower on f
+        "a": [("f", 10.0, 1.0), ("g", 4.0, 1.0)],
+        "b": [("f", 14.0, 1.4), ("g", 4.2, 1.0)],
+    }
+
+    def campaign_rows(path):
+        rows = fake[Path(path).name]
+        return pd.DataFrame(
+            [
+                {
+                    "key": k,
+                    "family": "fake_net",
+                    "status": "ok",
+                    "latency_ms": ms,
+                    "reference_ms": ref,
+                }
+                for k, ms, ref in rows
+            ]  # fmt: skip
+        )
+
+    monkeypatch.setattr(measure, "campaign_rows", campaign_rows)
+    for name in fake:
+        (tmp_path / name).mkdir()
+    monkeypatch.setattr(sys, "argv", ["repeatability.py", str(tmp_path / "a"), str(tmp_path / "b")])
+    rep.main()
+    out = capsys.readouterr().out
+    got = dict(kv.split("=") for kv in out.strip().splitlines()[-1].split())
+    assert float(got["repeat_within10_raw"]) == pytest.approx(0.5)  # g within, f +40 %
+    assert float(got["repeat_within10_normalized"]) == pytest.approx(1.0)
+    assert "op_sum" not in out

@@ -74,13 +74,21 @@ def _pass_rows(source: str) -> pd.DataFrame:
 def export(passes: list[str], out_dir: Path, torch: str = TORCH, name: str = "zoo") -> list[Path]:
     from carb_nas.datasets import load_dataset, median_of_passes, write_table
 
-    torch_keys = set(_pair_keys(load_dataset(torch)))
+    torch_rows = load_dataset(torch)
+    torch_keys = set(_pair_keys(torch_rows))
+    torch_cpu = _machine(torch_rows)
     by_platform: dict[str, list[tuple[str, pd.DataFrame]]] = {}
     for source in passes:
         rows = _pass_rows(source)
         if rows.empty:
             print(f"{source}: no rows yet, skipped")
             continue
+        if _machine(rows) != torch_cpu:  # a pairing across machines would compare two CPUs
+            sys.exit(
+                f"{source}: measured on another machine than {torch}: expected its CPU "
+                f"{torch_cpu}, got {_machine(rows)}. Pass the torch dataset of the passes' "
+                "machine with --torch."
+            )
         platforms = sorted(rows["platform"].astype(str).unique())
         if len(platforms) != 1 or platforms[0] not in PLATFORMS:
             sys.exit(f"{source}: expected one platform of {PLATFORMS}, got {platforms}")
@@ -103,6 +111,12 @@ def export(passes: list[str], out_dir: Path, torch: str = TORCH, name: str = "zo
         print(f"wrote {len(rows)} rows ({counts}) of {len(found)} pass(es) {sources} to {out}")
         written.append(out)
     return written
+
+
+def _machine(frame: pd.DataFrame) -> list:
+    """The CPU a rows table was measured on (name, and identity where recorded)."""
+    fp = _fingerprint(frame)
+    return [fp.get("cpu_model"), fp.get("cpu")]
 
 
 def _fingerprint(frame: pd.DataFrame) -> dict:
@@ -179,14 +193,18 @@ def main() -> None:
     for sp in (e, d):
         sp.add_argument("--torch", default=TORCH, help="the torch fp32 dataset to pair with")
     args = p.parse_args()
-    if args.cmd == "export":
-        paths = export(args.passes, Path(args.out_dir), args.torch, args.name)
-    else:
-        from carb_nas.datasets import dataset_path
+    from carb_nas.datasets import dataset_path
+    from carb_nas.errors import CarbNasError
 
-        names = args.datasets or [f"{x}/zoo" for x in PLATFORMS]
-        paths = [dataset_path(x) for x in names]
-    print(describe(paths, args.torch))
+    try:  # a wrong name or path: its one-line message, no traceback
+        if args.cmd == "export":
+            paths = export(args.passes, Path(args.out_dir), args.torch, args.name)
+        else:
+            names = args.datasets or [f"{x}/zoo" for x in PLATFORMS]
+            paths = [dataset_path(x) for x in names]
+        print(describe(paths, args.torch))
+    except CarbNasError as e:
+        sys.exit(f"error: {e}")
 
 
 if __name__ == "__main__":

@@ -30,14 +30,16 @@ import pandas as pd
 
 
 def _rows(path: str) -> pd.DataFrame:
-    from pathlib import Path
-
+    from carb_nas.errors import CarbNasError, ConfigError
     from carb_nas.measure import campaign_rows, read_ops_campaign
 
-    if (Path(path) / "rows.jsonl").exists():
-        rows, _ = read_ops_campaign(path, with_ops=False)
-    else:  # a `carb-nas profile` campaign (any runtime): its latest row per config
-        rows = campaign_rows(path)
+    try:
+        try:
+            rows, _ = read_ops_campaign(path, with_ops=False)
+        except ConfigError:  # not an ops campaign: a `carb-nas profile` one (any runtime)
+            rows = campaign_rows(path)
+    except CarbNasError as e:
+        sys.exit(f"error: {e}")
     return rows[rows["status"] == "ok"].drop_duplicates("key", keep="last")
 
 

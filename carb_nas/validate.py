@@ -370,12 +370,14 @@ def machine_speed(model: Any, measurements: pd.DataFrame) -> dict[str, Any] | No
 def _speed_warnings(speed: Mapping[str, Any] | None) -> list[str]:
     if speed is None or 1 / SPEED_WARN_RATIO <= speed["ratio"] <= SPEED_WARN_RATIO:
         return []
+    from carb_nas.measure import REFERENCE_WORKLOAD  # torch: only when there is a warning
+
     word = "slower" if speed["ratio"] > 1 else "faster"
     return [
         f"this machine ran convolution code x{speed['ratio']:.2f} {word} during this validation "
         f"than when the model was calibrated (speed probe {speed['reference_ms']:.3f} ms "
-        f"against {speed['model_reference_ms']:.3f} ms: one 64->64 3x3 convolution on "
-        "1x64x28x28, timed beside each config): measured "
+        f"against {speed['model_reference_ms']:.3f} ms; {REFERENCE_WORKLOAD}, timed beside "
+        "each config): measured "
         "latencies move by about as much from that alone (a shared or throttled machine); "
         "validate again when it is quiet, or calibrate again"
     ]

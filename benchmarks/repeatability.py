@@ -40,7 +40,13 @@ def _rows(path: str) -> pd.DataFrame:
             rows = campaign_rows(path)
     except CarbNasError as e:
         sys.exit(f"error: {e}")
-    return rows[rows["status"] == "ok"].drop_duplicates("key", keep="last")
+    ok = rows[rows["status"] == "ok"] if "status" in rows else rows.iloc[:0]
+    if ok.empty:  # an empty rows.jsonl has no columns at all: say so, no KeyError
+        sys.exit(
+            f"error: {path} holds no measured row: expected a campaign with at least one ok "
+            f"row, got {len(rows)} rows and none ok. Measure it first, or pass another pass."
+        )
+    return ok.drop_duplicates("key", keep="last")
 
 
 def agreement(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:

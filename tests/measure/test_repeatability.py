@@ -57,6 +57,16 @@ def test_passes_with_no_config_in_common_are_one_clear_line(rep, tmp_path, monke
         rep.main()
 
 
+def test_a_pass_with_no_measured_row_is_one_clear_line(rep, tmp_path, monkeypatch):
+    a = _pass(tmp_path / "a", [("c", 10.0, 1.0)])
+    empty = tmp_path / "b"
+    empty.mkdir()
+    (empty / "rows.jsonl").write_text("")  # started, killed before its first row
+    monkeypatch.setattr(sys, "argv", ["repeatability.py", a, str(empty)])
+    with pytest.raises(SystemExit, match="holds no measured row"):
+        rep.main()
+
+
 def test_profile_campaigns_without_op_sums_are_compared_too(rep, tmp_path, monkeypatch, capsys):
     # `carb-nas profile` campaigns (OpenVINO, ...) hold no rows.jsonl and no op_sum_ms: read
     # through campaign_rows, the latency part alone

@@ -15,6 +15,34 @@ def _no_calibration_on_arrival(monkeypatch):
     monkeypatch.setenv("CARB_NAS_CALIBRATE", "0")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _cheap_default_models(tmp_path_factory):
+    """Default models trained on first use get the TINY recipe and a cache of this run's own.
+
+    The real recipes (the CARB preset: ~20 s per platform; the module model on all 880 zoo
+    networks: ~40 s) were most of a fresh clone's test run, and the suite wrote them into the
+    user's ~/.cache. The registry, cache and messages are the same at any recipe; the real
+    recipes' accuracy is checked by benchmarks/ (train.py, any_cnn.py, openvino_models.py)."""
+    from types import MappingProxyType
+
+    from carb_nas.costmodel import _defaults
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv("CARB_NAS_CACHE", str(tmp_path_factory.mktemp("carb_nas_cache")))
+    mp.setattr(
+        _defaults,
+        "DEFAULT_MODEL_PARAMS",
+        MappingProxyType({**_defaults.DEFAULT_MODEL_PARAMS, **TINY_PARAMS}),
+    )
+    mp.setattr(
+        _defaults,
+        "DEFAULT_MODULE_PARAMS",
+        MappingProxyType({**_defaults.DEFAULT_MODULE_PARAMS, "rows_per_family": 9}),
+    )
+    yield
+    mp.undo()
+
+
 @pytest.fixture(scope="session")
 def make_rows():
     """``make_rows(n, seed=0, space="resnet", energy=True, telemetry=False)``: SYNTHETIC rows."""

@@ -92,7 +92,9 @@ class LiteRtRuntime(Runtime):
             raise DeviceUnavailableError(
                 "LiteRT conversion unavailable: expected `litert-torch` importable here or "
                 f"${LITERT_PYTHON_ENV} naming a Python that has it, got neither. Make one: "
-                "python -m venv ~/litert && ~/litert/bin/pip install torch==2.13.0 litert-torch "
+                "python -m venv ~/litert && ~/litert/bin/pip install torch==2.13.0 && "
+                "~/litert/bin/pip install 'litert-torch==0.10.*' ai-edge-quantizer "
+                "'typing-extensions<4.13' "
                 f"&& export {LITERT_PYTHON_ENV}=~/litert/bin/python (it downgrades "
                 "typing-extensions, so keep it out of this environment)."
             )

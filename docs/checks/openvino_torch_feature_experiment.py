@@ -9,7 +9,6 @@ predicted by a torch model that never saw the test configs) as a feature.
 import sys
 
 import numpy as np
-import pandas as pd
 from sklearn.metrics import r2_score
 from sklearn.model_selection import train_test_split
 
@@ -19,11 +18,8 @@ from carb_nas.datasets import load_dataset
 ov_src, torch_name = sys.argv[1], sys.argv[2]
 seeds = [int(s) for s in (sys.argv[3] if len(sys.argv) > 3 else "0,1,2").split(",")]
 preset = sys.argv[4] if len(sys.argv) > 4 else "carb"
-if ov_src.endswith((".csv", ".parquet")):  # a pass (docs/passes/...) or a rows file
-    ov = pd.read_parquet(ov_src) if ov_src.endswith(".parquet") else pd.read_csv(ov_src)
-else:
-    ov = load_dataset(ov_src, ok_only=True)
-ov = ov[ov.status == "ok"].reset_index(drop=True)
+# a shipped name, a rows file or a pass (docs/passes/...): load_dataset reads and checks each
+ov = load_dataset(ov_src, ok_only=True).reset_index(drop=True)
 tz = load_dataset(torch_name, ok_only=True)
 PAIR = ["family", "depth", "width", "resolution", "batch_size"]
 
@@ -45,8 +41,8 @@ tX, tY = tdata["X"].reset_index(drop=True), tdata["Y"].reset_index(drop=True)
 tpk = pk(tz).reset_index(drop=True)
 
 
-def model(Xa, offs=True):
-    o = physical_offsets(Xa, data["targets"]) if offs else None
+def model(Xa):
+    o = physical_offsets(Xa, data["targets"])
     return CostModel(
         **{**DEFAULT_MODEL_PARAMS, "preset": preset, "target_offsets": o or None},
         handle_unknown="ignore",

@@ -2,8 +2,8 @@
 
 A CPU space small enough to enumerate (104,832 configs: 16 depths x 24 widths x 13 resolutions
 x 21 batch sizes) is scored exhaustively with the cost model; its budget-feasible Pareto front
-is the reference. ``carb_nas.search`` (pymoo NSGA-II, then ``refine_front``'s local search of
-the front, default settings) then searches the same
+is the reference. ``carb_nas.search`` (pymoo NSGA-II, then ``screened_refine``'s local search
+of the front, default settings) then searches the same
 space with an evaluation budget of 5% of it. Quality = hypervolume of the search's front over
 the exhaustive front's hypervolume, both in objectives normalized to the exhaustive front's
 [ideal, nadir] box, reference point 1.1 per objective (pymoo's HV indicator).

@@ -29,6 +29,7 @@ from carb_nas.search import (
     default_objectives,
     load_quality,
     refine_front,
+    screened_refine,
     search,
 )
 from carb_nas.space import CONFIG_COLUMNS, Space, load_space
@@ -703,3 +704,75 @@ def test_refine_front_evaluates_unseen_neighbours_of_the_front_within_budget(tor
     ev.evaluate = real  # type: ignore[method-assign]
     ev.evaluate(space.grid())
     assert refine_front(ev, len(space) + 10) == 0
+
+
+def test_greedy_pick_takes_only_predictions_beyond_the_front_and_spreads():
+    from carb_nas.search._pymoo import _greedy_beyond_front
+
+    front = np.array([[0.0, 1.0], [1.0, 0.0]])
+    F_hat = np.array(
+        [
+            [0.2, 0.2],  # far beyond the front
+            [0.21, 0.21],  # beyond it too, but dominated by the first pick
+            [0.9, -0.5],  # beyond, in another part of the front
+            [2.0, 2.0],  # dominated by the front
+            [0.1, 0.1],  # beyond, but predicted infeasible
+        ]
+    )
+    feasible = np.array([True, True, True, True, False])
+    picks = _greedy_beyond_front(F_hat, feasible, front, k=5)
+    assert picks.tolist() == [0, 2]  # the near twin of a pick and the dominated one never
+    assert _greedy_beyond_front(F_hat, feasible, front, k=1).tolist() == [0]
+    assert len(_greedy_beyond_front(F_hat, np.zeros(5, dtype=bool), front, k=5)) == 0
+
+
+def _medium_space() -> Space:
+    return Space.from_dict(
+        {
+            "name": "medium",
+            "knobs": {
+                "family": ["basic"],
+                "width": [0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.625, 0.75, 1.0],
+                "resolution": [32, 40, 48, 56, 64, 80, 96],
+                "batch_size": [1, 2, 4, 8, 16, 32, 64],
+            },
+            "family": {"basic": {"depth": [8, 10, 14, 18, 26, 34]}},
+        }
+    )
+
+
+def _hv_ratio(ev, ref_ev, front_ref) -> float:
+    from pymoo.indicators.hv import HV
+
+    F_ref = ref_ev.F(front_ref)
+    lo, hi = F_ref.min(axis=0), F_ref.max(axis=0)
+    scale = np.where(hi > lo, hi - lo, 1.0)
+    hv = HV(ref_point=np.full(F_ref.shape[1], 1.1))
+    return hv((ref_ev.F(ev.pareto()) - lo) / scale) / hv((F_ref - lo) / scale)
+
+
+def test_screened_refine_beats_the_plain_neighbourhood_at_the_same_budget(torch_model):
+    space = _medium_space()  # 2,940 configs
+    objectives = ["latency_ms_per_image", "peak_mem_mb", "quality"]
+    budgets = {"latency_ms": 40.0, "peak_mem_mb": 200.0}
+    exhaustive = SurrogateEvaluator(space, torch_model, objectives, budgets)
+    front_ref = exhaustive.pareto(exhaustive.evaluate(space.grid()))
+    start = space.grid().sample(n=150, random_state=0).reset_index(drop=True)
+    ratios = {}
+    for name, refine in (("plain", refine_front), ("screened", screened_refine)):
+        ev = SurrogateEvaluator(space, torch_model, objectives, budgets)
+        ev.evaluate(start)
+        made = refine(ev, 250)
+        assert made == 100 and ev.n_evaluated == 250  # exactly the budget left
+        assert not ev.archive()[list(CONFIG_COLUMNS)].duplicated().any()
+        ratios[name] = _hv_ratio(ev, exhaustive, front_ref)
+    assert ratios["screened"] > ratios["plain"], ratios
+
+
+def test_screened_refine_stops_when_it_cannot_fit_or_nothing_is_left(torch_model):
+    space = _medium_space()
+    ev = SurrogateEvaluator(space, torch_model, budgets={"latency_ms": 40.0})
+    ev.evaluate(space.grid().sample(n=10, random_state=0).reset_index(drop=True))
+    assert screened_refine(ev, 100) == 0  # 10 configs cannot fit the screen's ~40 terms
+    ev.evaluate(space.grid())
+    assert screened_refine(ev, len(space) + 10) == 0  # nothing unseen to screen

@@ -9,7 +9,13 @@ and the pymoo ``Problem``.
 from carb_nas.search._encoding import SpaceEncoding
 from carb_nas.search._evaluator import SurrogateEvaluator, check_objectives, default_objectives
 from carb_nas.search._optuna import SAMPLERS, make_sampler, open_study, run_optuna
-from carb_nas.search._pymoo import EvaluatorProblem, check_pop_size, refine_front, run_pymoo
+from carb_nas.search._pymoo import (
+    EvaluatorProblem,
+    check_pop_size,
+    refine_front,
+    run_pymoo,
+    screened_refine,
+)
 from carb_nas.search._quality import (
     QUALITY,
     QualityError,
@@ -43,6 +49,7 @@ __all__ = [
     "run_optuna",
     "run_pymoo",
     "refine_front",
+    "screened_refine",
     "QualityError",
     "QUALITY",
     "BACKENDS",

@@ -37,7 +37,8 @@ SCREEN_RANDOM = 5000
 # rounds (each round screens ~50,000-150,000 configs: 0.1-0.4 s). At a 5 % budget, seeds 0-2:
 # 57 rounds of 64 0.9976 / 0.9972 / 0.9968 in ~70 s of search, 24 rounds 0.9974 / 0.9969 /
 # 0.9969 in ~10 s. Also tried: screening in configs predicted up to 5 % / 10 % over a budget,
-# 8 seeds at 2 %: 0.9952 / 0.9944 against 0.9947 (noise)
+# 8 seeds at 2 %: 0.9952 / 0.9944 against 0.9947 (noise); the residual correction from the 4 or 8
+# nearest evaluated configs (inverse-distance weights) instead of the nearest: 0.9927-0.9935
 SCREEN_ROUNDS = 24
 
 

@@ -136,8 +136,13 @@ def check_runnable(platform: str) -> tuple[str, str, str]:
     from carb_nas.measure import check_platform
 
     device, runtime, precision = split_platform(platform)
+    shipped = sorted({str(d["platform"]) for d in list_datasets()})
+    if device.split(":")[0] not in ("cpu", "cuda"):  # check_platform's hint names --device
+        raise ConfigError(
+            f"unknown device in platform {platform!r}: expected cpu or cuda as its first part, "
+            f"got {device!r}. Pick a shipped platform: {', '.join(shipped)}."
+        )
     check_platform(device, runtime, precision)
-    shipped = [str(d["platform"]) for d in list_datasets()]
     if platform not in shipped:
         raise ConfigError(
             f"no default model to calibrate for {platform!r}: expected one of {shipped}, got "

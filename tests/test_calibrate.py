@@ -273,6 +273,7 @@ def test_calibration_of_another_source_model_is_refused(torch_model, ort_model, 
         (["calibrate", "cpu/torch/fp16"], "unsupported precision"),
         (["calibrate", "cuda/torch/fp16"], "cuda"),
         (["calibrate", "torch"], "DEVICE/RUNTIME/PRECISION"),
+        (["calibrate", "gpu/torch/fp32"], "unknown device in platform 'gpu/torch/fp32'"),
     ],
 )
 def test_cli_calibrate_bad_input_is_one_line(args, needle, model_cache):

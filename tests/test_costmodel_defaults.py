@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
+import carb_nas.features as features_module
 from carb_nas.costmodel import CostModel, load_default_model
+from carb_nas.costmodel._prepare import schema_rows
 from carb_nas.errors import ModelError
 
 
@@ -27,9 +30,30 @@ def test_first_use_trains_caches_and_later_calls_load(tiny_defaults, monkeypatch
         raise AssertionError("the cached model should have been loaded, not retrained")
 
     monkeypatch.setattr(CostModel, "fit", no_training)
+    featurized = []
+    real = features_module.compute_features
+    monkeypatch.setattr(
+        features_module, "compute_features", lambda cfg: featurized.append(len(cfg)) or real(cfg)
+    )
     again = load_default_model("cpu/onnxruntime/int8", verbose=False, params=params)
     assert list(again.targets_) == list(model.targets_)
     assert again.default_origin_.startswith("loaded") and "shipped" not in again.default_origin_[:8]
+    # loading names its cache entry from a few rows' features, not from all 1,050 rows'
+    assert sum(featurized) <= 4, featurized
+
+
+def test_schema_rows_decide_the_columns_of_a_multi_family_dataset():
+    from carb_nas.costmodel import model_inputs
+    from carb_nas.datasets import load_dataset
+
+    rows = load_dataset("cpu/torch/fp32/zoo", ok_only=True)
+    rows = rows.groupby("family").head(2).reset_index(drop=True)
+    rows["sm_util"] = np.nan  # a telemetry column held by one row only decides a column too
+    rows.loc[len(rows) - 1, "sm_util"] = 50.0
+    sample = schema_rows(rows)
+    assert len(sample) == rows["family"].nunique() + 1
+    assert list(model_inputs(sample).columns) == list(model_inputs(rows).columns)
+    assert "sm_util" in model_inputs(sample).columns
 
 
 def test_damaged_cache_entry_is_retrained(tiny_defaults):

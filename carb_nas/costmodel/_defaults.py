@@ -18,7 +18,7 @@ from typing import Any
 from carb_nas.costmodel._common import FORMAT_VERSION, err, frame_sha256
 from carb_nas.costmodel._estimator import CostModel
 from carb_nas.costmodel._learners import resolve_preset
-from carb_nas.costmodel._prepare import physical_offsets, prepare_table
+from carb_nas.costmodel._prepare import physical_offsets, prepare_table, schema_rows
 from carb_nas.errors import MissingFileError, ModelError
 
 CACHE_ENV = "CARB_NAS_CACHE"
@@ -75,23 +75,31 @@ def load_default_model(
     d = default_model_dir(platform)
     if (d / "manifest.json").is_file():
         return _with_origin(CostModel.load(d), "shipped")
-    from carb_nas.datasets import load_dataset
+    import pandas as pd
+
+    from carb_nas.datasets import TARGETS, load_dataset
 
     name = _shipped_dataset(platform).stem  # a bare name and its qualified one share a model
-    data = prepare_table(load_dataset(platform, ok_only=True), f"shipped dataset {platform}")
-    X = data["X"]
-    offsets = physical_offsets(X, data["targets"])
+    source = f"shipped dataset {platform}"
+    rows = load_dataset(platform, ok_only=True)
+    if "status" in rows:  # the rows prepare_table keeps: the key names the table trained on
+        rows = rows[rows["status"].astype(str) == "ok"].reset_index(drop=True)
+    targets = [t for t in TARGETS if t in rows and rows[t].notna().any()]
+    # the feature columns from a few rows: featurizing every row only to name the cache entry
+    # cost ~4 min on each load of a multi-family dataset's model
+    columns = list(prepare_table(schema_rows(rows), source, targets)["X"].columns)
+    offsets = physical_offsets(pd.DataFrame(columns=columns), targets)
     recipe_params = {**DEFAULT_MODEL_PARAMS, "target_offsets": offsets or None, **(params or {})}
     model = CostModel(**recipe_params)
     resolved = resolve_preset(model.preset, model.learner_params)
     # the key covers the data and the recipe (features, offsets, format, parameters), so an
     # upgrade that changes any of them retrains instead of loading a stale model
     recipe = json.dumps(
-        [list(X.columns), offsets, FORMAT_VERSION, resolved, model.get_params()],
+        [columns, offsets, FORMAT_VERSION, resolved, model.get_params()],
         sort_keys=True,
         default=str,
     )
-    digest = hashlib.sha256((frame_sha256(data["frame"]) + recipe).encode()).hexdigest()[:16]
+    digest = hashlib.sha256((frame_sha256(rows) + recipe).encode()).hexdigest()[:16]
     name = f"{name}-{model.preset}-{digest}"
     cache = default_model_cache_dir()
     cached = cache / name
@@ -99,6 +107,13 @@ def load_default_model(
     if loaded is not None:
         return loaded
     _check_writable(cache)
+    data = prepare_table(rows, source, targets)
+    X = data["X"]
+    if list(X.columns) != columns:  # schema_rows missed a row that decides a column
+        raise ModelError(
+            f"{source}: the feature columns of a sample of its rows {columns} differ from those "
+            f"of all its rows {list(X.columns)}: expected the same. Report this bug."
+        )
     if verbose:
         print(
             f"carb_nas: training the default {platform} model on {len(X)} shipped rows "

@@ -62,6 +62,22 @@ def model_inputs(frame: pd.DataFrame) -> pd.DataFrame:
     return X
 
 
+def schema_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """The few rows of a configs frame whose :func:`model_inputs` have the columns of
+    ``model_inputs(frame)``: the first of each family, precision and runtime, and the first
+    holding a value of each telemetry column (nothing else decides the columns). A cache key
+    can name the columns without featurizing every row, which for the multi-family datasets
+    means tracing thousands of networks on the meta device (~4 min)."""
+    knobs = [c for c in ("family", "precision", "runtime") if c in frame.columns]
+    pos = set(np.flatnonzero(~frame.duplicated(subset=knobs).to_numpy())) if knobs else {0}
+    for col in TELEMETRY_COLUMNS:
+        if col in frame.columns:
+            held = pd.to_numeric(frame[col], errors="coerce").notna().to_numpy()
+            if held.any():
+                pos.add(int(np.argmax(held)))
+    return frame.iloc[sorted(pos)]
+
+
 # Per-batch resources whose fitted non-negative costs sum to a latency (or energy) prior:
 # arithmetic (with the slower native-kernel FLOPs counted again), weights read, activations
 # written, pages faulted in for buffers of >= 32 MiB, and a per-layer overhead. On the shipped

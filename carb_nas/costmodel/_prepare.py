@@ -69,7 +69,11 @@ def schema_rows(frame: pd.DataFrame) -> pd.DataFrame:
     can name the columns without featurizing every row, which for the multi-family datasets
     means tracing thousands of networks on the meta device (~4 min)."""
     knobs = [c for c in ("family", "precision", "runtime") if c in frame.columns]
-    pos = set(np.flatnonzero(~frame.duplicated(subset=knobs).to_numpy())) if knobs else {0}
+    pos = (
+        {int(i) for i in np.flatnonzero(~frame.duplicated(subset=knobs).to_numpy())}
+        if knobs
+        else {0}
+    )
     for col in TELEMETRY_COLUMNS:
         if col in frame.columns:
             held = pd.to_numeric(frame[col], errors="coerce").notna().to_numpy()

@@ -267,8 +267,8 @@ def score_configs(
 
 # -- families and modules the model never saw -------------------------------------------------
 _UNSEEN_NOTE = (
-    "the shipped cost models were trained on ResNets only, so expect poor accuracy on other "
-    "families until a model is trained on them"
+    "expect poor accuracy on them; a model of a shipped multi-family dataset has seen them: "
+    "the zoo names of `carb-nas dataset list`, e.g. cpu/torch/fp32/zoo-zen5"
 )
 
 
@@ -297,21 +297,24 @@ def _unseen_as_missing(model: Any, X: pd.DataFrame):
     ``handle_unknown="ignore"``) for this prediction only; precision and runtime were
     checked by :func:`align_to_platform` before."""
     levels = trained_levels(model, "family")
+    inner = model  # a calibrated model predicts through its source model's schema
+    while getattr(inner, "handle_unknown", None) is None and hasattr(inner, "source_model"):
+        inner = inner.source_model
     unknown = (
         levels is not None
         and "family" in X.columns
         and not X["family"].astype(str).isin(levels).all()
-        and getattr(model, "handle_unknown", None) == "error"
-        and hasattr(model, "set_params")
+        and getattr(inner, "handle_unknown", None) == "error"
+        and hasattr(inner, "set_params")
     )
     if not unknown:
         yield
         return
-    model.set_params(handle_unknown="ignore")
+    inner.set_params(handle_unknown="ignore")
     try:
         yield
     finally:
-        model.set_params(handle_unknown="error")
+        inner.set_params(handle_unknown="error")
 
 
 # -- any model: specs ---------------------------------------------------------------------------

@@ -776,3 +776,57 @@ def test_screened_refine_stops_when_it_cannot_fit_or_nothing_is_left(torch_model
     assert screened_refine(ev, 100) == 0  # 10 configs cannot fit the screen's ~40 terms
     ev.evaluate(space.grid())
     assert screened_refine(ev, len(space) + 10) == 0  # nothing unseen to screen
+
+
+def test_a_budget_over_a_capped_space_scores_exactly_its_configs(torch_model):
+    capped = Space.from_dict(
+        {
+            "name": "capped",
+            "knobs": {
+                "family": ["basic"],
+                "width": [0.25, 0.5, 1.0],
+                "resolution": [32, 64, 128],
+                "batch_size": [1, 4, 16],
+            },
+            "family": {"basic": {"depth": [10, 18, 34]}},
+            "limits": {"max_gflops_per_batch": 1.0},
+        }
+    )
+    assert len(capped) < 81  # the cap leaves configs of the full product out
+    res = search(capped, torch_model, trials=len(capped) + 50, seed=0)
+    # before: the encoding's configs beyond the cap were evaluated too (112 % of the space)
+    assert res.n_evaluated == len(capped)
+    assert len(res.pareto) and (res.pareto["gflops_per_batch"] <= 1.0).all()
+
+
+def test_search_with_a_calibrated_model_scores_families_it_never_saw(torch_model, recwarn):
+    from carb_nas.costmodel import CalibratedModel, model_inputs
+
+    rows = small_space().grid().sample(20, random_state=0)
+    measured = torch_model.predict(model_inputs(rows))[["peak_mem_mb", "latency_ms"]] * 1.2
+    calibrated = CalibratedModel(torch_model, method="scale").fit(model_inputs(rows), measured)
+    mixed = Space.from_dict(
+        {
+            "name": "mixed",
+            "knobs": {"family": ["basic", "mobilenet_v2"], "width": [0.5, 1.0],
+                      "resolution": [32, 64], "batch_size": [1, 2, 4]},
+            "family": {"basic": {"depth": [10, 18]}, "mobilenet_v2": {"depth": [9, 17]}},
+        }
+    )  # fmt: skip
+    # before: "unseen label(s) in column 'family'" (the source model's schema, not ignored)
+    res = search(mixed, calibrated, trials=len(mixed), seed=0)
+    assert res.n_evaluated == len(mixed) and "mobilenet_v2" in set(res.pareto["family"])
+    unseen = [w for w in recwarn if "never saw family" in str(w.message)]
+    assert len(unseen) == 1  # once per search, not once per scored batch
+
+
+def test_cli_search_says_each_warning_once(model_dirs, tmp_path):
+    space = tmp_path / "mixed.toml"
+    space.write_text('[knobs]\nfamily = ["basic", "mobilenet_v2"]\nwidth = [0.5, 1.0]\n'
+                     "resolution = [32, 64]\nbatch_size = [1, 2, 4]\n[family.basic]\n"
+                     "depth = [10, 18]\n[family.mobilenet_v2]\ndepth = [9, 17]\n")  # fmt: skip
+    args = ["search", str(space), "--model", str(model_dirs[0]), "--trials", "20"]
+    res = CliRunner().invoke(cli, [*args, "--no-validate"])
+    assert res.exit_code == 0, res.output
+    notes = [line for line in res.stderr.splitlines() if "never saw family" in line]
+    assert len(notes) == 1 and "zoo" in notes[0], res.stderr  # and names the models that did

@@ -27,9 +27,18 @@ def _one_line(e: click.ClickException) -> str:
     return msg
 
 
-def _show_warning(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
-    # a warning is a note to the user: one line on stderr, not Python's two-line source echo
-    click.echo(f"warning: {' '.join(str(message).split())}", err=True)
+def _warning_printer() -> Any:
+    """``warnings.showwarning`` for one command: a warning is a note to the user, one line on
+    stderr (not Python's two-line source echo), and the same note once."""
+    shown: set[str] = set()
+
+    def show(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
+        line = f"warning: {' '.join(str(message).split())}"
+        if line not in shown:
+            shown.add(line)
+            click.echo(line, err=True)
+
+    return show
 
 
 class _Group(click.Group):
@@ -39,7 +48,7 @@ class _Group(click.Group):
         kwargs["standalone_mode"] = False
         try:
             with warnings.catch_warnings():
-                warnings.showwarning = _show_warning
+                warnings.showwarning = _warning_printer()
                 rv = super().main(*args, **kwargs)
         except click.exceptions.Exit as e:  # --help, --version, ctx.exit(n)
             sys.exit(e.exit_code)

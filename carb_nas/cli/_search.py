@@ -90,8 +90,8 @@ def _check_space_model(space: Any, model: Any, role: str) -> None:
 
     grid = space.grid()
     align_to_platform(model, grid.head(1) if len(grid) else pd.DataFrame(), role)
-    # a varying precision/runtime column is checked on the whole knob list, cheaply
-    for knob in ("precision", "runtime"):
+    # a varying family/precision/runtime column is checked on the whole knob list, cheaply
+    for knob in ("family", "precision", "runtime"):
         values = space.values(knob)
         if len(values) > 1:
             align_to_platform(model, pd.DataFrame({knob: values}), role)
@@ -426,12 +426,12 @@ def search_command(
         rescore = _shipped(DEFAULT_RESCORE)
     else:
         rescore = None
+    _check_space_model(space_obj, model, "search model")  # before a minute of calibration
     calibrated = False
     source_model, source_rescore = model, rescore
     if calibrating:
         model, rescore = _calibrated_defaults(model, rescore, time_budget_s)
         calibrated = True
-    _check_space_model(space_obj, model, "search model")
     check_budgets(parsed, model, role="search model")
     objs = check_objectives(
         [o.strip() for o in objectives.split(",") if o.strip()] if objectives else None,

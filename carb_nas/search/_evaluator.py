@@ -8,6 +8,7 @@ that a re-score or a validation on the same platform reuses them.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -127,6 +128,7 @@ class SurrogateEvaluator:
         self._archive: pd.DataFrame | None = None
         self._archive_inputs: pd.DataFrame | None = None
         self.n_predicted = 0
+        self._warned: set[str] = set()
 
     # objective matrix, minimization (quality negated)
     def F(self, ev: pd.DataFrame) -> np.ndarray:
@@ -145,9 +147,15 @@ class SurrogateEvaluator:
 
     def _compute(self, frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         frame = frame.reset_index(drop=True)
-        scored = score_configs(
-            self.model, frame, alpha=confidence_alpha(self.confidence), role="search model"
-        )
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            scored = score_configs(
+                self.model, frame, alpha=confidence_alpha(self.confidence), role="search model"
+            )
+        for w in caught:  # a search scores many batches: each warning once per search
+            if str(w.message) not in self._warned:
+                self._warned.add(str(w.message))
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         self.n_predicted += len(frame)
         out = frame.copy()
         for c in scored.pred.columns:

@@ -147,6 +147,13 @@ def run_pymoo(
     from pymoo.termination.max_gen import MaximumGenerationTermination
 
     problem = EvaluatorProblem(evaluator)
+    n_space = len(evaluator.space)
+    if n_evals >= n_space:
+        # the budget covers the space: score its grid, exactly the configs inside its limits
+        # (the encoding also reaches configs beyond a [limits] cap, which would count as
+        # evaluations and leave configs of the space unscored)
+        evaluator.evaluate(evaluator.space.grid())
+        return 0
     algorithm = NSGA2(
         pop_size=pop_size,
         sampling=IntegerRandomSampling(),
@@ -156,7 +163,6 @@ def run_pymoo(
     )
     algorithm.setup(problem, termination=MaximumGenerationTermination(10**9), seed=seed)
     pymoo_eval = Evaluator()
-    n_space = len(evaluator.space)
     n_global = max(pop_size, int(round(global_share * n_evals)))
     generations = stalled = 0
     refined = False

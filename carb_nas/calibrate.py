@@ -52,7 +52,7 @@ from carb_nas.costmodel import (
 )
 from carb_nas.datasets import SCHEMA, load_dataset, read_table, write_table
 from carb_nas.errors import ConfigError, ModelError
-from carb_nas.space import CONFIG_COLUMNS, frame_to_configs
+from carb_nas.space import CONFIG_COLUMNS, RESNET_FAMILIES, frame_to_configs
 
 __all__ = [
     "CALIBRATION_FORMAT",
@@ -77,6 +77,10 @@ MIN_TIME_BUDGET_S = 5.0  # profiler set-up plus one config: less measures nothin
 MIN_CALIBRATION_ROWS = 3  # the smallest map with a leave-one-out error
 MAX_PREDICTED_MS = 60.0  # configs predicted slower than this cost seconds each to measure
 MAX_PARAMS_QUANTILE = 0.75  # the largest quarter of the models costs seconds to build
+# configs of the other built-in families featurized to choose from: each traces its network on
+# the meta device (~50 ms), so the 4,471 configs of cpu/torch/fp32/zoo-zen5 took the whole
+# time budget (4 min) before one was measured; a seeded sample of the pool instead
+MAX_TRACED_POOL = 240
 # rounds per config, the fastest kept (see profile_passes). 1: within 30 s per model, more
 # configs beat fewer cleaner ones here (ONNX Runtime 11.1 % after 16 configs of 1 pass, 24.7 %
 # after 6 configs of 3; torch 13.8 % / 12.3 %); --passes 3 also reports the repeatability
@@ -120,11 +124,14 @@ def calibration_dir(platform: str, fingerprint: dict[str, Any]) -> Path:
 
 
 def split_platform(platform: str) -> tuple[str, str, str]:
+    """(device, runtime, precision) of ``DEVICE/RUNTIME/PRECISION[/DATASET]``: a qualified
+    name (``cpu/torch/fp32/zoo-zen5``) is the default model of that shipped dataset."""
     parts = str(platform).split("/")
-    if len(parts) != 3 or not all(parts):
+    if len(parts) not in (3, 4) or not all(parts):
         raise ConfigError(
-            f"invalid platform: expected DEVICE/RUNTIME/PRECISION such as cpu/torch/fp32, got "
-            f"{platform!r}. Use one of the shipped platforms (carb-nas dataset list)."
+            f"invalid platform: expected DEVICE/RUNTIME/PRECISION such as cpu/torch/fp32 (or "
+            f"a qualified dataset name such as cpu/torch/fp32/zoo-zen5), got {platform!r}. "
+            "Use one of the shipped platforms (carb-nas dataset list)."
         )
     return parts[0], parts[1], parts[2]
 
@@ -132,11 +139,11 @@ def split_platform(platform: str) -> tuple[str, str, str]:
 def check_runnable(platform: str) -> tuple[str, str, str]:
     """(device, runtime, precision) of ``platform``; ConfigError / DeviceUnavailableError before
     any work when it has no default model or this machine cannot run it."""
-    from carb_nas.datasets import list_datasets
+    from carb_nas.datasets import shipped_names
     from carb_nas.measure import check_platform
 
     device, runtime, precision = split_platform(platform)
-    shipped = sorted({str(d["platform"]) for d in list_datasets()})
+    shipped = sorted(n for n in shipped_names() if not n.startswith("published/"))
     if device.split(":")[0] not in ("cpu", "cuda"):  # check_platform's hint names --device
         raise ConfigError(
             f"unknown device in platform {platform!r}: expected cpu or cuda as its first part, "
@@ -186,6 +193,10 @@ def choose_configs(
         keys = set(exclude[list(CONFIG_COLUMNS)].astype(str).itertuples(index=False))
         keep = [tuple(r) not in keys for r in frame.astype(str).itertuples(index=False)]
         frame = frame[keep].reset_index(drop=True)
+    traced = ~frame["family"].isin(RESNET_FAMILIES)
+    if traced.sum() > MAX_TRACED_POOL:
+        sample = frame[traced].sample(n=MAX_TRACED_POOL, random_state=0)
+        frame = pd.concat([frame[~traced], sample]).sort_index().reset_index(drop=True)
     X = model_inputs(frame)
     pred = source_model.predict(X, alpha=INTERVAL_ALPHA)
     lat = pred["latency_ms"].to_numpy(float)
@@ -204,9 +215,11 @@ def choose_configs(
     frame = frame.reset_index(drop=True)
     if len(frame) == 0:
         return frame
+    # one column per family but the first (for the ResNet datasets: bottleneck or not)
+    families = pd.get_dummies(frame["family"].astype(str), drop_first=True, dtype=float)
     knobs = np.column_stack(
         [np.log(frame[k].to_numpy(float)) for k in ("batch_size", "resolution", "width", "depth")]
-        + [(frame["family"].astype(str) == "bottleneck").to_numpy(float)]
+        + [families.to_numpy()]
     )
     std = knobs.std(axis=0)
     knobs = (knobs - knobs.mean(axis=0)) / np.where(std > 0, std, 1.0)
@@ -429,11 +442,11 @@ def calibrate_on_arrival(
     if profiler is None:
         check_runnable(platform)
     else:
-        split_platform(platform)
-        if getattr(profiler, "platform", platform) != platform:
+        measured = "/".join(split_platform(platform))  # a qualified dataset's platform
+        if getattr(profiler, "platform", measured) != measured:
             raise ConfigError(
-                f"profiler/platform mismatch: expected a profiler of {platform}, got one of "
-                f"{profiler.platform}. Pass a profiler built for {platform}."
+                f"profiler/platform mismatch: expected a profiler of {measured}, got one of "
+                f"{profiler.platform}. Pass a profiler built for {measured}."
             )
     t0 = time.perf_counter()
     source = source_model if source_model is not None else load_default_model(platform)

@@ -618,7 +618,10 @@ def validate(
     )
     decisions = {d: int((rows["decision"] == d).sum()) for d in DECISIONS}
     ratios = median_ratios(pred, {t: rows[f"measured_{t}"].to_numpy() for t in targets}, targets)
-    for w in _ratio_warnings(ratios, platform):
+    # the name to calibrate: a qualified dataset's default model (cpu/torch/fp32/zoo-zen5) or
+    # a calibrated one's source says its own
+    source = getattr(model, "source_model", model)
+    for w in _ratio_warnings(ratios, getattr(source, "default_name_", platform)):
         warnings.warn(w, stacklevel=2)
         warn.append(w)
     speed = machine_speed(model, meas)

@@ -139,6 +139,39 @@ def test_calibration_recovers_the_machine_factor_and_is_cached(torch_model, mode
     assert again.model.platform_["device_name"] == FAKE  # the model now describes this machine
 
 
+def test_a_qualified_dataset_is_calibrated_from_a_sample_of_its_traced_pool(
+    torch_model, model_cache, clock, monkeypatch
+):
+    import copy
+
+    import carb_nas.features as features_module
+
+    zoo = "cpu/torch/fp32/zoo"  # every built-in family, 880 networks
+    source = copy.deepcopy(torch_model).set_params(handle_unknown="ignore")  # a stand-in
+    monkeypatch.setattr(cal_mod, "MAX_TRACED_POOL", 40)
+    featurized = []
+    real = features_module.compute_features
+    monkeypatch.setattr(
+        features_module, "compute_features", lambda cfg: featurized.append(len(cfg)) or real(cfg)
+    )
+    from carb_nas.datasets import load_dataset
+    from carb_nas.space import RESNET_FAMILIES
+
+    rows = load_dataset(zoo, ok_only=True)[list(CONFIG_COLUMNS)].drop_duplicates()
+    n_resnet = int(rows["family"].isin(RESNET_FAMILIES).sum())  # closed-form: not sampled
+    order = choose_configs(source, zoo, n=12)
+    # before: all 880 networks featurized, 580 of them traced (~4 min for the 4,471 of
+    # zoo-zen5: the whole time budget before one config was measured)
+    assert len(order) == 12 and featurized == [n_resnet + 40] and len(rows) > n_resnet + 40
+    assert order["family"].nunique() >= 6  # the spread covers the families, not only ResNets
+    prof = FakeProfiler(source, 1.7, clock=clock, seconds_per_config=1.0)
+    cal = calibrate_on_arrival(zoo, 8, prof, source_model=source, passes=1)
+    assert cal.factors()["latency_ms"] == pytest.approx(1.7, rel=1e-6)
+    assert cal.directory.name.startswith("cpu_torch_fp32_zoo-")
+    again = load_calibration(zoo, FakeProfiler(source), source_model=source)
+    assert again is not None and again.n_rows == cal.n_rows
+
+
 class UnevenProfiler(FakeProfiler):
     """Fake rows whose configs take 0.5 s and 3 s in turn, the same in every round."""
 
@@ -292,7 +325,11 @@ def _fake_platform_profilers(monkeypatch, models, factor=1.3, seconds=1.0):
         cal_mod,
         "_profiler_for",
         lambda platform, source, protocol="adaptive": FakeProfiler(
-            models[platform], factor, platform=platform, clock=clock, seconds_per_config=seconds
+            models["/".join(platform.split("/")[:3])],  # a qualified dataset's platform
+            factor,
+            platform="/".join(platform.split("/")[:3]),
+            clock=clock,
+            seconds_per_config=seconds,
         ),
     )
     monkeypatch.setattr(cal_mod, "check_runnable", lambda platform: platform.split("/"))
@@ -390,6 +427,14 @@ def test_validate_reports_median_ratio_and_warns_outside_intervals(torch_model):
     assert fine.ratios["latency_ms"]["outside"] is False
     assert not any("intervals allow" in w for w in fine.warnings)
     assert fine.to_dict()["ratios"]["peak_mem_mb"]["median"] == pytest.approx(1.0)
+    # a qualified dataset's default model names itself as what to calibrate
+    import copy
+
+    zoo = copy.deepcopy(torch_model)
+    zoo.default_name_ = "cpu/torch/fp32/zoo-zen5"  # as load_default_model sets it
+    with pytest.warns(UserWarning, match="outside what the intervals allow"):
+        off = validate(grid, model=zoo, profiler=FakeProfiler(zoo, 2.0))
+    assert any("carb-nas calibrate cpu/torch/fp32/zoo-zen5 " in w for w in off.warnings)
 
 
 def test_cli_validate_recalibrate_checks_the_model_first(tmp_path, model_dirs):
@@ -432,6 +477,11 @@ def test_cli_validate_calibrated_without_a_calibration_is_one_line(
     )
     assert res.exit_code == 1 and "--calibrated validates this machine's" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
+    # a qualified dataset's default model of the platform measured is one to calibrate
+    res = CliRunner().invoke(
+        cli, ["validate", str(pareto), "--model", f"{PLATFORM}/zoo", "--calibrated"]
+    )
+    assert res.exit_code == 1 and "error: no calibration of cpu/torch/fp32/zoo" in res.stderr
 
 
 def test_cli_validate_calibrated_uses_this_machines_calibration(

@@ -38,6 +38,7 @@ def test_first_use_trains_caches_and_later_calls_load(tiny_defaults, monkeypatch
     again = load_default_model("cpu/onnxruntime/int8", verbose=False, params=params)
     assert list(again.targets_) == list(model.targets_)
     assert again.default_origin_.startswith("loaded") and "shipped" not in again.default_origin_[:8]
+    assert model.default_name_ == again.default_name_ == "cpu/onnxruntime/int8"  # to calibrate
     # loading names its cache entry from a few rows' features, not from all 1,050 rows'
     assert sum(featurized) <= 4, featurized
 

@@ -741,29 +741,36 @@ def validate_command(
     if append is not None:
         check_appendable(append, platform_string(device, runtime, precision))
     measuring = platform_string(device, runtime, precision)
-    if recalibrate and model_spec != measuring:
+    # the default model calibrated: the platform measured, or one of its qualified datasets'
+    # (cpu/torch/fp32/zoo-zen5)
+    default_of_measured = model_spec == measuring or (
+        isinstance(model_spec, str)
+        and model_spec.count("/") == 3
+        and model_spec.rsplit("/", 1)[0] == measuring
+    )
+    if recalibrate and not default_of_measured:
         raise ConfigError(
             f"--recalibrate folds rows into the calibration of a default model: expected --model "
-            f"{measuring} (the platform measured), got {model_spec!r}. Pass --model {measuring} "
-            "or drop --recalibrate."
+            f"{measuring} or {measuring}/DATASET (the platform measured), got {model_spec!r}. "
+            f"Pass --model {measuring} or drop --recalibrate."
         )
-    if calibrated and model_spec != measuring:
+    if calibrated and not default_of_measured:
         raise ConfigError(
             f"--calibrated validates this machine's calibration of a default model: expected "
-            f"--model {measuring} (the platform measured), got {model_spec!r}. Pass --model "
-            f"{measuring} or drop --calibrated."
+            f"--model {measuring} or {measuring}/DATASET (the platform measured), got "
+            f"{model_spec!r}. Pass --model {measuring} or drop --calibrated."
         )
     if recalibrate or calibrated:
         from carb_nas.calibrate import check_runnable
 
-        check_runnable(measuring)
+        check_runnable(model_spec)
     if report_dir is not None:
         check_writable_dir(report_dir)
     frame = candidate_frame(pareto)
     check_calibration(calibration, precision, frame)
     model = source = load_model(model_spec)
     if calibrated:
-        model = _calibrated_model(measuring)
+        model = _calibrated_model(model_spec)
     if loadgen is None:
         check_budgets(parsed, model)
     if max_configs is not None:
@@ -823,7 +830,7 @@ def validate_command(
     if recalibrate:
         from carb_nas.calibrate import recalibrate as fold
 
-        recalibration = fold(measuring, result.measurements, source_model=source)
+        recalibration = fold(model_spec, result.measurements, source_model=source)
         info(recalibration.summary())
     if as_json:
         out = result.to_dict()

@@ -105,6 +105,7 @@ def load_default_model(
     cached = cache / name
     loaded = _load_cached(cached, CostModel.load)
     if loaded is not None:
+        loaded.default_name_ = platform  # what `carb-nas calibrate` takes to calibrate it
         return loaded
     _check_writable(cache)
     data = prepare_table(rows, source, targets)
@@ -123,6 +124,7 @@ def load_default_model(
         )
     t0 = time.perf_counter()
     model.fit(X, data["Y"], platform=data["platform"])
+    model.default_name_ = platform
     return _cache_trained(model, cached, t0, verbose, "model")
 
 

@@ -383,6 +383,14 @@ def _speed_warnings(speed: Mapping[str, Any] | None) -> list[str]:
     ]
 
 
+def model_name(model: Any) -> str:
+    """The name a summary gives ``model`` and that ``carb-nas calibrate`` takes: a default
+    model's own (``cpu/torch/fp32/zoo-zen5``, also through a calibration of it), else its
+    platform's."""
+    source = getattr(model, "source_model", model)
+    return str(getattr(source, "default_name_", None) or platform_name(model))
+
+
 def _ratio_warnings(ratios: Mapping[str, Mapping[str, Any]], platform: str) -> list[str]:
     out = []
     for t, r in ratios.items():
@@ -618,10 +626,7 @@ def validate(
     )
     decisions = {d: int((rows["decision"] == d).sum()) for d in DECISIONS}
     ratios = median_ratios(pred, {t: rows[f"measured_{t}"].to_numpy() for t in targets}, targets)
-    # the name to calibrate: a qualified dataset's default model (cpu/torch/fp32/zoo-zen5) or
-    # a calibrated one's source says its own
-    source = getattr(model, "source_model", model)
-    for w in _ratio_warnings(ratios, getattr(source, "default_name_", platform)):
+    for w in _ratio_warnings(ratios, model_name(model)):
         warnings.warn(w, stacklevel=2)
         warn.append(w)
     speed = machine_speed(model, meas)
@@ -644,7 +649,7 @@ def validate(
         budgets=budgets,
         confidence=confidence,
         platform=platform,
-        model_platform=platform_name(model),
+        model_platform=model_name(model),
         warnings=warn,
         ratios=ratios,
         speed=speed,
@@ -1027,7 +1032,7 @@ def validate_scenario(
         settings=settings.effective(),
         budgets=dict(budgets),
         platform=platform_string("cpu", runtime, precision),
-        model_platform=platform_name(model),
+        model_platform=model_name(model),
         metrics=metrics,
         ratio_median=ratio,
         warnings=mismatch + invalid + warn,

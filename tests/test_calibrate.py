@@ -435,6 +435,7 @@ def test_validate_reports_median_ratio_and_warns_outside_intervals(torch_model):
     with pytest.warns(UserWarning, match="outside what the intervals allow"):
         off = validate(grid, model=zoo, profiler=FakeProfiler(zoo, 2.0))
     assert any("carb-nas calibrate cpu/torch/fp32/zoo-zen5 " in w for w in off.warnings)
+    assert "(model: cpu/torch/fp32/zoo-zen5)" in off.summary()  # not the bare platform
 
 
 def test_cli_validate_recalibrate_checks_the_model_first(tmp_path, model_dirs):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -354,6 +354,16 @@ class PredictedCosts:
     def interval(self, target: str) -> tuple[float, float]:
         return self.values[target][1], self.values[target][2]
 
+    def scaled(self, factors: Mapping[str, float], note: str = "") -> PredictedCosts:
+        """The same costs, each target's prediction and interval times its factor (1 where
+        none), ``note`` appended to ``model``."""
+        values = {
+            t: (factors.get(t, 1.0) * v, factors.get(t, 1.0) * lo, factors.get(t, 1.0) * hi)
+            for t, (v, lo, hi) in self.values.items()
+        }
+        model = f"{self.model}; {note}" if note else self.model
+        return replace(self, values=values, model=model)
+
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"key": self.key, "name": self.name, "platform": self.platform,
                                "alpha": self.alpha, "unseen_architecture": self.unseen,
@@ -537,6 +547,8 @@ def predict_costs(
     docs/costmodel.md for the measurement behind that choice). Ops the module model never
     measured are listed in ``unmodelled_ops`` and a warning; a ResNet-only cost model given
     another architecture says ``unseen=True`` and warns; expect poor accuracy there.
+    On this machine: :func:`carb_nas.calibrate.calibrated_costs` (the same, scaled by this
+    machine's factors from ``carb-nas calibrate PLATFORM``).
     """
     import warnings
 

@@ -552,3 +552,32 @@ def test_validate_says_when_the_machine_runs_slower_than_when_it_was_calibrated(
     # a model whose rows never timed the probe (the shipped ones): nothing to compare
     assert validate(grid, model=torch_model, profiler=FakeProfiler(torch_model, 1.0,
                     reference_ms=0.5)).speed is None  # fmt: skip
+
+
+# -- calibrated_costs: predict_costs scaled by this machine's factor ---------------------------
+def test_calibrated_costs_scale_predict_costs_by_this_machines_factor(
+    torch_model, model_cache, clock, monkeypatch
+):
+    import carb_nas.scoring as scoring
+    from carb_nas import predict_costs
+    from carb_nas.calibrate import calibrated_costs, machine_factors
+    from carb_nas.space import Config
+
+    _patch_defaults(monkeypatch, torch_model)
+    monkeypatch.setattr(cal_mod, "_MACHINE_FACTORS", {})
+    monkeypatch.setattr(scoring, "_cached_model", lambda platform, specs=True: torch_model)
+    monkeypatch.setattr(scoring, "resolve_model", lambda *a, **k: torch_model)
+    config = Config("basic", 18, 0.5, 64, 4)
+    with pytest.raises(ModelError, match="no calibration of cpu/torch/fp32 on this machine"):
+        calibrated_costs(config)  # nothing measured here yet: one clear error
+    prof = FakeProfiler(torch_model, 1.3, clock=clock, seconds_per_config=1.0)
+    calibrate_on_arrival(PLATFORM, 8, prof, source_model=torch_model, passes=1)
+    factors = machine_factors(PLATFORM, torch_model)  # the rows ran 1.3x the prediction
+    assert factors == pytest.approx({"latency_ms": 1.3, "peak_mem_mb": 1.0})
+    plain, cal = predict_costs(config), calibrated_costs(config)
+    assert cal["latency_ms"] == pytest.approx(1.3 * plain["latency_ms"])
+    assert cal.interval("latency_ms")[1] == pytest.approx(1.3 * plain.interval("latency_ms")[1])
+    assert cal["peak_mem_mb"] == pytest.approx(plain["peak_mem_mb"])
+    assert "calibrated to this machine (latency_ms x1.30" in cal.model
+    with pytest.raises(ConfigError, match="need a platform name"):
+        calibrated_costs(config, platform=torch_model)

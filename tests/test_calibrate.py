@@ -581,3 +581,24 @@ def test_calibrated_costs_scale_predict_costs_by_this_machines_factor(
     assert "calibrated to this machine (latency_ms x1.30" in cal.model
     with pytest.raises(ConfigError, match="need a platform name"):
         calibrated_costs(config, platform=torch_model)
+
+
+def test_optuna_plugin_calibrated_scales_its_costs(torch_model, model_cache, clock, monkeypatch):
+    import carb_nas.integrations._optuna_plugin as plugin
+    from carb_nas.integrations import CostConstraints
+    from carb_nas.space import Config
+
+    _patch_defaults(monkeypatch, torch_model)
+    monkeypatch.setattr(plugin, "resolve_model", lambda *a, **k: torch_model)
+    with pytest.raises(ModelError, match="no calibration of cpu/torch/fp32"):
+        CostConstraints(PLATFORM, calibrated=True)  # refused when built, before any trial
+    with pytest.raises(ConfigError, match="calibrated=True scales a default model"):
+        CostConstraints(torch_model, calibrated=True)
+    prof = FakeProfiler(torch_model, 1.3, clock=clock, seconds_per_config=1.0)
+    calibrate_on_arrival(PLATFORM, 8, prof, source_model=torch_model, passes=1)
+    config = Config("basic", 18, 0.5, 64, 4)
+    plain = CostConstraints(PLATFORM, confidence=0.9).predict(config)
+    here = CostConstraints(PLATFORM, confidence=0.9, calibrated=True).predict(config)
+    assert here["latency_ms"] == pytest.approx(1.3 * plain["latency_ms"])
+    assert here["latency_ms_upper"] == pytest.approx(1.3 * plain["latency_ms_upper"])
+    assert here["peak_mem_mb"] == pytest.approx(plain["peak_mem_mb"])

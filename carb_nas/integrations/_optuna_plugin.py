@@ -75,7 +75,7 @@ from carb_nas.budgets import (
     parse_budgets,
     platform_name,
 )
-from carb_nas.errors import BudgetError, ModelError
+from carb_nas.errors import BudgetError, ConfigError, ModelError
 from carb_nas.scoring import resolve_model, trained_levels
 from carb_nas.search.trial_params import (
     ATTR_BUDGETS,
@@ -170,6 +170,11 @@ class CostConstraints:
         normalize: store constraints as ``(cost - budget) / budget`` instead of
             ``cost - budget``. Samplers sum the positive parts of constraints to rank
             infeasible trials, which mixes units (ms + MB) unless normalized.
+        calibrated: scale every prediction (and interval) by this machine's factors,
+            :func:`carb_nas.calibrate.machine_factors` of the model's platform
+            (``cpu/torch/fp32`` for ``"default"``), from the configs ``carb-nas calibrate
+            PLATFORM`` measured here; a ModelError now when there is no such calibration.
+            Only with ``"default"`` or a shipped platform name.
 
     The study's directions, sampler and storage are never touched; the values written are
     plain JSON, so any storage (in-memory, JournalStorage, RDB) works.
@@ -183,16 +188,29 @@ class CostConstraints:
         confidence: float | None = None,
         prune: bool = False,
         normalize: bool = False,
+        calibrated: bool = False,
     ) -> None:
         # Validated before any trial runs: a typo in a budget must not surface after hours
         # (the options first: a bad one costs no first-use training of the default model).
         confidence = check_confidence(confidence)
-        for name, flag in (("prune", prune), ("normalize", normalize)):
+        for name, flag in (("prune", prune), ("normalize", normalize), ("calibrated", calibrated)):
             if not isinstance(flag, bool):
                 raise BudgetError(f"invalid {name}: expected True or False, got {flag!r}.")
+        if calibrated and not (model is None or isinstance(model, str)):
+            raise ConfigError(
+                "calibrated=True scales a default model by this machine's calibration of its "
+                "platform: expected model 'default' or a shipped platform name such as "
+                f"'cpu/torch/fp32', got {type(model).__name__}. Pass the name, or drop it."
+            )
         parsed = parse_budgets(budgets)
         self.model = _one_row_model(_resolve(model))
         self.kernel_level = _is_module_model(self.model)
+        self.factors: dict[str, float] = {}  # this machine's, per target (calibrated=True)
+        if calibrated:
+            from carb_nas.calibrate import machine_factors
+
+            default = model is None or model == DEFAULT_MODULE_MODEL
+            self.factors = machine_factors("cpu/torch/fp32" if default else str(model), self.model)
         self.targets = model_targets(self.model)
         # The same budget rules as `carb-nas screen/search --budget` (carb_nas.budgets).
         self.budgets = parsed
@@ -240,10 +258,11 @@ class CostConstraints:
         row; ModelError for non-finite values."""
         out: dict[str, float] = {}
         for target in self.targets:
-            out[target] = float(row[target])
+            f = self.factors.get(target, 1.0)
+            out[target] = f * float(row[target])
             if self.confidence is not None:
-                out[f"{target}_lower"] = float(row[f"{target}_lower"])
-                out[f"{target}_upper"] = float(row[f"{target}_upper"])
+                out[f"{target}_lower"] = f * float(row[f"{target}_lower"])
+                out[f"{target}_upper"] = f * float(row[f"{target}_upper"])
         bad = [k for k, v in out.items() if not math.isfinite(v)]
         if bad:
             raise ModelError(

@@ -75,20 +75,17 @@ def load_default_model(
     d = default_model_dir(platform)
     if (d / "manifest.json").is_file():
         return _with_origin(CostModel.load(d), "shipped")
-    import pandas as pd
-
     from carb_nas.datasets import TARGETS, load_dataset
 
     name = _shipped_dataset(platform).stem  # a bare name and its qualified one share a model
     source = f"shipped dataset {platform}"
-    rows = load_dataset(platform, ok_only=True)
-    if "status" in rows:  # the rows prepare_table keeps: the key names the table trained on
-        rows = rows[rows["status"].astype(str) == "ok"].reset_index(drop=True)
+    rows = load_dataset(platform, ok_only=True)  # the rows prepare_table keeps, index 0..n-1
     targets = [t for t in TARGETS if t in rows and rows[t].notna().any()]
     # the feature columns from a few rows: featurizing every row only to name the cache entry
     # cost ~4 min on each load of a multi-family dataset's model
-    columns = list(prepare_table(schema_rows(rows), source, targets)["X"].columns)
-    offsets = physical_offsets(pd.DataFrame(columns=columns), targets)
+    sample_X = prepare_table(schema_rows(rows), source, targets)["X"]
+    columns = list(sample_X.columns)
+    offsets = physical_offsets(sample_X, targets)
     recipe_params = {**DEFAULT_MODEL_PARAMS, "target_offsets": offsets or None, **(params or {})}
     model = CostModel(**recipe_params)
     resolved = resolve_preset(model.preset, model.learner_params)

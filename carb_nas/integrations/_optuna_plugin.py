@@ -203,14 +203,20 @@ class CostConstraints:
                 f"'cpu/torch/fp32', got {type(model).__name__}. Pass the name, or drop it."
             )
         parsed = parse_budgets(budgets)
-        self.model = _one_row_model(_resolve(model))
-        self.kernel_level = _is_module_model(self.model)
         self.factors: dict[str, float] = {}  # this machine's, per target (calibrated=True)
-        if calibrated:
+        default = model is None or model == DEFAULT_MODULE_MODEL
+        if calibrated and default:
             from carb_nas.calibrate import machine_factors
 
-            default = model is None or model == DEFAULT_MODULE_MODEL
-            self.factors = machine_factors("cpu/torch/fp32" if default else str(model), self.model)
+            # predict_costs's module model of cpu/torch/fp32, the one "default" loads: no
+            # calibration is one line here, before that model's first-use training (~80 s)
+            self.factors = machine_factors("cpu/torch/fp32")
+        self.model = _one_row_model(_resolve(model))
+        if calibrated and not default:
+            from carb_nas.calibrate import machine_factors
+
+            self.factors = machine_factors(str(model), self.model)
+        self.kernel_level = _is_module_model(self.model)
         self.targets = model_targets(self.model)
         # The same budget rules as `carb-nas screen/search --budget` (carb_nas.budgets).
         self.budgets = parsed

@@ -717,3 +717,29 @@ def test_a_trial_another_worker_finished_first_is_skipped_not_fatal(tmp_path, mo
     assert raced
     rows = campaign_rows(tmp_path / "w", storage=url)
     assert len(rows) == 3 and rows["key"].is_unique  # every other config measured
+
+
+def test_an_rdb_trial_beats_before_it_names_its_owner(tmp_path, monkeypatch):
+    """A worker killed between recording its trial's owner and its first heartbeat left the
+    trial RUNNING for ever on a shared RDB (another host's owned trial is left to heartbeats,
+    and Optuna never finds a trial stale that has no beat): every survivor waited on it. The
+    flaky PostgreSQL kill test hit exactly that window."""
+    from carb_nas.measure import _campaign
+
+    events: list[str] = []
+    real_owner = _campaign._owner
+
+    class SpyBeat(_campaign._Heartbeat):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            events.append("beat")
+
+    def spy_owner():
+        events.append("owner")
+        return real_owner()
+
+    monkeypatch.setattr(_campaign, "_Heartbeat", SpyBeat)
+    monkeypatch.setattr(_campaign, "_owner", spy_owner)
+    s = _run(_configs(1), tmp_path / "camp", storage=f"sqlite:///{tmp_path / 'c.db'}")
+    assert s.done >= 1
+    assert events[:2] == ["beat", "owner"] and events.count("beat") == events.count("owner")

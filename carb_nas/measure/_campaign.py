@@ -1108,15 +1108,21 @@ def _measure_queue(
                 done_keys.add(key)
                 recovered += 1
                 continue
-            try:
-                trial.set_user_attr("_owner", _owner())
-            except UpdateFinishedTrialError:
-                continue  # SQLite: another worker popped this trial too and finished it first
             beat = None
             if heartbeat:
+                # the first beat before the owner: Optuna never finds a trial stale that has
+                # no beat, and another host's owned trial is left to beats, so a worker
+                # killed between the two would hold its trial RUNNING for ever (an ownerless
+                # one is failed after a minute by _recover_stale)
                 trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
                 beat = _Heartbeat(storage, trial_id, heartbeat_s)
                 beat.start()
+            try:
+                trial.set_user_attr("_owner", _owner())
+            except UpdateFinishedTrialError:
+                if beat is not None:
+                    beat.stop_event.set()
+                continue  # SQLite: another worker popped this trial too and finished it first
             try:
                 row = _clean_row({**prof.profile(_trial_config(frozen, configs)), **_fields(trial)})
             finally:

@@ -45,6 +45,7 @@ import pandas as pd
 from carb_nas._io import atomic_directory
 from carb_nas.costmodel import (
     CalibratedModel,
+    ModuleCostModel,
     calibrate,
     default_model_cache_dir,
     load_default_model,
@@ -667,7 +668,7 @@ def machine_factors(platform: str, predictor: Any = None, profiler: Any = None) 
     process (a recalibration is seen by the next process).
     """
     from carb_nas.models import ModelSpec
-    from carb_nas.scoring import predict_spec, resolve_model
+    from carb_nas.scoring import predict_frame, predict_spec, resolve_model
 
     # the default predictor's once per process: reading the calibration builds a profiler
     # and loads the default model (~5 s)
@@ -684,16 +685,22 @@ def machine_factors(platform: str, predictor: Any = None, profiler: Any = None) 
             predictor = resolve_model(platform, "cost model", specs=True)
         rows = cal.rows.reset_index(drop=True)
         factors = {}
-        preds = [
-            predict_spec(predictor, ModelSpec.from_config(c), None)[0].iloc[0]
-            for c in frame_to_configs(rows[list(CONFIG_COLUMNS)])
-        ]
-        for target in ("latency_ms", "peak_mem_mb", "energy_j"):
-            if target not in rows or target not in preds[0]:
-                continue
-            ratio = pd.to_numeric(rows[target], errors="coerce").to_numpy(float) / np.array(
-                [float(p[target]) for p in preds]
+        if isinstance(predictor, ModuleCostModel):  # traces each network: one at a time
+            pred = pd.DataFrame(
+                [
+                    predict_spec(predictor, ModelSpec.from_config(c), None)[0].iloc[0]
+                    for c in frame_to_configs(rows[list(CONFIG_COLUMNS)])
+                ]
             )
+        else:  # a CostModel scores the whole frame at once (a row at a time: ~30 ms each)
+            X = model_inputs(rows[list(CONFIG_COLUMNS)])
+            pred = predict_frame(predictor, X, alpha=None, X=X)
+        for target in ("latency_ms", "peak_mem_mb", "energy_j"):
+            if target not in rows or target not in pred:
+                continue
+            ratio = pd.to_numeric(rows[target], errors="coerce").to_numpy(float) / pred[
+                target
+            ].to_numpy(float)
             ratio = ratio[np.isfinite(ratio) & (ratio > 0)]
             if len(ratio):
                 factors[target] = float(np.median(ratio))

@@ -37,6 +37,7 @@ __all__ = [
     "resolve_model",
     "candidate_frame",
     "align_to_platform",
+    "trained_families_note",
     "trained_levels",
     "predict_frame",
     "score_configs",
@@ -272,6 +273,13 @@ _UNSEEN_NOTE = (
 )
 
 
+def trained_families_note(model: Any) -> str:
+    """``"trained on families [...]"`` for a warning about an architecture ``model`` never
+    saw (``"trained on unrecorded families"`` when it does not say)."""
+    levels = trained_levels(model, "family")
+    return f"trained on families {levels}" if levels else "trained on unrecorded families"
+
+
 def unseen_families(model: Any, families: Any) -> list[str]:
     """The built-in families among ``families`` that ``model`` was not trained on."""
     levels = trained_levels(model, "family")
@@ -464,11 +472,11 @@ def _trace_error(spec: Any, e: BaseException) -> ConfigError:
     )
 
 
-def spec_inputs(spec: Any) -> pd.DataFrame:
+def spec_inputs(spec: Any, runtime: str = "torch") -> pd.DataFrame:
     """The cost model's inputs (one row) of a :class:`carb_nas.models.ModelSpec`: a
     config's as for any config; a factory's or module's from its meta-device trace, with
     family ``"module"``, depth = its conv and linear layers, width 1, resolution the input's
-    last size and batch size its first."""
+    last size, batch size its first and ``runtime`` (the one it deploys on)."""
     from carb_nas.costmodel import model_inputs
     from carb_nas.space import configs_to_frame
 
@@ -483,7 +491,7 @@ def spec_inputs(spec: Any) -> pd.DataFrame:
         "resolution": int(min(max(spec.input_shape[-1], 32), 1024)),
         "batch_size": spec.batch_size,
         "precision": spec.precision,
-        "runtime": "torch",
+        "runtime": runtime,
         **feats,
     }
     X = pd.DataFrame([row])
@@ -504,7 +512,10 @@ def predict_spec(model: Any, spec: Any, alpha: float | None = 0.1) -> tuple[pd.D
             spec_inputs(spec)  # traced first: a module meta cannot run is one clear line
         return model.predict_spec(spec, alpha)
     model_targets(model)
-    X = spec_inputs(spec)
+    runtimes = trained_levels(model, "runtime")
+    # a module spec has no runtime of its own: it deploys on a one-runtime model's runtime
+    runtime = runtimes[0] if runtimes and len(runtimes) == 1 else "torch"
+    X = spec_inputs(spec, runtime)
     family = str(X["family"].iloc[0])
     levels = trained_levels(model, "family")
     unseen = levels is not None and family not in levels
@@ -514,8 +525,8 @@ def predict_spec(model: Any, spec: Any, alpha: float | None = 0.1) -> tuple[pd.D
         if known is not None and value not in known:
             raise ModelError(
                 f"the cost model ({platform_name(model)}) was trained on {knob} {known}: "
-                f"expected one of those, got {value!r}. Use a model of that platform "
-                f"(platform=cpu/torch/{value} where shipped) or precision={known[0]!r}."
+                f"expected one of those, got {value!r}. Use a model trained on {knob} "
+                f"{value!r} or a spec with {knob}={known[0]!r}."
             )
     pred = predict_frame(model, X, alpha=alpha, X=X)
     return pred, unseen

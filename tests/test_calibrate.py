@@ -602,3 +602,51 @@ def test_optuna_plugin_calibrated_scales_its_costs(torch_model, model_cache, clo
     assert here["latency_ms"] == pytest.approx(1.3 * plain["latency_ms"])
     assert here["latency_ms_upper"] == pytest.approx(1.3 * plain["latency_ms_upper"])
     assert here["peak_mem_mb"] == pytest.approx(plain["peak_mem_mb"])
+
+
+def test_cli_predict_calibrated_configs_and_model_specs(
+    tmp_path, torch_model, model_cache, monkeypatch
+):
+    """`carb-nas predict --calibrated`: configs through this machine's calibrated model, a
+    model spec scaled by this machine's factors; refused without a calibration or for a
+    model directory, before anything is written."""
+    import carb_nas.cli._model as cli_model
+    import carb_nas.scoring as scoring
+
+    _patch_defaults(monkeypatch, torch_model)
+    monkeypatch.setattr(cal_mod, "_MACHINE_FACTORS", {})
+    monkeypatch.setattr(cli_model, "load_predictor", lambda *a, **k: torch_model)
+    monkeypatch.setattr(scoring, "resolve_model", lambda *a, **k: torch_model)
+    monkeypatch.syspath_prepend(str(__import__("pathlib").Path(__file__).resolve().parents[1]))
+    configs = tmp_path / "c.csv"
+    _grid(4).to_csv(configs, index=False)
+    spec = ["--model-spec", "tests.user_nets:make_cnn", "--input-shape", "2,3,32,32"]
+    out = tmp_path / "pred.csv"
+    for args in (["predict", PLATFORM, str(configs)], ["predict", PLATFORM, *spec]):
+        res = CliRunner().invoke(cli, [*args, "--calibrated", "-o", str(out)])
+        assert res.exit_code == 1 and "error: no calibration of cpu/torch/fp32" in res.stderr
+        assert len(res.stderr.strip().splitlines()) == 1 and not out.exists()
+    torch_model.save(tmp_path / "model")
+    res = CliRunner().invoke(cli, ["predict", str(tmp_path / "model"), str(configs),
+                                   "--calibrated"])  # fmt: skip
+    assert res.exit_code == 1 and "expected MODEL to be a platform name" in res.stderr
+    assert CliRunner().invoke(cli, ["calibrate", PLATFORM, "--time-budget-s", "8"]).exit_code == 0
+
+    def predicted(args):
+        res = CliRunner().invoke(cli, [*args, "--json"])
+        assert res.exit_code == 0, res.output
+        doc = json.loads(res.stdout)
+        return pd.DataFrame(doc["predictions"]), doc, res.stderr
+
+    plain, _, _ = predicted(["predict", PLATFORM, str(configs)])
+    cal, doc, err = predicted(["predict", PLATFORM, str(configs), "--calibrated"])
+    assert doc["calibrated"] is True and "predicting with this machine's calibration" in err
+    ratio = cal["latency_ms"] / plain["latency_ms"]  # the FAKE machine runs 1.3x the model
+    assert float(ratio.median()) == pytest.approx(1.3, rel=0.1)
+    plain, _, _ = predicted(["predict", PLATFORM, *spec, "--alpha", "0.1"])
+    cal, _, err = predicted(["predict", PLATFORM, *spec, "--alpha", "0.1", "--calibrated"])
+    factor = cal_mod.machine_factors(PLATFORM)["latency_ms"]
+    assert factor == pytest.approx(1.3, rel=0.02) and "latency_ms x1.30" in err
+    for col in ("latency_ms", "latency_ms_upper"):
+        assert cal[col].iloc[0] == pytest.approx(factor * plain[col].iloc[0])
+    assert cal["peak_mem_mb"].iloc[0] == pytest.approx(plain["peak_mem_mb"].iloc[0], rel=0.02)

@@ -238,3 +238,44 @@ def test_cli_search_over_a_family_space(tmp_path) -> None:
     assert "never saw family ['mobilenet_v3_small', 'vgg']" in res.stderr
     doc = json.loads(res.stdout)
     assert doc["pareto"] and {r["family"] for r in doc["pareto"]} <= {"mobilenet_v3_small", "vgg"}
+
+
+def test_cli_predict_model_spec_on_a_one_runtime_int8_model(tmp_path) -> None:
+    """A spec deploys on the model's one runtime and precision (an ORT int8 model here):
+    the spec had been fixed to torch fp32 and refused."""
+    from carb_nas.costmodel import CostModel, model_inputs
+    from tests.synthetic import synthetic_rows
+
+    rows = synthetic_rows(300, runtime="onnxruntime", seed=3)
+    rows["precision"] = "int8"
+    model = CostModel(preset="fast", n_jobs=1, random_state=0).fit(
+        model_inputs(rows), rows[["peak_mem_mb", "latency_ms"]], platform="cpu/onnxruntime/int8"
+    )
+    model.save(tmp_path / "ort_int8")
+    args = ["predict", str(tmp_path / "ort_int8"), "--model-spec", "tests.user_nets:make_cnn",
+            "--input-shape", "2,3,32,32", "--json"]  # fmt: skip
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    row = json.loads(res.stdout)["predictions"][0]
+    assert row["latency_ms"] > 0
+    assert row["key"] == ModelSpec.from_factory("tests.user_nets:make_cnn", "2,3,32,32",
+                                                precision="int8").key  # fmt: skip
+    assert "never saw this architecture (trained on families ['" in res.stderr
+
+
+def test_factory_next_to_the_user_imports_from_the_current_directory(tmp_path, monkeypatch):
+    """`carb-nas predict --model-spec mynet:make` run beside mynet.py: a console script has
+    no current directory on sys.path, and the factory was 'not importable'."""
+    import sys
+
+    from carb_nas.models import load_factory
+
+    (tmp_path / "cwd_net_for_test.py").write_text(
+        "from torch import nn\ndef make():\n    return nn.Conv2d(3, 4, 3)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "cwd_net_for_test", raising=False)
+    assert isinstance(load_factory("cwd_net_for_test:make")(), nn.Conv2d)
+    with pytest.raises(ConfigError, match="no_such_net_here"):
+        load_factory("no_such_net_here:make")

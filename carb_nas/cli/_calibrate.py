@@ -49,6 +49,26 @@ def run_calibration(
     return cal
 
 
+def calibrated_model(platform: str, doing: str) -> Any:
+    """This machine's calibrated model of ``platform`` for ``--calibrated`` (``doing``: what
+    the command does with it, said on stderr); one line naming the fix without one."""
+    from carb_nas.calibrate import load_calibration
+    from carb_nas.errors import MissingFileError
+
+    cal = load_calibration(platform)
+    if cal is None:
+        raise MissingFileError(
+            f"no calibration of {platform} on this machine: expected one made here by "
+            f"`carb-nas calibrate {platform}`, got none. Run `carb-nas calibrate {platform}` "
+            "first (about a minute), or drop --calibrated."
+        )
+    info(
+        f"{doing} this machine's calibration of {platform} ({cal.n_rows} rows, "
+        f"{cal.created or 'undated'})"
+    )
+    return cal.model
+
+
 def time_budget_option() -> Callable[[Any], Any]:
     return click.option(
         "--time-budget-s",

@@ -600,6 +600,12 @@ def resolve_model_spec(
     help="Add <target>_lower/_upper conformal bounds at this miscoverage (1 - confidence).",
 )
 @json_option("Print the predictions as JSON records on stdout.")
+@click.option(
+    "--calibrated",
+    is_flag=True,
+    help="Predict this machine's costs: MODEL (a shipped platform name) calibrated by "
+    "`carb-nas calibrate MODEL`; with --model-spec, scaled by this machine's factors.",
+)
 @model_spec_options
 @example("carb-nas predict cpu/torch/fp32 search_spaces/resnet.toml -o predictions.csv")
 def predict_cmd(
@@ -608,6 +614,7 @@ def predict_cmd(
     output: str | None,
     alpha: float | None,
     as_json: bool,
+    calibrated: bool,
     model_spec: str | None,
     factory_kwargs: str | None,
     input_shape: str | None,
@@ -619,7 +626,14 @@ def predict_cmd(
     from carb_nas.costmodel import model_inputs
     from carb_nas.datasets import read_configs, read_table, write_table
     from carb_nas.errors import ConfigError
-    from carb_nas.scoring import predict_frame, predict_spec, spec_inputs, unseen_families
+    from carb_nas.scoring import (
+        predict_frame,
+        predict_spec,
+        spec_inputs,
+        trained_families_note,
+        trained_levels,
+        unseen_families,
+    )
     from carb_nas.space import CONFIG_COLUMNS, REQUIRED_COLUMNS, Config
 
     _check_alpha(alpha)
@@ -629,13 +643,33 @@ def predict_cmd(
             f"{'both' if configs else 'neither'}. Pass a configs table/space or a factory."
         )
     spec = resolve_model_spec(model_spec, factory_kwargs, input_shape, "fp32")
+    if calibrated:
+        from carb_nas.calibrate import split_platform
+
+        if Path(model).exists():
+            raise ConfigError(
+                f"--calibrated calibrates a shipped model: expected MODEL to be a platform name "
+                f"such as cpu/torch/fp32, got the directory {model!r}. Pass the platform name "
+                "or drop --calibrated."
+            )
+        split_platform(model)
     if spec is not None:
         spec_inputs(spec)  # traced (and cached) before the model loads: bad specs fail fast
         cost_model = load_predictor(model, "MODEL")
+        known = trained_levels(cost_model, "precision")
+        if known and len(known) == 1 and spec.precision not in known:
+            # a one-precision model (cpu/openvino/int8) predicts the spec as it deploys there,
+            # as predict_costs does
+            spec = resolve_model_spec(model_spec, factory_kwargs, input_shape, known[0])
+        factors = _machine_factors(model) if calibrated else {}
         pred, unseen = predict_spec(cost_model, spec, alpha if alpha is not None else 0.1)
         origin = getattr(cost_model, "default_origin_", None)
         if origin:
             info(f"model {model}: {origin}")
+        for target, factor in factors.items():
+            for col in (target, f"{target}_lower", f"{target}_upper"):
+                if col in pred:
+                    pred[col] = pred[col] * factor
         unmodelled = list(pred["unmodelled_ops"].iloc[0]) if "unmodelled_ops" in pred else []
         if unmodelled:
             warnings.warn(
@@ -647,8 +681,10 @@ def predict_cmd(
             )
         elif unseen:
             warnings.warn(
-                f"the model ({model}) never saw this architecture: it was trained on "
-                "ResNets only, so expect poor accuracy.",
+                f"the model ({model}) never saw this architecture "
+                f"({trained_families_note(cost_model)}): predicting it from its architecture "
+                "features alone, expect poor accuracy; the kernel-level module model of "
+                "MODEL=cpu/torch/fp32 is built for networks of your own.",
                 UserWarning,
                 stacklevel=1,
             )
@@ -664,7 +700,7 @@ def predict_cmd(
             info(f"wrote 1 prediction to {output}")
         if as_json:
             echo_json({"model": str(model), "targets": list(cost_model.targets_),
-                       "alpha": alpha, "n_rows": 1, "output": output,
+                       "alpha": alpha, "calibrated": calibrated, "n_rows": 1, "output": output,
                        "predictions": out.to_dict(orient="records")})  # fmt: skip
         elif not output:
             click.echo(out.to_csv(index=False), nl=False)
@@ -684,16 +720,21 @@ def predict_cmd(
         X = model_inputs(frame)
         base = frame[list(CONFIG_COLUMNS)].copy()
         base.insert(0, "key", [Config(*r).key for r in base.itertuples(index=False)])
-    cost_model = load_model(model, "MODEL")
+    if calibrated:
+        from carb_nas.cli._calibrate import calibrated_model
+
+        cost_model = calibrated_model(model, "predicting with")
+    else:
+        cost_model = load_model(model, "MODEL")
     if generic:
         pred = cost_model.predict(X, alpha=alpha)
     else:
         unseen_names = unseen_families(cost_model, frame["family"].unique())
         if unseen_names:
             warnings.warn(
-                f"the model ({model}) never saw family {unseen_names}: predicting them from their "
-                "architecture features alone (it was trained on ResNets only: expect poor "
-                "accuracy).",
+                f"the model ({model}) never saw family {unseen_names} "
+                f"({trained_families_note(cost_model)}): predicting them from their "
+                "architecture features alone, expect poor accuracy.",
                 UserWarning,
                 stacklevel=1,
             )
@@ -708,6 +749,7 @@ def predict_cmd(
                 "model": str(model),
                 "targets": list(cost_model.targets_),
                 "alpha": alpha,
+                "calibrated": calibrated,
                 "n_rows": len(out),
                 "output": output,
                 "predictions": out.to_dict(orient="records"),
@@ -715,6 +757,16 @@ def predict_cmd(
         )
     elif not output:
         click.echo(out.to_csv(index=False), nl=False)
+
+
+def _machine_factors(platform: str) -> dict[str, float]:
+    """This machine's factors for the spec predictor of ``platform`` (said on stderr)."""
+    from carb_nas.calibrate import machine_factors
+
+    factors = machine_factors(platform)
+    said = ", ".join(f"{t} x{f:.2f}" for t, f in factors.items())
+    info(f"calibrated to this machine by its calibration of {platform}: {said}")
+    return factors
 
 
 COMMANDS: list = [train_cmd, evaluate_cmd, predict_cmd]

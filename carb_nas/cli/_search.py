@@ -770,7 +770,9 @@ def validate_command(
     check_calibration(calibration, precision, frame)
     model = source = load_model(model_spec)
     if calibrated:
-        model = _calibrated_model(model_spec)
+        from carb_nas.cli._calibrate import calibrated_model
+
+        model = calibrated_model(model_spec, "validating")
     if loadgen is None:
         check_budgets(parsed, model)
     if max_configs is not None:
@@ -895,24 +897,6 @@ def _scenario_settings(
             f"--scenario {scenario} (which measures {SCENARIO_BUDGETS[scenario]}). Drop it."
         )
     return LoadGenSettings(scenario, "quick" if quick else "loadgen-default", **named)
-
-
-def _calibrated_model(platform: str) -> Any:
-    """This machine's calibrated model of ``platform``; one line naming the fix without one."""
-    from carb_nas.calibrate import load_calibration
-
-    cal = load_calibration(platform)
-    if cal is None:
-        raise MissingFileError(
-            f"no calibration of {platform} on this machine: expected one made here by "
-            f"`carb-nas calibrate {platform}`, got none. Run `carb-nas calibrate {platform}` "
-            "first (about a minute), or drop --calibrated."
-        )
-    info(
-        f"validating this machine's calibration of {platform} ({cal.n_rows} rows, "
-        f"{cal.created or 'undated'})"
-    )
-    return cal.model
 
 
 COMMANDS = [screen_command, search_command, validate_command]

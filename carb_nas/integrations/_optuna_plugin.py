@@ -76,7 +76,7 @@ from carb_nas.budgets import (
     platform_name,
 )
 from carb_nas.errors import BudgetError, ConfigError, ModelError
-from carb_nas.scoring import resolve_model, trained_levels
+from carb_nas.scoring import resolve_model, trained_families_note, trained_levels
 from carb_nas.search.trial_params import (
     ATTR_BUDGETS,
     ATTR_CONFIDENCE,
@@ -383,10 +383,11 @@ class CostConstraints:
         elif unseen and not self._warned_module:
             self._warned_module = True
             warnings.warn(
-                "the cost model never saw this architecture (trained on ResNets only): its "
-                "costs are predicted from the architecture features alone; expect rough "
-                "predictions until a model is trained on such networks, or use the "
-                "kernel-level module model (CostConstraints('default')).",
+                f"the cost model never saw this architecture "
+                f"({trained_families_note(self.model)}): its costs are predicted from the "
+                "architecture features alone; expect rough predictions until a model is "
+                "trained on such networks, or use the kernel-level module model "
+                "(CostConstraints('default')).",
                 UserWarning,
                 stacklevel=2,
             )

@@ -11,8 +11,11 @@ import hashlib
 import importlib
 import json
 import math
+import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -80,7 +83,7 @@ def load_factory(target: str) -> Callable[..., Any]:
             "Name the module and the function, e.g. mypkg.nets:make_cnn."
         )
     try:
-        obj: Any = importlib.import_module(module_name)
+        obj: Any = _import_from_cwd_too(module_name)
     except Exception as e:  # noqa: BLE001 - an import runs arbitrary user code
         raise ConfigError(
             f"cannot import model factory {target!r}: expected an importable module "
@@ -100,6 +103,24 @@ def load_factory(target: str) -> Callable[..., Any]:
             f"got {type(obj).__name__}. Point at a function or class."
         )
     return obj
+
+
+def _import_from_cwd_too(module_name: str) -> Any:
+    """Import ``module_name`` as ``python -m`` would: a module in the current directory
+    counts. A console script (``carb-nas``) has no current directory on ``sys.path``, so
+    ``--model-spec mynet:make_net`` next to ``mynet.py`` failed; like uvicorn, the directory
+    is put on the path (kept there: the user's module may import its siblings later)."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        top = module_name.split(".")[0]
+        cwd = os.getcwd()
+        if e.name != top or cwd in sys.path or "" in sys.path:
+            raise
+        if not (Path(cwd, top + ".py").is_file() or Path(cwd, top).is_dir()):
+            raise
+        sys.path.insert(0, cwd)
+        return importlib.import_module(module_name)
 
 
 def _one_line(e: BaseException) -> str:

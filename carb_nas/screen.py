@@ -76,7 +76,8 @@ class ScreenResult:
 
     ``candidates``: every candidate with the source model's ranking prediction (``source_<t>``)
     and its rank; ``shortlist``: the top K with source and target predictions (``<t>`` columns
-    are the target model's); ``within_budget``: the shortlisted configs that meet every budget;
+    are the target model's, and ``precision``/``runtime`` the target's deployment, the source's
+    in ``source_precision``/``source_runtime`` where they differ); ``within_budget``: the shortlisted configs that meet every budget;
     ``pareto``: the non-dominated configs among those; ``least_violating``: when nothing meets
     the budgets, the shortlisted configs closest to them (else empty).
     """
@@ -256,6 +257,14 @@ def screen(
     t2 = time.perf_counter()
     shortlist = candidates.iloc[top].reset_index(drop=True)
     shortlist.insert(0, "source_rank", np.arange(1, len(shortlist) + 1))
+    for knob in ("precision", "runtime"):
+        # the shortlist holds the target's predictions: its configs as deployed there
+        # (ranked as deployed on the source: source_precision/source_runtime)
+        deployed = tgt_frame[knob].iloc[top].to_numpy()
+        if (shortlist[knob].to_numpy() != deployed).any():
+            shortlist.insert(shortlist.columns.get_loc(knob) + 1, f"source_{knob}",
+                             shortlist[knob].to_numpy())  # fmt: skip
+            shortlist[knob] = deployed
     alpha = confidence_alpha(confidence)
     tgt = predict_frame(target_model, tgt_frame.iloc[top], alpha=alpha)
     for col in tgt.columns:

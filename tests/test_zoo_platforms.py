@@ -214,9 +214,12 @@ def _screen(space, tmp_path, top_k):
     from carb_nas.costmodel import load_model
     from carb_nas.scoring import predict_frame
 
-    configs = short[[*PAIR, "precision", "runtime"]]
+    # the shortlist's configs as deployed on the target, ranked as deployed on the source
+    assert set(short["runtime"]) == {"openvino"} and set(short["precision"]) == {"int8"}
+    assert set(short["source_runtime"]) == {"torch"} and set(short["source_precision"]) == {"fp32"}
+    ov = short[[*PAIR, "precision", "runtime"]]
+    configs = ov.assign(runtime=short["source_runtime"], precision=short["source_precision"])
     torch_pred = predict_frame(load_model("cpu/torch/fp32/zoo"), configs)
-    ov = configs.assign(runtime="openvino", precision="int8")
     ov_pred = predict_frame(load_model("cpu/openvino/int8"), ov)
     assert short["source_latency_ms"].to_numpy() == pytest.approx(torch_pred["latency_ms"])
     assert short["latency_ms"].to_numpy() == pytest.approx(ov_pred["latency_ms"])

@@ -655,13 +655,14 @@ def predict_cmd(
         split_platform(model)
     if spec is not None:
         spec_inputs(spec)  # traced (and cached) before the model loads: bad specs fail fast
+        # a missing calibration refused before the module model's first-use training
+        factors = _machine_factors(model) if calibrated else {}
         cost_model = load_predictor(model, "MODEL")
         known = trained_levels(cost_model, "precision")
         if known and len(known) == 1 and spec.precision not in known:
             # a one-precision model (cpu/openvino/int8) predicts the spec as it deploys there,
             # as predict_costs does
             spec = resolve_model_spec(model_spec, factory_kwargs, input_shape, known[0])
-        factors = _machine_factors(model) if calibrated else {}
         pred, unseen = predict_spec(cost_model, spec, alpha if alpha is not None else 0.1)
         origin = getattr(cost_model, "default_origin_", None)
         if origin:

@@ -77,7 +77,8 @@ class ScreenResult:
     ``candidates``: every candidate with the source model's ranking prediction (``source_<t>``)
     and its rank; ``shortlist``: the top K with source and target predictions (``<t>`` columns
     are the target model's, and ``precision``/``runtime`` the target's deployment, the source's
-    in ``source_precision``/``source_runtime`` where they differ); ``within_budget``: the shortlisted configs that meet every budget;
+    in ``source_precision``/``source_runtime`` where they differ); ``within_budget``: the
+    shortlisted configs that meet every budget;
     ``pareto``: the non-dominated configs among those; ``least_violating``: when nothing meets
     the budgets, the shortlisted configs closest to them (else empty).
     """

@@ -212,6 +212,23 @@ def test_profiler_validation_on_other_runtimes(model_dirs, tmp_path, runtime, pr
     assert doc["validated"][0]["measured"]["latency_ms"] > 0
 
 
+def test_validate_measures_on_the_platform_the_model_names(tmp_path):
+    """`validate --model cpu/onnxruntime/int8` without --runtime/--precision measured torch
+    fp32 and scored it against INT8 predictions (a screen's OpenVINO INT8 shortlist: x30)."""
+    pareto = _pareto(tmp_path, BASIC)
+    base = ["validate", pareto, "--model", "cpu/onnxruntime/int8", "--threads", "1",
+            "--protocol", "carb", "--json"]  # fmt: skip
+    r = _run(*base)
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["platform"] == "cpu/onnxruntime/int8"
+    assert "measuring on cpu/onnxruntime/int8, the --model's platform" in r.stderr
+    r = _run(*base, "--runtime", "torch")  # asked for: measured there, with the warning
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["platform"] == "cpu/torch/fp32"
+    assert any("trained on runtime='onnxruntime'" in w for w in doc["warnings"])
+
+
 def test_a_config_that_fails_conversion_is_a_warning_and_the_rest_is_kept(model_dirs, tmp_path):
     pareto = _pareto(tmp_path, BASIC, NO_ONNX)
     r = _run(

@@ -570,7 +570,10 @@ def _validate_front(
 @click.command("validate")
 @click.argument("pareto")
 @click.option("--device", default="cpu", show_default=True, help="cpu or cuda[:N].")
-@runtime_option()
+@runtime_option(
+    "Runtime to measure on; without --runtime/--precision, a --model naming a shipped "
+    "platform (cpu/openvino/int8) sets both."
+)
 @precision_option()
 @model_option(
     dest="model_spec",
@@ -710,6 +713,7 @@ def validate_command(
             f"invalid --max-configs: expected a whole number >= 1, got {max_configs}. "
             "Use e.g. --max-configs 6."
         )
+    runtime, precision = _platform_of_model(model_spec, device, runtime, precision)
     check_platform(device, runtime, precision)
     from carb_nas.measure import check_passes
 
@@ -843,6 +847,28 @@ def validate_command(
         echo_json(out)
         return
     click.echo(result.summary())
+
+
+def _platform_of_model(
+    model_spec: str, device: str, runtime: str, precision: str
+) -> tuple[str, str]:
+    """--runtime/--precision, or, when neither was given and --model names a shipped
+    platform of another runtime or precision (cpu/openvino/int8), that platform's: measuring
+    torch fp32 against an OpenVINO INT8 model's predictions compared two platforms (x30)."""
+    from click.core import ParameterSource
+
+    ctx = click.get_current_context()
+    given = any(
+        ctx.get_parameter_source(p) not in (ParameterSource.DEFAULT, None)
+        for p in ("runtime", "precision")
+    )
+    parts = str(model_spec).split("/")
+    if given or Path(model_spec).exists() or len(parts) not in (3, 4) or parts[0] != device:
+        return runtime, precision
+    if (parts[1], parts[2]) != (runtime, precision):
+        info(f"measuring on {'/'.join(parts[:3])}, the --model's platform (--runtime/--precision "
+             "to measure another)")  # fmt: skip
+    return parts[1], parts[2]
 
 
 def _scenario_settings(

@@ -474,8 +474,10 @@ def test_cli_validate_calibrated_without_a_calibration_is_one_line(
     assert not (model_cache / "calibrations").exists()
     # another model than the platform measured is refused before anything
     res = CliRunner().invoke(
-        cli, ["validate", str(pareto), "--model", "cpu/onnxruntime/fp32", "--calibrated"]
-    )
+        cli,
+        ["validate", str(pareto), "--model", "cpu/onnxruntime/fp32", "--runtime", "torch",
+         "--calibrated"],
+    )  # fmt: skip
     assert res.exit_code == 1 and "--calibrated validates this machine's" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
     # a qualified dataset's default model of the platform measured is one to calibrate

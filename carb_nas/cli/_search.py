@@ -850,7 +850,7 @@ def validate_command(
 
 
 def _platform_of_model(
-    model_spec: str, device: str, runtime: str, precision: str
+    model_spec: str | None, device: str, runtime: str, precision: str
 ) -> tuple[str, str]:
     """--runtime/--precision, or, when neither was given and --model names a shipped
     platform of another runtime or precision (cpu/openvino/int8), that platform's: measuring
@@ -862,6 +862,8 @@ def _platform_of_model(
         ctx.get_parameter_source(p) not in (ParameterSource.DEFAULT, None)
         for p in ("runtime", "precision")
     )
+    if model_spec is None:
+        return runtime, precision  # the missing --model is reported by its own check
     parts = str(model_spec).split("/")
     if given or Path(model_spec).exists() or len(parts) not in (3, 4) or parts[0] != device:
         return runtime, precision

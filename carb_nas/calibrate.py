@@ -660,10 +660,11 @@ def machine_factors(platform: str, predictor: Any = None, profiler: Any = None) 
 
     A calibration map is fitted to one model's errors; a model of another dataset (the module
     model of the multi-family zoo) shares only the machine's speed with it, hence one factor.
-    On the AMD Zen 4 of 2026-12-03: 1.67 for the module model (12 ResNet configs, ratios
-    1.22-2.67); over 7 networks measured there (MobileNetV3-Small x2, EfficientNet, ResNet-18,
-    three small user CNNs) latency MAPE 38 % -> 25 %, 1 -> 4 within 15 %, but a dense 3-layer
-    CNN the model had within 8 % went to 54 %: a machine's speed, not a per-network fix.
+    On the AMD Zen 4 of 2026-12-03: 0.80 for the module model trained on zoo-epyc (12
+    ResNet configs); over 32 networks measured there (22 zoo configs, 10 user CNNs) latency
+    MAPE 32.2 % -> 14.3 %, 4 -> 22 within 15 % (user CNNs 41 -> 24 %): a machine's speed,
+    not a per-network fix. (The model trained on the Intel zoo rows ran 0.99-2.94x there,
+    by network: 39.3 -> 22.4 %, 13 within 15 %.)
     ModelError when there is no calibration; the default predictor's factors are cached per
     process (a recalibration is seen by the next process).
     """

@@ -81,6 +81,7 @@ from carb_nas.costmodel._common import (
 from carb_nas.costmodel._defaults import (
     CACHE_ENV,
     DEFAULT_MODEL_PARAMS,
+    DEFAULT_MODULE_DATASET,
     DEFAULT_MODULE_PARAMS,
     check_model,
     default_model_cache_dir,
@@ -163,6 +164,7 @@ __all__ = [
     "DEFAULT_MODEL_PARAMS",
     "CACHE_ENV",
     "load_default_module_model",
+    "DEFAULT_MODULE_DATASET",
     "DEFAULT_MODULE_PARAMS",
     "zoo_dataset_paths",
     # evaluation

@@ -67,6 +67,9 @@ def test_loadgen_runs_resumes_and_reports_invalid(tmp_path):
         (["--config", "family=basic,depth=8"], "incomplete --config"),
         (["--config", "nonsense"], "malformed --config"),
         (["--limit", "0"], "invalid --limit"),
+        (["--model-spec", "tests.user_nets:nope", "--input-shape", "1,3,8,8"], "cannot find"),
+        (["--model-spec", "tests.user_nets:make_cnn"], "missing --input-shape"),
+        (["--input-shape", "1,3,8,8"], "without --model-spec"),
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, match):
@@ -80,6 +83,25 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, match):
     assert len(lines) == 1 and lines[0].startswith("error:") and match in lines[0]
     assert "Traceback" not in r.output
     assert not out.exists()
+
+
+def test_loadgen_of_a_users_own_network(tmp_path, monkeypatch):
+    """`--model-spec`: a factory's network under the scenarios (issue 15: MODEL_SPEC|CONFIGS|
+    SPACE); its batch dimension is the scenario's, its kwargs are in the row."""
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))
+    out = tmp_path / "lg"
+    spec = ["--model-spec", "tests.user_nets:make_cnn", "--kwargs", '{"channels": 8}',
+            "--input-shape", "4,3,16,16"]  # fmt: skip
+    r = _run("loadgen", *spec, "--scenario", "single-stream", "--threads", "1", "-o", str(out),
+             *FAST, "--json")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["done"] == 1
+    (row,) = [json.loads(p.read_text()) for p in (out / "results").glob("*.json")]
+    assert row["status"] == "ok" and row["latency_p90_ms"] > 0
+    assert row["model_spec"] == "tests.user_nets:make_cnn" and row["kwargs"] == '{"channels": 8}'
+    assert row["input_shape"] == [3, 16, 16]
 
 
 def test_calibration_of_the_wrong_shape_writes_nothing(tmp_path):

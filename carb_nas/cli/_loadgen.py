@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from carb_nas._io import check_writable_dir
+from carb_nas.cli._model import model_spec_options, resolve_model_spec
 from carb_nas.cli._options import (
     echo_json,
     example,
@@ -57,6 +58,7 @@ def _parse_config(text: str):
     multiple=True,
     help="One config as KEY=VALUE,... (family, depth, width, resolution); repeatable.",
 )
+@model_spec_options
 @runtime_option("torch | onnxruntime | openvino | litert (the CPU runtimes).")
 @precision_option()
 @click.option(
@@ -115,6 +117,9 @@ def _parse_config(text: str):
 def loadgen_cmd(
     configs: str | None,
     config_texts: tuple[str, ...],
+    model_spec: str | None,
+    factory_kwargs: str | None,
+    input_shape: str | None,
     runtime: str,
     precision: str,
     scenarios: tuple[str, ...],
@@ -131,7 +136,9 @@ def loadgen_cmd(
     threads: int | None,
     as_json: bool,
 ) -> None:
-    """Run MLPerf LoadGen scenarios (the real mlperf_loadgen) on CONFIGS and/or --config.
+    """Run MLPerf LoadGen scenarios (the real mlperf_loadgen) on CONFIGS, --config and/or
+    your own network (--model-spec pkg.mod:make_net --input-shape 1,3,224,224: its batch
+    dimension is ignored, each scenario sets the batches).
 
     One system under test per (config, runtime, precision); LoadGen decides the queries and
     judges the run. Every run keeps LoadGen's summary and detail logs (-o/logs/) and one row
@@ -173,18 +180,22 @@ def loadgen_cmd(
         )
     if limit is not None and limit < 1:
         raise ConfigError(f"invalid --limit: expected >= 1, got {limit}. Use e.g. --limit 5.")
+    spec = resolve_model_spec(model_spec, factory_kwargs, input_shape, "fp32")
+    if spec is not None:
+        spec.build("meta")  # the factory imports and builds a module: one line if not
     import_loadgen()
     found = list(frame_to_configs(read_configs(configs))) if configs else []
     found += [_parse_config(t) for t in config_texts]
-    if not found:
+    if not found and spec is None:
         raise ConfigError(
-            "no configs: expected CONFIGS (a table or a space file) or --config, got neither. "
-            "Give one, e.g. --config family=basic,depth=18,width=0.5,resolution=64."
+            "no configs: expected CONFIGS (a table or a space file), --config or --model-spec, "
+            "got none. Give one, e.g. --config family=basic,depth=18,width=0.5,resolution=64."
         )
     found = found[:limit] if limit else found
     workloads, seen = [], set()
-    for c in found:
-        w = Workload.from_config(c)
+    for w in [Workload.from_config(c) for c in found] + (
+        [Workload.from_spec(spec)] if spec is not None else []
+    ):
         if w.key not in seen:  # batch size does not matter: the scenario sets the batches
             seen.add(w.key)
             workloads.append(w)

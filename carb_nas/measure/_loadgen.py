@@ -42,7 +42,13 @@ import torch
 
 from carb_nas._io import atomic_directory, atomic_write_json
 from carb_nas.errors import ConfigError, DeviceUnavailableError, MeasurementError
-from carb_nas.measure._runtimes import INSTALL_HINTS, Runtime, _seeded_randn, get_runtime
+from carb_nas.measure._runtimes import (
+    INSTALL_HINTS,
+    MODEL_SEED,
+    Runtime,
+    _seeded_randn,
+    get_runtime,
+)
 from carb_nas.space import Config
 
 __all__ = [
@@ -98,6 +104,8 @@ class Workload:
     build: Callable[[], torch.nn.Module]
     input_shape: tuple[int, ...]
     config: Config | None = None
+    #: what else names it in its rows (a factory's ``model_spec`` and JSON ``kwargs``)
+    fields: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def from_config(cls, config: Config) -> Workload:
@@ -112,6 +120,25 @@ class Workload:
             (3, config.resolution, config.resolution),
             base,
         )
+
+    @classmethod
+    def from_spec(cls, spec: Any) -> Workload:
+        """A :class:`carb_nas.models.ModelSpec` (a config, a user factory or a module): built
+        in fp32 with seeded weights (the runtime converts and quantizes it); its input shape
+        without the batch dimension, which each scenario sets (one sample per query in
+        SingleStream, ``samples_per_query`` in MultiStream, ``batch_size`` offline)."""
+        if spec.kind == "config":
+            return cls.from_config(spec.config)
+        fp32 = dataclasses.replace(spec, precision="fp32")
+
+        def build() -> torch.nn.Module:
+            torch.manual_seed(MODEL_SEED)
+            return fp32.build("cpu")
+
+        fields = {}
+        if spec.kind == "factory":
+            fields = {"model_spec": spec.factory, "kwargs": json.dumps(dict(spec.kwargs))}
+        return cls(spec.name, fp32.key, build, tuple(spec.input_shape[1:]), None, fields)
 
 
 @dataclass(frozen=True)
@@ -525,6 +552,7 @@ def run_loadgen_campaign(
                 }
                 if w.config is not None:  # the config's knobs; the platform's names win
                     base = {**w.config.as_dict(), **base}
+                base = {**w.fields, **base}
                 if prepared is None:
                     row = {"status": "error", "error": prepare_error}
                 else:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -124,6 +125,18 @@ def calibration_dir(platform: str, fingerprint: dict[str, Any]) -> Path:
     """Where this machine's calibration of ``platform`` is cached."""
     root = default_model_cache_dir().parent / "calibrations"
     return root / f"{platform.replace('/', '_')}-{machine_key(fingerprint)}"
+
+
+def _any_calibration_of(platform: str) -> bool:
+    """Whether any machine's calibration of ``platform`` is cached here (this machine's is
+    one of them, named by its fingerprint's key)."""
+    root = calibration_dir(platform, {}).parent
+    stem = platform.replace("/", "_")
+    return root.is_dir() and any(
+        re.fullmatch(re.escape(stem) + r"-[0-9a-f]{16}", d.name)
+        and (d / "calibration.json").is_file()
+        for d in root.iterdir()
+    )
 
 
 def split_platform(platform: str) -> tuple[str, str, str]:
@@ -563,6 +576,8 @@ def load_calibration(
     platform, which measures nothing).
     """
     split_platform(platform)
+    if directory is None and not _any_calibration_of(platform):
+        return None  # before the default model (trained on first use) and a profiler
     own = profiler is None
     prof = profiler
     source = source_model

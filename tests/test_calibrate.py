@@ -652,3 +652,24 @@ def test_cli_predict_calibrated_configs_and_model_specs(
     for col in ("latency_ms", "latency_ms_upper"):
         assert cal[col].iloc[0] == pytest.approx(factor * plain[col].iloc[0])
     assert cal["peak_mem_mb"].iloc[0] == pytest.approx(plain["peak_mem_mb"].iloc[0], rel=0.02)
+
+
+def test_no_calibration_is_said_before_the_default_model_loads(model_cache, monkeypatch):
+    """Without any calibration of the platform cached, load_calibration says so without
+    loading (on a fresh machine: training) the default model for the fingerprint."""
+
+    def trains(*a, **k):
+        raise AssertionError("the default model was loaded")
+
+    monkeypatch.setattr(cal_mod, "load_default_model", trains)
+    assert load_calibration(PLATFORM) is None
+    # a calibration of another platform does not count; one of this platform does
+    other = calibration_dir("cpu/torch/fp32/zoo-zen5", {"m": 1})
+    other.mkdir(parents=True)
+    (other / "calibration.json").write_text("{}")
+    assert load_calibration(PLATFORM) is None
+    mine = calibration_dir(PLATFORM, {"m": 2})
+    mine.mkdir(parents=True)
+    (mine / "calibration.json").write_text("{}")
+    with pytest.raises(AssertionError, match="default model was loaded"):
+        load_calibration(PLATFORM)

@@ -17,7 +17,7 @@ any training.
 
 Cost model: ``"default"``, the kernel-level module model of ``cpu/torch/fp32``: per-operator
 models trained on the shipped multi-family measurements (carb_nas/data/zoo), summed per
-network; its first use trains it (a few minutes, once) and caches it. ``--synthetic``: a
+network; shipped with carb_nas (it loads in about a second). ``--synthetic``: a
 module model fitted now to SYNTHETIC per-operator times of this study's own networks (a
 made-up roofline, not measurements: its numbers mean nothing), so the mechanics show in
 seconds. The script says which one it uses. Budgets default to quantiles of the predictions
@@ -112,7 +112,7 @@ def cost_model(synthetic: bool = False):
         )
     return load_default_module_model(PLATFORM), (
         f"the kernel-level module model of {PLATFORM} (per-operator models trained on the "
-        "shipped multi-family measurements; first use trains and caches it)"
+        "shipped multi-family measurements, shipped with carb_nas)"
     )
 
 

@@ -10,15 +10,19 @@ import torch
 from click.testing import CliRunner
 from torch import nn
 
-from carb_nas import predict_costs
+from carb_nas import ModelSpec, predict_costs
 from carb_nas.cli import cli
 from carb_nas.costmodel import (
     ModuleCostModel,
+    _defaults,
     load_default_module_model,
     load_predictor,
     zoo_dataset_paths,
 )
 from carb_nas.errors import ModelError
+
+#: the real recipe, read at import (the suite's session fixture swaps in a cheap one)
+REAL_MODULE_PARAMS = dict(_defaults.DEFAULT_MODULE_PARAMS)
 
 
 class _Upsampler(nn.Module):
@@ -123,3 +127,27 @@ def test_cli_predict_model_spec_uses_the_module_model(tiny_module_defaults, monk
     assert "trained on first use" in r.stderr
     again = CliRunner().invoke(cli, args)
     assert again.exit_code == 0 and "loaded" in again.stderr
+
+
+def test_the_shipped_module_model_is_todays_recipe_and_loads_without_training(
+    monkeypatch, model_cache
+):
+    """carb_nas/data/models holds the default module model of today's dataset and recipe, so
+    users load it (~1 s) instead of training it (75 s). Fails when the zoo dataset, the recipe
+    or carb_nas's version changed without `costmodel.ship_default_module_model()`."""
+    from carb_nas.costmodel import shipped_module_model_dir
+
+    monkeypatch.setattr(_defaults, "DEFAULT_MODULE_PARAMS", REAL_MODULE_PARAMS)
+    d = shipped_module_model_dir()
+    assert (d / "manifest.json").is_file(), (
+        f"no module model shipped for today's recipe ({d.name}): run python -c 'from "
+        "carb_nas.costmodel import ship_default_module_model as s; s()' and commit "
+        "carb_nas/data/models (remove the stale one)"
+    )
+    assert [p.name for p in d.parent.glob("cpu_torch_fp32-module-*")] == [d.name]  # no stale
+    model = load_default_module_model(verbose=False)
+    assert model.default_origin_ == _defaults.DEFAULT_ORIGINS["shipped"]
+    assert not (model_cache / "models").exists() or not any((model_cache / "models").iterdir())
+    assert not list(d.rglob("*.pkl"))  # no pickle
+    pred, _ = model.predict_spec(ModelSpec.from_module(_Upsampler(), (1, 3, 16, 16)), 0.1)
+    assert 0 < pred["latency_ms_lower"].iloc[0] <= pred["latency_ms"].iloc[0]

@@ -90,6 +90,8 @@ from carb_nas.costmodel._defaults import (
     load_default_module_model,
     load_model,
     load_predictor,
+    ship_default_module_model,
+    shipped_module_model_dir,
     zoo_dataset_paths,
 )
 from carb_nas.costmodel._estimator import CostModel
@@ -164,6 +166,8 @@ __all__ = [
     "DEFAULT_MODEL_PARAMS",
     "CACHE_ENV",
     "load_default_module_model",
+    "ship_default_module_model",
+    "shipped_module_model_dir",
     "DEFAULT_MODULE_DATASET",
     "DEFAULT_MODULE_PARAMS",
     "zoo_dataset_paths",

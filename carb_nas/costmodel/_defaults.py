@@ -29,9 +29,12 @@ DEFAULT_MODEL_PARAMS: Mapping[str, Any] = MappingProxyType(
 )
 
 
+_SHIPPED_MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
+
+
 def default_model_dir(platform: str = "cpu/torch/fp32") -> Path:
     """Where the model shipped for ``platform`` lives (carb_nas/data/models/<platform>)."""
-    return Path(__file__).resolve().parents[1] / "data" / "models" / platform.replace("/", "_")
+    return _SHIPPED_MODELS / platform.replace("/", "_")
 
 
 def default_model_cache_dir() -> Path:
@@ -234,25 +237,14 @@ def _zoo_training_rows(rows_csv: Path, rows_per_family: int | None) -> Any:
     return rows
 
 
-def load_default_module_model(
-    platform: str = "cpu/torch/fp32",
-    verbose: bool = True,
-    *,
-    params: Mapping[str, Any] | None = None,
-) -> Any:
-    """The default predictor of any module on ``platform``: a
-    :class:`~carb_nas.costmodel.ModuleCostModel` (per-operator models + network cascade,
-    :data:`DEFAULT_MODULE_PARAMS` updated by ``params``) trained on first use on the
-    multi-family dataset shipped for the platform (``carb_nas/data/zoo``: its networks and
-    per-op table), cached under :func:`default_model_cache_dir` keyed by a hash of both
-    files and of the recipe, loaded afterwards (no pickle). ``model.default_origin_`` says
-    which. Raises ``ModelError`` for a platform without such a dataset; an unwritable cache
-    is refused before training."""
-    import pandas as pd
-
+def _module_model_recipe(
+    platform: str, params: Mapping[str, Any] | None
+) -> tuple[str, tuple[Path, Path], dict[str, Any]]:
+    """(cache name, dataset paths, recipe parameters) of the default module model: the name
+    hashes both dataset files, the recipe, the format and carb_nas's version (the features are
+    traced by it), so a change to any of them names another model."""
     from carb_nas.costmodel._common import package_version
     from carb_nas.costmodel._kernels import FORMAT_VERSION as MODULE_FORMAT_VERSION
-    from carb_nas.costmodel._kernels import ModuleCostModel, network_tables
 
     paths = zoo_dataset_paths(platform)
     if paths is None:
@@ -275,11 +267,52 @@ def load_default_module_model(
     h = hashlib.sha256()
     for path in paths:
         h.update(path.read_bytes())
-    # the features are traced by this carb_nas: its version is part of the recipe
     h.update(json.dumps([recipe_params, MODULE_FORMAT_VERSION, _MODULE_RECIPE_REVISION,
                          package_version()],
                         sort_keys=True, default=str).encode())  # fmt: skip
-    name = f"{platform.replace('/', '_')}-module-{h.hexdigest()[:16]}"
+    return f"{platform.replace('/', '_')}-module-{h.hexdigest()[:16]}", paths, recipe_params
+
+
+def shipped_module_model_dir(platform: str = "cpu/torch/fp32") -> Path:
+    """Where the default module model of ``platform`` (today's recipe) is shipped:
+    ``carb_nas/data/models/<its cache name>``. :func:`ship_default_module_model` writes it."""
+    return _SHIPPED_MODELS / _module_model_recipe(platform, None)[0]
+
+
+def ship_default_module_model(platform: str = "cpu/torch/fp32") -> Path:
+    """Train (or load from the cache) the default module model of ``platform`` and save it
+    into the package (:func:`shipped_module_model_dir`), so users load it instead of training
+    it on first use. Run after any change to the zoo dataset or the recipe (a shipped model of
+    another recipe is never loaded: its name differs; the test suite says when it is stale)."""
+    model = load_default_module_model(platform)
+    d = shipped_module_model_dir(platform)
+    model.save(d)
+    return d
+
+
+def load_default_module_model(
+    platform: str = "cpu/torch/fp32",
+    verbose: bool = True,
+    *,
+    params: Mapping[str, Any] | None = None,
+) -> Any:
+    """The default predictor of any module on ``platform``: a
+    :class:`~carb_nas.costmodel.ModuleCostModel` (per-operator models + network cascade,
+    :data:`DEFAULT_MODULE_PARAMS` updated by ``params``): the one shipped for this recipe
+    (:func:`shipped_module_model_dir`) when there is one; otherwise trained on first use on
+    the multi-family dataset shipped for the platform (``carb_nas/data/zoo``: its networks and
+    per-op table), cached under :func:`default_model_cache_dir` keyed by a hash of both
+    files and of the recipe, loaded afterwards (no pickle). ``model.default_origin_`` says
+    which. Raises ``ModelError`` for a platform without such a dataset; an unwritable cache
+    is refused before training."""
+    import pandas as pd
+
+    from carb_nas.costmodel._kernels import ModuleCostModel, network_tables
+
+    name, paths, recipe_params = _module_model_recipe(platform, params)
+    shipped = _SHIPPED_MODELS / name  # this recipe's model, if shipped
+    if (shipped / "manifest.json").is_file():
+        return _with_origin(ModuleCostModel.load(shipped), "shipped")
     cache = default_model_cache_dir()
     cached = cache / name
     loaded = _load_cached(cached, ModuleCostModel.load)

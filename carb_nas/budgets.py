@@ -210,8 +210,17 @@ def platform_name(model: Any) -> str:
     return "this model's platform"
 
 
+#: runtimes whose measured ``peak_mem_mb`` is what one inference adds to the process's resident
+#: memory (RSS high-water mark; weights and the compiled model already resident), not the
+#: tensor peak (parameters + activations) of torch and ONNX Runtime (measure._openvino)
+RSS_PEAK_RUNTIMES = ("openvino", "litert")
+_WARNED_RSS_PEAK: set[str] = set()
+
+
 def check_budgets(budgets: Mapping[str, float], model: Any, role: str = "model") -> None:
-    """Raise BudgetError when a budget names a target ``model`` does not predict."""
+    """Raise BudgetError when a budget names a target ``model`` does not predict; warn (once
+    per platform and process) when a memory budget meets a model of :data:`RSS_PEAK_RUNTIMES`,
+    whose peak memory means something else."""
     targets = model_targets(model)
     for name in budgets:
         if name in SCENARIO_METRICS:
@@ -228,6 +237,22 @@ def check_budgets(budgets: Mapping[str, float], model: Any, role: str = "model")
                 f"{platform_name(model)} predicts {targets}{why}, got a budget on {name!r}. "
                 "Drop that budget or use a model trained with that target."
             )
+    plat = getattr(model, "platform_", None)
+    runtime = plat.get("runtime") if isinstance(plat, Mapping) else None
+    name = platform_name(model)
+    memory = any(base_target(n) == "peak_mem_mb" for n in budgets)
+    if memory and runtime in RSS_PEAK_RUNTIMES and name not in _WARNED_RSS_PEAK:
+        import warnings
+
+        _WARNED_RSS_PEAK.add(name)
+        warnings.warn(
+            f"peak_mem_mb of the {role} for {name} is what {runtime} adds to the process's "
+            "resident memory during one inference (its weights and compiled model excluded; "
+            "RSS high-water mark, coarse), not the tensor peak torch and ONNX Runtime report: "
+            "a peak_mem_mb budget on it is not comparable with one on those runtimes.",
+            UserWarning,
+            stacklevel=2,
+        )
 
 
 def check_scenario_budgets(budgets: Mapping[str, float], scenario: str) -> None:

@@ -42,3 +42,27 @@ def test_a_cost_model_cannot_take_a_scenario_budget():
 def test_unknown_budget_lists_the_scenario_metrics():
     with pytest.raises(BudgetError, match="throughput_sps"):
         parse_budgets(["qps=3"])
+
+
+def test_a_memory_budget_on_an_rss_peak_runtime_warns_once(monkeypatch):
+    """OpenVINO/LiteRT rows measure peak_mem_mb as one inference's RSS growth (weights
+    excluded): a memory budget on such a model says so, once per platform; torch's does not."""
+    import warnings
+    from types import SimpleNamespace
+
+    import carb_nas.budgets as budgets_mod
+
+    monkeypatch.setattr(budgets_mod, "_WARNED_RSS_PEAK", set())
+
+    def model(runtime):
+        plat = {"platform": f"cpu/{runtime}/int8", "runtime": runtime}
+        return SimpleNamespace(targets_=["peak_mem_mb", "latency_ms"], platform_=plat)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_budgets({"peak_mem_mb": 50}, model("torch"))
+        check_budgets({"latency_ms": 5}, model("openvino"))  # no memory budget: nothing
+        check_budgets({"peak_mem_mb_per_image": 5}, model("openvino"), role="target model")
+        check_budgets({"peak_mem_mb": 50}, model("openvino"))  # said already
+    (w,) = [str(c.message) for c in caught]
+    assert "target model for cpu/openvino/int8" in w and "weights and compiled model" in w

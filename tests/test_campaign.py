@@ -743,3 +743,37 @@ def test_an_rdb_trial_beats_before_it_names_its_owner(tmp_path, monkeypatch):
     s = _run(_configs(1), tmp_path / "camp", storage=f"sqlite:///{tmp_path / 'c.db'}")
     assert s.done >= 1
     assert events[:2] == ["beat", "owner"] and events.count("beat") == events.count("owner")
+
+
+def test_a_database_blip_while_a_trial_starts_or_ends_is_ridden_out(tmp_path, monkeypatch, capsys):
+    """Every per-trial call on an RDB storage (first heartbeat, owner, row, tell) retries on a
+    lost connection: the CI run whose PostgreSQL restart fell on the heartbeat's first call
+    killed the worker."""
+    import optuna
+    import sqlalchemy.exc
+
+    from carb_nas.measure import _campaign
+
+    monkeypatch.setenv("CARB_NAS_DB_RETRY_S", "5")
+    failing = {"beat": 1, "owner": 1}
+    real_start, real_set = _campaign._start_heartbeat, optuna.trial.Trial.set_user_attr
+
+    def blip(what):
+        if failing[what]:
+            failing[what] -= 1
+            raise sqlalchemy.exc.OperationalError("SELECT 1", {}, Exception("server closed"))
+
+    def start(*a, **kw):
+        blip("beat")
+        return real_start(*a, **kw)
+
+    def set_user_attr(self, key, value):
+        if key == "_owner":
+            blip("owner")
+        return real_set(self, key, value)
+
+    monkeypatch.setattr(_campaign, "_start_heartbeat", start)
+    monkeypatch.setattr(optuna.trial.Trial, "set_user_attr", set_user_attr)
+    s = _run(_configs(1), tmp_path / "camp", storage=f"sqlite:///{tmp_path / 'c.db'}")
+    assert s.done == len(_configs(1)) and failing == {"beat": 0, "owner": 0}
+    assert capsys.readouterr().err.count("storage connection lost") == 2

@@ -690,6 +690,14 @@ class _Heartbeat(threading.Thread):
                 pass
 
 
+def _start_heartbeat(storage: Any, study_id: int, number: int, interval_s: float) -> _Heartbeat:
+    """A running heartbeat of trial ``number`` (its first beat recorded)."""
+    trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, number)
+    beat = _Heartbeat(storage, trial_id, interval_s)
+    beat.start()
+    return beat
+
+
 def _attempt(t) -> int:
     return int(t.user_attrs.get("attempt", 0))
 
@@ -1104,7 +1112,7 @@ def _measure_queue(
             key = trial.user_attrs.get("key")
             row = trial.user_attrs.get("row")  # a retried stale trial that was measured
             if row is not None:
-                study.tell(trial, _trial_value(row), skip_if_finished=True)
+                with_reconnect(study.tell, trial, _trial_value(row), skip_if_finished=True)
                 done_keys.add(key)
                 recovered += 1
                 continue
@@ -1114,11 +1122,12 @@ def _measure_queue(
                 # no beat, and another host's owned trial is left to beats, so a worker
                 # killed between the two would hold its trial RUNNING for ever (an ownerless
                 # one is failed after a minute by _recover_stale)
-                trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
-                beat = _Heartbeat(storage, trial_id, heartbeat_s)
-                beat.start()
+                # every call on the storage per trial rides out a database restart
+                beat = with_reconnect(
+                    _start_heartbeat, storage, study_id, trial.number, heartbeat_s
+                )
             try:
-                trial.set_user_attr("_owner", _owner())
+                with_reconnect(trial.set_user_attr, "_owner", _owner())
             except UpdateFinishedTrialError:
                 if beat is not None:
                     beat.stop_event.set()
@@ -1129,8 +1138,8 @@ def _measure_queue(
                 if beat is not None:
                     beat.stop_event.set()
             try:
-                trial.set_user_attr("row", row)
-                study.tell(trial, _trial_value(row), skip_if_finished=True)
+                with_reconnect(trial.set_user_attr, "row", row)
+                with_reconnect(study.tell, trial, _trial_value(row), skip_if_finished=True)
             except UpdateFinishedTrialError:
                 # SQLite has no row locks: two workers can pop the same trial. The other
                 # one finished it first; its row is kept (export keeps one row per config).

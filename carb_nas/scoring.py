@@ -37,6 +37,7 @@ __all__ = [
     "resolve_model",
     "candidate_frame",
     "align_to_platform",
+    "deployed_level",
     "trained_families_note",
     "trained_levels",
     "predict_frame",
@@ -100,6 +101,13 @@ def trained_levels(model: Any, knob: str) -> list[str] | None:
     if knob in ("precision", "runtime") and isinstance(plat, Mapping) and plat.get(knob):
         return [str(plat[knob])]
     return None
+
+
+def deployed_level(model: Any, knob: str, default: str) -> str:
+    """The ``precision`` or ``runtime`` a network of its own (a module spec, which has none)
+    deploys on under ``model``: the one it was trained on, else ``default``."""
+    known = trained_levels(model, knob)
+    return known[0] if known and len(known) == 1 else default
 
 
 def align_to_platform(model: Any, frame: pd.DataFrame, role: str = "model") -> pd.DataFrame:
@@ -512,10 +520,7 @@ def predict_spec(model: Any, spec: Any, alpha: float | None = 0.1) -> tuple[pd.D
             spec_inputs(spec)  # traced first: a module meta cannot run is one clear line
         return model.predict_spec(spec, alpha)
     model_targets(model)
-    runtimes = trained_levels(model, "runtime")
-    # a module spec has no runtime of its own: it deploys on a one-runtime model's runtime
-    runtime = runtimes[0] if runtimes and len(runtimes) == 1 else "torch"
-    X = spec_inputs(spec, runtime)
+    X = spec_inputs(spec, deployed_level(model, "runtime", "torch"))
     family = str(X["family"].iloc[0])
     levels = trained_levels(model, "family")
     unseen = levels is not None and family not in levels
@@ -573,8 +578,7 @@ def predict_costs(
     else:
         cost_model = _cached_model(platform)
     if precision is None:
-        known = trained_levels(cost_model, "precision")
-        precision = known[0] if known and len(known) == 1 else "fp32"
+        precision = deployed_level(cost_model, "precision", "fp32")
     if isinstance(model, ModelSpec):
         spec = model
     elif isinstance(model, Config):

@@ -102,6 +102,12 @@ def test_loadgen_of_a_users_own_network(tmp_path, monkeypatch):
     assert row["status"] == "ok" and row["latency_p90_ms"] > 0
     assert row["model_spec"] == "tests.user_nets:make_cnn" and row["kwargs"] == '{"channels": 8}'
     assert row["input_shape"] == [3, 16, 16]
+    # a factory that cannot build on the meta device is built for real, not refused
+    r = _run("loadgen", "--model-spec", "tests.user_nets:needs_real_tensors", "--input-shape",
+             "1,3,16,16", "--scenario", "single-stream", "--threads", "1", "-o", str(out),
+             *FAST, "--json")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["done"] == 1
 
 
 def test_calibration_of_the_wrong_shape_writes_nothing(tmp_path):

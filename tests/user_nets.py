@@ -66,3 +66,9 @@ class SqueezeExcite(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         s = x.mean((2, 3), keepdim=True)
         return x * torch.sigmoid(self.fc2(torch.relu(self.fc1(s))))
+
+
+def needs_real_tensors(channels: int = 8) -> nn.Module:
+    """Builds only on a real device: it reads a value out of a tensor while constructing."""
+    scale = torch.ones(1).item()  # meta tensors hold no data
+    return make_cnn(int(channels * scale))

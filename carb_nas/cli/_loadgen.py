@@ -182,7 +182,10 @@ def loadgen_cmd(
         raise ConfigError(f"invalid --limit: expected >= 1, got {limit}. Use e.g. --limit 5.")
     spec = resolve_model_spec(model_spec, factory_kwargs, input_shape, "fp32")
     if spec is not None:
-        spec.build("meta")  # the factory imports and builds a module: one line if not
+        try:  # the factory imports and builds a module (cheaply, on the meta device)
+            spec.build("meta")
+        except ConfigError:  # some factories cannot build on meta: the real build decides
+            spec.build("cpu")
     import_loadgen()
     found = list(frame_to_configs(read_configs(configs))) if configs else []
     found += [_parse_config(t) for t in config_texts]

@@ -627,11 +627,11 @@ def predict_cmd(
     from carb_nas.datasets import read_configs, read_table, write_table
     from carb_nas.errors import ConfigError
     from carb_nas.scoring import (
+        deployed_level,
         predict_frame,
         predict_spec,
         spec_inputs,
         trained_families_note,
-        trained_levels,
         unseen_families,
     )
     from carb_nas.space import CONFIG_COLUMNS, REQUIRED_COLUMNS, Config
@@ -658,11 +658,10 @@ def predict_cmd(
         # a missing calibration refused before the module model's first-use training
         factors = _machine_factors(model) if calibrated else {}
         cost_model = load_predictor(model, "MODEL")
-        known = trained_levels(cost_model, "precision")
-        if known and len(known) == 1 and spec.precision not in known:
-            # a one-precision model (cpu/openvino/int8) predicts the spec as it deploys there,
-            # as predict_costs does
-            spec = resolve_model_spec(model_spec, factory_kwargs, input_shape, known[0])
+        precision = deployed_level(cost_model, "precision", spec.precision)
+        if precision != spec.precision:  # as deployed on a one-precision model, as
+            # predict_costs does (cpu/openvino/int8)
+            spec = resolve_model_spec(model_spec, factory_kwargs, input_shape, precision)
         pred, unseen = predict_spec(cost_model, spec, alpha if alpha is not None else 0.1)
         origin = getattr(cost_model, "default_origin_", None)
         if origin:

@@ -613,13 +613,40 @@ def test_transfer_reports_the_same_draws_with_and_without_the_prior(tmp_path):
     ]
     assert prior_pairs("auto", "x", "cpu/torch/fp32") == {}
     assert prior_pairs("auto", "x", "synthetic/onnxruntime/fp32") == {}
+    # B's platform measured elsewhere (other rows) is a prior; a copy of B's rows is not
+    elsewhere = _write(_bent("onnxruntime", "fp32", -0.3, 0.1, 0.0), tmp_path / "elsewhere.csv")
+    assert list(prior_pairs(f"{a}:{elsewhere}", "b", "synthetic/onnxruntime/fp32", b)) == [
+        f"{a}:{elsewhere}"
+    ]
+    copy = _write(b, tmp_path / "copy.csv")
+    with pytest.raises(ModelError, match="holds rows of B"):
+        prior_pairs(f"{a}:{copy}", "b", "synthetic/onnxruntime/fp32", b)
+    with pytest.raises(ModelError, match="neither B's dataset nor holds"):  # rows unknown
+        prior_pairs(f"{a}:{elsewhere}", "b", "synthetic/onnxruntime/fp32")
+
+
+def test_auto_prior_pairs_differ_from_b_in_one_respect():
+    """Another precision on B's machine, or B's precision on another machine (shipped pairs)."""
+    from carb_nas.reports import prior_pairs
+
+    def auto(name: str) -> list[str]:
+        rows = load_measurements(name)
+        return list(prior_pairs("auto", name, rows["variant"].iloc[0], rows))
+
+    assert auto("cpu/onnxruntime/fp32") == [
+        "cpu/torch/fp32:cpu/onnxruntime/int8",
+        "cpu/torch/fp32/zen4:cpu/onnxruntime/fp32/zen4",
+    ]
+    # another precision on another machine (zen4 fp32 for the shipped int8) is left out
+    assert auto("cpu/onnxruntime/int8") == ["cpu/torch/fp32:cpu/onnxruntime/fp32"]
+    assert auto("cpu/onnxruntime/fp32/zen4") == ["cpu/torch/fp32:cpu/onnxruntime/fp32"]
 
 
 @pytest.mark.parametrize(
     "prior, needle",
     [
         ("cpu/torch/fp32", "expected 'auto', 'none' or comma-separated A:B"),
-        ("b.csv:b.csv", "do not involve B's platform"),
+        ("b.csv:b.csv", "neither B's dataset nor holds B's measurements"),
     ],
 )
 def test_cli_transfer_prior_bad_input_is_one_line(tmp_path, prior, needle):

@@ -157,7 +157,8 @@ def characterize_command(
     default="auto",
     show_default=True,
     help="Platform pairs the few-shot map's transfer prior is learned on: 'auto' (shipped "
-    "pairs with B's runtime at another precision), 'none', or A:B dataset pairs, comma-separated.",
+    "pairs of B's runtime at another precision on B's machine, or at B's precision on another "
+    "machine), 'none', or A:B dataset pairs, comma-separated.",
 )
 @example("carb-nas transfer cpu/torch/fp32 cpu/onnxruntime/fp32 --few-shot 10,25 --repeats 3")
 def transfer_command(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -52,6 +53,7 @@ MIN_EVALUATION_ROWS = 11
 PRIOR_PAIRS = (
     ("cpu/torch/fp32", "cpu/onnxruntime/fp32"),
     ("cpu/torch/fp32", "cpu/onnxruntime/int8"),
+    ("cpu/torch/fp32/zen4", "cpu/onnxruntime/fp32/zen4"),
     ("cpu/torch/fp32/zoo", "cpu/openvino/fp32"),
     ("cpu/torch/fp32/zoo", "cpu/openvino/int8"),
 )
@@ -62,16 +64,20 @@ def _pair_name(a: str, b: str) -> str:
     return f"{a}:{b}"
 
 
-def prior_pairs(prior: str, dataset_b: Any, variant_b: str) -> dict[str, tuple[Any, Any]]:
+def prior_pairs(
+    prior: str, dataset_b: Any, variant_b: str, rows_b: pd.DataFrame | None = None
+) -> dict[str, tuple[Any, Any]]:
     """The platform pairs ``--prior`` names for a transfer to B (variant ``variant_b``).
 
     ``"none"``: no prior. ``"auto"``: the shipped pairs (``PRIOR_PAIRS``) whose B runs B's
-    runtime on B's kind of device at another precision (torch -> ONNX Runtime int8 for an
-    ONNX Runtime fp32 B, and the other way round): the pairs whose shape was measured to
-    help; none -> no prior (the OpenVINO zoo pairs, another runtime on another machine, did
-    not help ONNX Runtime at N = 10 or 25; docs/costmodel.md). Otherwise comma-separated
-    ``A:B`` dataset pairs. A pair whose B is B itself, or B's platform, is refused: the prior
-    must not see the target.
+    runtime on B's kind of device and differs from B in one respect only: another precision
+    on B's machine, or (given ``rows_b``) B's precision on another machine
+    (``cpu/onnxruntime/fp32/zen4`` for the shipped ``cpu/onnxruntime/fp32``). Measured
+    (docs/costmodel.md): a pair differing in both, or another runtime (the OpenVINO zoo
+    pairs), did not help. Otherwise comma-separated ``A:B``
+    dataset pairs. The prior must not see the target: a pair whose B is B's dataset, or
+    (given ``rows_b``, B's rows) holds any of B's measurements (same key and timestamp), is
+    refused; without ``rows_b`` a pair of B's platform is refused.
     """
     if prior == "none":
         return {}
@@ -80,7 +86,17 @@ def prior_pairs(prior: str, dataset_b: Any, variant_b: str) -> dict[str, tuple[A
         out = {}
         for pa, pb in PRIOR_PAIRS:
             device, runtime, precision = pb.split("/")[:3]
-            if (device, runtime) == (device_b, runtime_b) and precision != precision_b:
+            if (device, runtime) != (device_b, runtime_b) or same_dataset(pb, dataset_b):
+                continue
+            if rows_b is None:  # B's machine unknown: another precision, as measured to help
+                keep = precision != precision_b
+            else:
+                theirs = load_measurements(pb)
+                same_machine = _machine(theirs) == _machine(rows_b)
+                keep = (precision != precision_b and same_machine) or (
+                    precision == precision_b and not same_machine and _other_rows(theirs, rows_b)
+                )
+            if keep:
                 out[_pair_name(pa, pb)] = (pa, pb)
         return out
     out = {}
@@ -93,14 +109,42 @@ def prior_pairs(prior: str, dataset_b: Any, variant_b: str) -> dict[str, tuple[A
                 "pair."
             )
         pb = load_measurements(sides[1])
-        if same_dataset(sides[1], dataset_b) or _single_variant(pb) == variant_b:
+        seen = same_dataset(sides[1], dataset_b) or (
+            _single_variant(pb) == variant_b and not _other_rows(pb, rows_b)
+        )
+        if seen:
             raise ModelError(
-                f"invalid --prior pair {item!r}: expected pairs that do not involve B's "
-                f"platform ({variant_b}), got one whose B is {_single_variant(pb)}. A prior "
-                "learned on the target would not be a prior; leave that pair out."
+                f"invalid --prior pair {item!r}: expected pairs whose B is neither B's dataset "
+                f"nor holds B's measurements ({variant_b}), got one whose B is "
+                f"{_single_variant(pb)}{' and holds rows of B' if rows_b is not None else ''}. "
+                "A prior learned on the target would not be a prior; leave that pair out (B's "
+                "platform measured on another machine is fine)."
             )
         out[_pair_name(*sides)] = (sides[0], sides[1])
     return out
+
+
+def _machine(frame: pd.DataFrame) -> tuple[str, str]:
+    """The CPU/GPU a rows table was measured on: its name and, where the fingerprint records
+    it, its identity (family, model, ISA, microcode)."""
+    names = frame["device_name"].dropna().astype(str) if "device_name" in frame else pd.Series()
+    prints = frame["fingerprint"].dropna().astype(str) if "fingerprint" in frame else pd.Series()
+    fp = json.loads(prints.value_counts().index[0]) if len(prints) else {}
+    name = names.value_counts().index[0] if len(names) else ""
+    return name, json.dumps(fp.get("cpu") if isinstance(fp, dict) else None, sort_keys=True)
+
+
+def _other_rows(pair_b: Any, rows_b: pd.DataFrame | None) -> bool:
+    """True when the pair's B rows share no measurement with B's rows (a config with the
+    same measured latency); False without B's rows (nothing to tell them apart)."""
+    if rows_b is None:
+        return False
+    theirs = pair_b if isinstance(pair_b, pd.DataFrame) else load_measurements(pair_b)
+    marks = [*JOIN_COLUMNS, "latency_ms"]
+    if not set(marks) <= set(theirs.columns) & set(rows_b.columns):
+        return False
+    shared = theirs[marks].astype(str).merge(rows_b[marks].astype(str), on=marks)
+    return len(shared) == 0
 
 
 def _single_variant(frame: pd.DataFrame) -> str:
@@ -360,7 +404,7 @@ def transfer_frames(
         )
     a, b = load_measurements(dataset_a), load_measurements(dataset_b)
     va, vb = _single_variant(a), _single_variant(b)
-    pairs = prior_pairs(prior, dataset_b, vb) if sizes else {}
+    pairs = prior_pairs(prior, dataset_b, vb, b) if sizes else {}
     targets = [t for t in TARGETS if t in a.attrs["targets"] and t in b.attrs["targets"]]
     if not targets:
         raise InputFileError(

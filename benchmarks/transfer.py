@@ -12,7 +12,7 @@ sklearn ``r2_score``) on every other row of B.
         [--repeats 10] [--prior auto|none]
 
 Last line: ``fewshot_r2_n10=<mean> ± <sd> fewshot_r2_n25=<mean> ± <sd>`` (latency R2 over the
-seeds). Last measured (2026-12-01, repeats 10, prior auto): see docs/benchmarks.md.
+seeds). Last measured (2026-12-03, repeats 10, prior auto): see docs/benchmarks.md.
 Goal (issue 18): R2 >= 0.95 at N = 10.
 """
 

@@ -74,10 +74,10 @@ def prior_pairs(
     on B's machine, or (given ``rows_b``) B's precision on another machine
     (``cpu/onnxruntime/fp32/zen4`` for the shipped ``cpu/onnxruntime/fp32``). Measured
     (docs/costmodel.md): a pair differing in both, or another runtime (the OpenVINO zoo
-    pairs), did not help. Otherwise comma-separated ``A:B``
-    dataset pairs. The prior must not see the target: a pair whose B is B's dataset, or
-    (given ``rows_b``, B's rows) holds any of B's measurements (same key and timestamp), is
-    refused; without ``rows_b`` a pair of B's platform is refused.
+    pairs), did not help. Otherwise comma-separated ``A:B`` dataset pairs. The prior must
+    not see the target: a pair whose B is B's dataset, or (given ``rows_b``, B's rows) holds
+    any of B's measurements (a config with the same measured latency), is refused; without
+    ``rows_b`` a pair of B's platform is refused.
     """
     if prior == "none":
         return {}

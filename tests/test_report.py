@@ -841,3 +841,14 @@ def test_analysis_inputs_are_validated_by_the_dataset_rules(tmp_path):
     frame.loc[2, "status"] = "great"
     with pytest.raises(InputFileError, match="status"):
         load_measurements(frame)
+
+
+def test_auto_prior_pairs_read_a_damaged_fingerprint_as_an_unknown_cpu():
+    """B's rows with a fingerprint that is not JSON: auto still picks its pairs (by the CPU
+    name), no JSONDecodeError traceback."""
+    from carb_nas.reports import prior_pairs
+
+    rows = load_measurements("cpu/onnxruntime/int8").assign(fingerprint="{not json")
+    assert list(prior_pairs("auto", "b.csv", "cpu/onnxruntime/int8", rows)) == [
+        "cpu/torch/fp32:cpu/onnxruntime/fp32"
+    ]

@@ -129,7 +129,10 @@ def _machine(frame: pd.DataFrame) -> tuple[str, str]:
     it, its identity (family, model, ISA, microcode)."""
     names = frame["device_name"].dropna().astype(str) if "device_name" in frame else pd.Series()
     prints = frame["fingerprint"].dropna().astype(str) if "fingerprint" in frame else pd.Series()
-    fp = json.loads(prints.value_counts().index[0]) if len(prints) else {}
+    try:  # a user's table may carry a damaged fingerprint: then only the name tells
+        fp = json.loads(prints.value_counts().index[0]) if len(prints) else {}
+    except ValueError:
+        fp = {}
     name = names.value_counts().index[0] if len(names) else ""
     return name, json.dumps(fp.get("cpu") if isinstance(fp, dict) else None, sort_keys=True)
 

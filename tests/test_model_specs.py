@@ -43,8 +43,9 @@ def test_spec_keys_are_stable_and_distinct() -> None:
 def test_predict_costs_of_a_module_with_intervals() -> None:
     net = make_cnn(16)
     before = [p.clone() for p in net.parameters()]
-    # the platform's default predictor of modules is the module model (trained on the zoo):
-    # a CNN of common ops has nothing unmodelled, so no warning
+    # the platform's default predictor of modules is the module model shipped for today's
+    # recipe (tests/test_costmodel_module_default.py fails while it is stale): a CNN of
+    # common ops has nothing unmodelled, so no warning
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         costs = predict_costs(net, (4, 3, 32, 32), platform=PLATFORM)
@@ -52,7 +53,7 @@ def test_predict_costs_of_a_module_with_intervals() -> None:
         lo, hi = costs.interval(target)
         assert 0 < lo <= costs[target] <= hi
     assert not costs.unseen and costs.unmodelled_ops == () and costs.features["flops"] > 0
-    assert costs.model.startswith(("trained on first use", "loaded"))
+    assert costs.model == "a model file shipped with carb_nas"
     # the user's weights are untouched (traced on the meta device)
     assert all((p == q).all() for p, q in zip(net.parameters(), before))
     bigger = predict_costs(make_cnn(64, layers=4), (4, 3, 32, 32), platform=PLATFORM)

@@ -4,7 +4,7 @@ modelling choice, and the cost of featurizing + predicting an arbitrary module.
     PYTHONPATH=$PWD python benchmarks/any_cnn.py [--dataset CSV --ops OPS] [--campaign DIR]
         [--modes kernel,network,feature,both] [--json OUT] [--repeats N]
         [--kernel-prior linear|loglinear] [--kernel-geometry 0|1] [--kernel-shared-conv 0|1]
-        [--kernel-simd-lanes N] [--per-kind]
+        [--kernel-simd-lanes N] [--per-kind] [--kernel-samples KERNEL_CAMPAIGN]
     PYTHONPATH=$PWD python benchmarks/any_cnn.py --speed-only [--repeats N]
 
 For each family group (ResNet, ResNeXt, VGG, DenseNet, MobileNetV2, MobileNetV3,
@@ -159,6 +159,11 @@ def main() -> None:
     )
     p.add_argument("--repeats", type=int, default=3, help="ms_per_model's repeats")
     p.add_argument(
+        "--kernel-samples", default=None,
+        help="a kernel-sample campaign of this machine (any_cnn_data.py kernels): its single "
+        "ops join every fold's per-op fit",
+    )  # fmt: skip
+    p.add_argument(
         "--per-kind",
         action="store_true",
         help="also print, per held-out family and op kind, predicted / measured op time "
@@ -196,6 +201,7 @@ def main() -> None:
     from carb_nas.costmodel import ModuleCostModel, lofo_report, network_tables
 
     rows, ops = _load(args)
+    typical: float | None = None
     if args.reference_normalized:
         from carb_nas.datasets import reference_normalized
 
@@ -208,9 +214,18 @@ def main() -> None:
             f"median {typical:.4f} ms",
             file=sys.stderr,
         )
+    samples = None
+    if args.kernel_samples:
+        from any_cnn_data import kernel_table
+
+        samples = kernel_table(args.kernel_samples, typical if args.reference_normalized else None)
+        print(f"{samples['key'].nunique()} kernel samples ({len(samples)} op rows) from "
+              f"{args.kernel_samples} in every fold's per-op fit", file=sys.stderr)  # fmt: skip
     modes = args.modes.split(",")
     t0 = time.perf_counter()
-    report = lofo_report(rows, ops, modes=modes, preset=args.preset, kernel_params=kp)
+    report = lofo_report(
+        rows, ops, modes=modes, preset=args.preset, kernel_params=kp, kernel_samples=samples
+    )
     print(
         f"lofo over {report['n_rows']} networks in {time.perf_counter() - t0:.0f} s",
         file=sys.stderr,
@@ -234,11 +249,11 @@ def main() -> None:
 
         kkp = {k.removeprefix("kernel_"): v for k, v in kp.items()}
         groups = dict(zip(net["key"], family_groups(net["family"])))
-        br = lofo_kind_breakdown(tab, groups, kkp)
+        br = lofo_kind_breakdown(tab, groups, kkp, kernel_samples=samples)
         br = br[br["share"] >= 0.02].sort_values(["family", "share"], ascending=[True, False])
         print("\n## per held-out family and op kind (kinds >= 2 % of the measured op time)")
         print(br.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
-    model = ModuleCostModel(preset=args.preset, **kp).fit(net, tab)  # the default mode
+    model = ModuleCostModel(preset=args.preset, **kp).fit(net, tab, kernel_samples=samples)
     t = ms_per_model(model, args.repeats)
     ms = t["cpu_ms"]
     print(

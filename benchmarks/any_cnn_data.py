@@ -212,6 +212,170 @@ def measure(args: argparse.Namespace) -> None:
     print(f"measured {n} now", file=sys.stderr)
 
 
+# --- kernel samples: single grouped convolutions, no family --------------------------------
+KERNEL_CPG = (2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 14, 16, 20, 22, 24, 32, 40, 48, 64, 80, 96)
+KERNEL_GROUPS = (2, 4, 8, 16, 32, 64)
+# the families' grouped convs sit mostly in the last stages: 1-8 px at 32-128 px inputs
+KERNEL_HW = (1, 2, 3, 4, 5, 6, 7, 8, 10, 14, 16, 28, 32, 56)
+KERNEL_BATCH = (1, 2, 4, 8, 16)
+
+
+def kernel_specs(n: int, max_gflops: float = 0.5, seed: int = 0) -> list[dict]:
+    """``n`` single grouped convolutions drawn uniformly over channels per group (odd and
+    even, as ResNeXt's width multipliers give them), groups, spatial size, batch, kernel 1/3
+    and stride 1/2, each under ``max_gflops``: the kernel space nn-Meter samples instead of
+    learning it from the families' networks (which leave most of it empty)."""
+    import hashlib
+    import json
+
+    rng = np.random.default_rng(seed)
+    out: list[dict] = []
+    seen: set[str] = set()
+    while len(out) < n:
+        cpg = int(KERNEL_CPG[rng.integers(len(KERNEL_CPG))])
+        g = int(KERNEL_GROUPS[rng.integers(len(KERNEL_GROUPS))])
+        cpg_out = cpg * int((1, 1, 2)[rng.integers(3)])  # mostly square, some widening
+        spec = {
+            "family": "kernel",
+            "kind": "gconv",
+            "c_in": cpg * g,
+            "c_out": cpg_out * g,
+            "groups": g,
+            "kernel": int((3, 3, 3, 1)[rng.integers(4)]),
+            "stride": int((1, 1, 2)[rng.integers(3)]),
+            "hw": int(KERNEL_HW[rng.integers(len(KERNEL_HW))]),
+            "batch_size": int(KERNEL_BATCH[rng.integers(len(KERNEL_BATCH))]),
+        }
+        h_out = (spec["hw"] + 2 * (spec["kernel"] // 2) - spec["kernel"]) // spec["stride"] + 1
+        flops = 2 * spec["batch_size"] * spec["c_out"] * h_out * h_out * cpg * spec["kernel"] ** 2
+        if flops > max_gflops * 1e9:
+            continue
+        key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+        if key not in seen:
+            seen.add(key)
+            out.append({"key": key, **spec})
+    return out
+
+
+LINEAR_FEATURES = (256, 512, 1000, 1024, 1280, 2048, 3136, 4096, 6272, 8192, 12544, 25088)
+
+
+def linear_specs(n: int, max_weight_mb: float = 450.0, seed: int = 0) -> list[dict]:
+    """``n`` single fully connected layers (a classifier's: 256-25,088 inputs, 256-8,192
+    outputs, batch 1-16, weights up to ``max_weight_mb``): VGG's classifier holds most of its
+    time in GEMVs of 100+ MB of weights that no other family has."""
+    import hashlib
+    import json
+
+    rng = np.random.default_rng(seed)
+    out: list[dict] = []
+    seen: set[str] = set()
+    while len(out) < n:
+        f_in = int(LINEAR_FEATURES[rng.integers(len(LINEAR_FEATURES))])
+        f_out = int(LINEAR_FEATURES[rng.integers(len(LINEAR_FEATURES))])
+        if f_in * f_out * 4 / 1e6 > max_weight_mb:
+            continue
+        spec = {"family": "kernel", "kind": "linear", "c_in": f_in, "c_out": f_out,
+                "batch_size": int(KERNEL_BATCH[rng.integers(len(KERNEL_BATCH))])}  # fmt: skip
+        key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+        if key not in seen:
+            seen.add(key)
+            out.append({"key": key, **spec})
+    return out
+
+
+def build_kernel(spec: dict):
+    """(module, input shape) of a kernel sample: one ``nn.Conv2d``, no bias (as in the
+    families' conv + norm blocks), or one ``nn.Linear`` (kind ``linear``)."""
+    from torch import nn
+
+    if spec.get("kind") == "linear":
+        fc = nn.Linear(int(spec["c_in"]), int(spec["c_out"]))
+        return fc.eval(), (int(spec["batch_size"]), int(spec["c_in"]))
+    k = int(spec["kernel"])
+    conv = nn.Conv2d(int(spec["c_in"]), int(spec["c_out"]), k, int(spec["stride"]), k // 2,
+                     groups=int(spec["groups"]), bias=False)  # fmt: skip
+    return conv.eval(), (int(spec["batch_size"]), int(spec["c_in"]), int(spec["hw"]),
+                         int(spec["hw"]))  # fmt: skip
+
+
+def kernels(args: argparse.Namespace) -> None:
+    """Measure ``--n`` kernel samples into ``--out`` (fresh process each; resumable)."""
+    import json
+
+    from carb_nas.measure import run_ops_campaign
+
+    cached = Path(args.out) / "specs.json"  # the draw, kept so a resume does not redo it
+    if cached.exists():
+        specs = json.loads(cached.read_text())
+    else:
+        draw = linear_specs if args.kind == "linear" else kernel_specs
+        specs = (
+            draw(args.n, seed=args.seed)
+            if args.kind == "linear"
+            else draw(args.n, args.max_gflops, args.seed)
+        )
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        cached.write_text(json.dumps(specs))
+    print(f"{len(specs)} kernel specs", file=sys.stderr, flush=True)
+    n = run_ops_campaign(
+        specs,
+        build_kernel,
+        args.out,
+        progress=lambda s: print(s, file=sys.stderr, flush=True),
+        reference=args.reference,
+    )
+    print(f"measured {n} now", file=sys.stderr)
+
+
+KERNEL_ROW_COLUMNS = ("key", "fingerprint", "latency_cv", "reference_ms", "ops_reference_ms")
+
+
+def read_kernels(part: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(rows, ops)`` of a kernel-sample campaign directory or of its export (a CSV with one
+    row per sample: :data:`KERNEL_ROW_COLUMNS` + the traced op columns + ``measured_ms``)."""
+    from carb_nas.measure import read_ops_campaign
+
+    p = _existing(part, "a kernel-sample campaign directory or its exported CSV")
+    if p.is_dir():
+        rows, ops = read_ops_campaign(p)
+        return rows[rows.status == "ok"].drop_duplicates("key", keep="last"), ops
+    both = pd.read_csv(p)
+    rows = both[list(KERNEL_ROW_COLUMNS)].assign(status="ok")
+    return rows, both.drop(columns=[c for c in KERNEL_ROW_COLUMNS if c != "key"])
+
+
+def kernel_table(parts: str, typical_ms: float | None = None) -> pd.DataFrame:
+    """The op table (``trace_ops`` columns, ``key``, ``measured_ms``) of kernel samples
+    (comma-separated campaign directories or exports), for ``ModuleCostModel``'s
+    ``kernel_samples``; with ``typical_ms`` the times are normalized by each sample's speed
+    probe to that median (as the networks' are)."""
+    read = [read_kernels(c) for c in parts.split(",")]
+    rows = pd.concat([r for r, _ in read], ignore_index=True).drop_duplicates("key")
+    ops = pd.concat([o for _, o in read], ignore_index=True).drop_duplicates(["key", "index"])
+    ops = ops[ops["key"].isin(set(rows["key"]))]
+    if typical_ms is not None:
+        from carb_nas.datasets import reference_normalized
+
+        rows, normalized, _ = reference_normalized(rows, ops, typical_ms, drop_unprobed=True)
+        assert normalized is not None
+        ops = normalized
+    return ops[ops["measured_ms"].notna()].reset_index(drop=True)
+
+
+def export_kernels(args: argparse.Namespace) -> None:
+    """Kernel-sample campaigns -> one CSV (gzip when the name ends in .gz), a row per sample."""
+    read = [read_kernels(c) for c in args.campaign]
+    machines = {_machine(f) for r, _ in read for f in r.fingerprint.dropna()}
+    if len(machines) != 1:
+        sys.exit(f"export-kernels: expected one machine, got {len(machines)}: {sorted(machines)}")
+    rows = pd.concat([r for r, _ in read], ignore_index=True).drop_duplicates("key")
+    ops = pd.concat([o for _, o in read], ignore_index=True).drop_duplicates(["key", "index"])
+    out = rows[list(KERNEL_ROW_COLUMNS)].merge(ops, on="key")
+    out.to_csv(args.out, index=False, float_format="%.6g")
+    print(f"wrote {args.out} ({len(out)} samples)", file=sys.stderr)
+
+
 def _machine(fingerprint: str) -> str:
     """The machine part of a row's fingerprint: CPU name and, where recorded, its identity."""
     import json
@@ -338,8 +502,20 @@ def main() -> None:
         default="zoo",
         help="writes cpu_torch_fp32_<name>.csv (+ _ops.csv.gz); zoo is the shipped one",
     )
+    k = sub.add_parser("kernels", help="measure single grouped convs (kernel samples)")
+    k.add_argument("--out", required=True)
+    k.add_argument("--n", type=int, default=300)
+    k.add_argument("--max-gflops", type=float, default=0.5)
+    k.add_argument("--seed", type=int, default=0)
+    k.add_argument("--kind", choices=("gconv", "linear"), default="gconv")
+    k.add_argument("--reference", action="store_true", help="time the machine-speed probe")
+    x = sub.add_parser("export-kernels", help="kernel-sample campaigns -> one CSV")
+    x.add_argument("campaign", nargs="+")
+    x.add_argument("--out", required=True)
     a = p.parse_args()
-    measure(a) if a.cmd == "measure" else export(a)
+    cmds = {"measure": measure, "export": export, "kernels": kernels}
+    cmds["export-kernels"] = export_kernels
+    cmds[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -608,3 +608,47 @@ def test_lane_waste_term_extrapolates_to_narrower_groups_than_any_measured(tmp_p
     np.testing.assert_allclose(back.predict_ops(test)[0], km.predict_ops(test)[0], rtol=1e-6)
     with pytest.raises(ModelError, match="invalid SIMD lane count.*12"):
         KernelCostModel(simd_lanes=12).fit(train)
+
+
+# -- kernel samples: single ops of no network in every per-op fit (stop 36) ---------------------
+def _sample_gconvs(cpgs: list[int], seed: int) -> pd.DataFrame:
+    """Single traced grouped convs (no network) with the FAKE times of ``_grouped_ops``."""
+    ops = _grouped_ops(cpgs, seed)
+    return ops[ops["kind"] == "gconv"].assign(key=lambda t: "s-" + t["key"])
+
+
+def test_kernel_samples_teach_the_per_op_model_group_widths_no_network_has():
+    nets = _grouped_ops([8, 16, 32], seed=0)  # the networks: RegNet-like group widths
+    test = _grouped_ops([2, 3], seed=1)  # held out: ResNeXt-like narrow groups
+    samples = _sample_gconvs([2, 3, 5, 6], seed=2)  # sampled kernels, no network
+    gc = (test["kind"] == "gconv").to_numpy()
+    y = test["measured_ms"].to_numpy()[gc]
+    rows = pd.DataFrame({"key": sorted(set(nets["key"]))})
+    ratio = {}
+    for name, extra in (("without", None), ("with", samples)):
+        km, _ = ModuleCostModel(kernel_folds=2).kernel_part(rows, nets, kernel_samples=extra)
+        ratio[name] = float(np.median(km.predict_ops(test)[0][gc] / y))
+    assert ratio["without"] < 0.7, ratio  # the trees stop at the narrowest network group
+    assert 0.85 < ratio["with"] < 1.15, ratio
+    with pytest.raises(ModelError, match="kernel samples that are networks"):
+        ModuleCostModel().kernel_part(rows, nets, kernel_samples=nets)
+    with pytest.raises(ModelError, match="kernel samples without their op columns"):
+        ModuleCostModel().kernel_part(rows, nets, kernel_samples=samples[["key", "flops"]])
+
+
+def test_lofo_takes_kernel_samples_in_every_fold(fake_data):
+    rows, ops = fake_data
+    dw = ops[ops["kind"] == "dwconv"].assign(key=lambda t: "s-" + t["key"])
+    plain = leave_one_family_out(rows, ops, rows["family"], modes=("kernel",))
+    sampled = leave_one_family_out(rows, ops, rows["family"], modes=("kernel",), kernel_samples=dw)
+    # the held-out "dw" family's depthwise convs are no longer unseen when sampled
+    before = plain.set_index("family").loc["dw", "latency_mape"]
+    after = sampled.set_index("family").loc["dw", "latency_mape"]
+    assert after < before, (before, after)
+    groups = dict(zip(rows["key"], rows["family"]))
+    off = {}
+    for name, extra in (("without", None), ("with", dw)):
+        br = lofo_kind_breakdown(ops, groups, kernel_samples=extra)
+        row = br[(br["family"] == "dw") & (br["kind"] == "dwconv")].iloc[0]
+        off[name] = abs(row["sum_ratio"] - 1)
+    assert off["with"] < off["without"], off

@@ -839,21 +839,29 @@ class ModuleCostModel:
         )
 
     def kernel_part(
-        self, rows: pd.DataFrame, ops: pd.DataFrame
+        self,
+        rows: pd.DataFrame,
+        ops: pd.DataFrame,
+        kernel_samples: pd.DataFrame | None = None,
     ) -> tuple[KernelCostModel, np.ndarray]:
         """The kernel model on all ``ops`` and the out-of-fold kernel sums of ``rows``
         (what :meth:`fit` computes first; pass it as ``kernel=`` to fit several modes on
-        the same rows without refitting it)."""
+        the same rows without refitting it). ``kernel_samples``: measured op rows of no
+        network (single ops drawn over a kernel space, ``key`` + op columns +
+        ``measured_ms``), added to every per-op fit: they cover op geometries that the
+        networks leave empty."""
         from sklearn.model_selection import GroupKFold
 
         rows = rows.reset_index(drop=True)
         ops = ops[ops["key"].isin(set(rows["key"]))]
-        km = self._kernel_model().fit(ops)
+        extra = _kernel_samples(kernel_samples, rows)
+        km = self._kernel_model().fit(pd.concat([ops, extra], ignore_index=True))
         oof = np.zeros(len(rows))
         keys = rows["key"].to_numpy()
         folds = GroupKFold(n_splits=min(self.kernel_folds, len(rows)))
         for tr, te in folds.split(rows, groups=keys):
-            fold = self._kernel_model().fit(ops[ops["key"].isin(set(keys[tr]))])
+            fold_ops = pd.concat([ops[ops["key"].isin(set(keys[tr]))], extra], ignore_index=True)
+            fold = self._kernel_model().fit(fold_ops)
             test_ops = ops[ops["key"].isin(set(keys[te]))]
             oof[te] = self._network_sums(fold, rows.iloc[te], test_ops)["ms"].to_numpy()
         return km, oof
@@ -864,9 +872,11 @@ class ModuleCostModel:
         ops: pd.DataFrame,
         kernel: tuple[KernelCostModel, np.ndarray] | None = None,
         platform: Mapping[str, Any] | None = None,
+        kernel_samples: pd.DataFrame | None = None,
     ) -> ModuleCostModel:
         """Fit on measured networks and their ops; ``platform`` the fingerprint of the rows
-        (default: the ``fingerprint`` column's first value, if any)."""
+        (default: the ``fingerprint`` column's first value, if any); ``kernel_samples``
+        single-op measurements for the per-op models (:meth:`kernel_part`)."""
         self._check_mode()
         self.__dict__.pop("_quantiles", None)  # the interval levels of a previous fit
         if platform is None and "fingerprint" in rows and rows["fingerprint"].notna().any():
@@ -877,7 +887,9 @@ class ModuleCostModel:
         self.platform_ = dict(platform) if platform else {"platform": "cpu/torch/fp32"}
         self.targets_ = ["peak_mem_mb", "latency_ms"]
         rows = rows.reset_index(drop=True)
-        self.kernel_, oof = kernel if kernel is not None else self.kernel_part(rows, ops)
+        self.kernel_, oof = (
+            kernel if kernel is not None else self.kernel_part(rows, ops, kernel_samples)
+        )
         y_lat = rows["latency_ms"].to_numpy(float)
         self.scale_ = float(np.median(y_lat / np.maximum(oof, 1e-9))) if oof.any() else 1.0
         # kernel mode: latency = a x kernel sum + b x n_ops (non-negative, relative error)
@@ -1150,10 +1162,12 @@ def leave_one_family_out(
     preset: str = "fast",
     random_state: int = 0,
     kernel_params: Mapping[str, Any] | None = None,
+    kernel_samples: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """Per held-out family group and mode: train on the other groups' networks and ops,
-    test on it (``kernel_params``: ``ModuleCostModel``'s ``kernel_prior`` /
-    ``kernel_geometry``, default theirs). Columns: ``family``, ``mode``, ``n``, ``latency_mape``,
+    """Per held-out family group and mode: train on the other groups' networks and ops
+    (and ``kernel_samples``, single ops of no family, in every fold), test on it
+    (``kernel_params``: ``ModuleCostModel``'s ``kernel_prior`` / ``kernel_geometry``,
+    default theirs). Columns: ``family``, ``mode``, ``n``, ``latency_mape``,
     ``latency_within10``, ``latency_r2``, ``mem_mape``, ``mem_within10``, ``mem_r2``."""
     from sklearn.metrics import mean_absolute_percentage_error, r2_score
 
@@ -1165,7 +1179,9 @@ def leave_one_family_out(
         ops_tr = ops[ops["key"].isin(set(tr["key"]))]
         ops_te = ops[ops["key"].isin(set(te["key"]))]
         kp = dict(kernel_params or {})
-        kernel = ModuleCostModel(random_state=random_state, **kp).kernel_part(tr, ops_tr)
+        kernel = ModuleCostModel(random_state=random_state, **kp).kernel_part(
+            tr, ops_tr, kernel_samples
+        )
         for mode in modes:
             m = ModuleCostModel(mode=mode, preset=preset, random_state=random_state, **kp).fit(
                 tr, ops_tr, kernel=kernel
@@ -1194,15 +1210,18 @@ def lofo_kind_breakdown(
     groups_of: Mapping[str, str],
     kernel_params: Mapping[str, Any] | None = None,
     random_state: int = 0,
+    kernel_samples: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Where the per-op predictions of a held-out family err: per family group (``groups_of``:
     network ``key`` -> group), one :class:`KernelCostModel` trained on the other groups'
-    measured ops predicts this group's; per op kind (the traced kind: dense, depthwise and
-    grouped convs apart), the predicted / measured time summed over the group's networks
-    (``sum_ratio``), the median of that ratio per network (``net_median_ratio``), the kind's
-    share of the group's measured op time and the op names never measured by name
-    (``unmeasured``; ``by_kind``: those of them predicted by their kind's model)."""
+    measured ops (and ``kernel_samples``) predicts this group's; per op kind (the traced
+    kind: dense, depthwise and grouped convs apart), the predicted / measured time summed over
+    the group's networks (``sum_ratio``), the median of that ratio per network
+    (``net_median_ratio``), the kind's share of the group's measured op time and the op names
+    never measured by name (``unmeasured``; ``by_kind``: those of them predicted by their
+    kind's model)."""
     ops = ops[ops["measured_ms"].notna()]
+    extra = _kernel_samples(kernel_samples, pd.DataFrame({"key": list(groups_of)}))
     group = ops["key"].map(dict(groups_of))
     if group.isna().any():
         missing = sorted(set(ops.loc[group.isna(), "key"]))[:3]
@@ -1211,7 +1230,8 @@ def lofo_kind_breakdown(
     kp = dict(kernel_params or {})
     out = []
     for fam in sorted(set(group)):
-        km = KernelCostModel(random_state=random_state, **kp).fit(ops[group != fam])
+        train = pd.concat([ops[group != fam], extra], ignore_index=True)
+        km = KernelCostModel(random_state=random_state, **kp).fit(train)
         te = ops[group == fam]
         ms, seen = km.predict_ops(te)
         kinds, names, _, logged = km._arrays(te)
@@ -1234,6 +1254,24 @@ def lofo_kind_breakdown(
     return pd.DataFrame(out)
 
 
+def _kernel_samples(samples: pd.DataFrame | None, rows: pd.DataFrame) -> pd.DataFrame:
+    """``samples`` checked: measured op rows whose keys are no network's of ``rows``."""
+    if samples is None or len(samples) == 0:
+        return pd.DataFrame()
+    need = {"key", "kind", "op", "measured_ms"}
+    if not need <= set(samples.columns):
+        raise err("kernel samples without their op columns", f"columns {sorted(need)} and the "
+                  "traced op columns", f"{sorted(map(str, samples.columns))[:8]}",
+                  "Pass a trace_ops table with measured_ms (benchmarks/any_cnn_data.py "
+                  "kernel_table).")  # fmt: skip
+    shared = set(samples["key"]) & set(rows["key"])
+    if shared:
+        raise err("kernel samples that are networks", "op rows of no network being fitted",
+                  f"{len(shared)} keys of the networks (e.g. {sorted(shared)[0]})",
+                  "Pass single-op samples; the networks' own ops go in ops.")  # fmt: skip
+    return samples[samples["measured_ms"].notna()]
+
+
 def family_groups(families: Sequence[str]) -> np.ndarray:
     """The held-out unit of :func:`leave_one_family_out` per row: the family group of
     :func:`carb_nas.space.family_group` (``resnet`` for basic and bottleneck, one group for
@@ -1250,19 +1288,22 @@ def lofo_report(
     preset: str = "fast",
     random_state: int = 0,
     kernel_params: Mapping[str, Any] | None = None,
+    kernel_samples: pd.DataFrame | None = None,
 ) -> dict[str, Any]:
     """Leave-one-family-out over the measured ``rows`` (config columns, ``key``,
-    ``latency_ms``, ``peak_mem_mb``) and their per-op times: per family group and mode the
-    metrics of :func:`leave_one_family_out`, and per mode the median over families and the
-    worst family of ``latency_within10`` and the median ``mem_within10``."""
+    ``latency_ms``, ``peak_mem_mb``) and their per-op times (``kernel_samples``: single-op
+    measurements added to every fold's per-op fit, :func:`leave_one_family_out`): per family
+    group and mode the metrics of :func:`leave_one_family_out`, and per mode the median over
+    families and the worst family of ``latency_within10`` and the median ``mem_within10``."""
     for m in modes:
         if m not in MODES:
             raise err("invalid mode", f"one of {list(MODES)}", repr(m), "Use e.g. 'both'.")
     rows = rows[rows["latency_ms"].notna() & rows["peak_mem_mb"].notna()]
     net, ops = network_tables(rows, measured_ops)
     table = leave_one_family_out(
-        net, ops, family_groups(net["family"]), modes, preset, random_state, kernel_params
-    )
+        net, ops, family_groups(net["family"]), modes, preset, random_state, kernel_params,
+        kernel_samples,
+    )  # fmt: skip
     summary = {}
     for m, t in table.groupby("mode", sort=False):
         summary[m] = {

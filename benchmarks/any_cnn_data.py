@@ -9,6 +9,9 @@ processes), with the per-operator table of the same runs; resumable.
         [--name zoo-<machine>]
     PYTHONPATH=$PWD python benchmarks/any_cnn_data.py measure --out CAMPAIGN2
         --specs docs/passes/<name>/specs.json.gz --skip-in carb_nas/data/zoo/<file>.csv
+    PYTHONPATH=$PWD python benchmarks/any_cnn_data.py kernels --out KERNELS [--n 300]
+        [--seed 0] [--kind gconv|linear] [--reference]
+    PYTHONPATH=$PWD python benchmarks/any_cnn_data.py export-kernels KERNELS [...] --out K.csv.gz
 
 ``measure`` draws the configs (seeded): ``--resnet`` ResNet configs among the shipped
 ``cpu_torch_fp32`` ones at batch <= 16 (same keys, so the two machines pair up), and
@@ -29,6 +32,13 @@ the new campaign together (``export OLD.csv CAMPAIGN2 --name ...``; a CSV part r
 re-measures a seeded N of its rows (``--cv-above -1``: any of them; a repeatability pass for
 ``benchmarks/repeatability.py``), and ``--skip-in`` repeats. ``--reference`` times the
 machine-speed probe in every row (``reference_ms``, ``ops_reference_ms``; docs/measurement.md).
+
+``kernels`` measures *kernel samples* the same way: single grouped convolutions (or, with
+``--kind linear``, fully connected layers) drawn over a kernel space that the families'
+networks leave mostly empty (channels per group not a multiple of 8, 1-8 px, GEMVs of 100+ MB
+of weights); ``export-kernels`` writes them as one CSV, a row per sample, which
+``benchmarks/any_cnn.py --kernel-samples`` adds to every fold's per-op fit
+(docs/costmodel.md, stop 36).
 """
 
 from __future__ import annotations

@@ -855,13 +855,14 @@ class ModuleCostModel:
         rows = rows.reset_index(drop=True)
         ops = ops[ops["key"].isin(set(rows["key"]))]
         extra = _kernel_samples(kernel_samples, rows)
-        km = self._kernel_model().fit(pd.concat([ops, extra], ignore_index=True))
+        km = self._kernel_model().fit(_with_samples(ops, extra))
         oof = np.zeros(len(rows))
         keys = rows["key"].to_numpy()
         folds = GroupKFold(n_splits=min(self.kernel_folds, len(rows)))
         for tr, te in folds.split(rows, groups=keys):
-            fold_ops = pd.concat([ops[ops["key"].isin(set(keys[tr]))], extra], ignore_index=True)
-            fold = self._kernel_model().fit(fold_ops)
+            fold = self._kernel_model().fit(
+                _with_samples(ops[ops["key"].isin(set(keys[tr]))], extra)
+            )
             test_ops = ops[ops["key"].isin(set(keys[te]))]
             oof[te] = self._network_sums(fold, rows.iloc[te], test_ops)["ms"].to_numpy()
         return km, oof
@@ -1230,8 +1231,9 @@ def lofo_kind_breakdown(
     kp = dict(kernel_params or {})
     out = []
     for fam in sorted(set(group)):
-        train = pd.concat([ops[group != fam], extra], ignore_index=True)
-        km = KernelCostModel(random_state=random_state, **kp).fit(train)
+        km = KernelCostModel(random_state=random_state, **kp).fit(
+            _with_samples(ops[group != fam], extra)
+        )
         te = ops[group == fam]
         ms, seen = km.predict_ops(te)
         kinds, names, _, logged = km._arrays(te)
@@ -1270,6 +1272,10 @@ def _kernel_samples(samples: pd.DataFrame | None, rows: pd.DataFrame) -> pd.Data
                   f"{len(shared)} keys of the networks (e.g. {sorted(shared)[0]})",
                   "Pass single-op samples; the networks' own ops go in ops.")  # fmt: skip
     return samples[samples["measured_ms"].notna()]
+
+
+def _with_samples(ops: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
+    return ops if samples.empty else pd.concat([ops, samples], ignore_index=True)
 
 
 def family_groups(families: Sequence[str]) -> np.ndarray:

@@ -218,7 +218,7 @@ def main() -> None:
     if args.kernel_samples:
         from any_cnn_data import kernel_table
 
-        samples = kernel_table(args.kernel_samples, typical if args.reference_normalized else None)
+        samples = kernel_table(args.kernel_samples, typical, rows)
         print(f"{samples['key'].nunique()} kernel samples ({len(samples)} op rows) from "
               f"{args.kernel_samples} in every fold's per-op fit", file=sys.stderr)  # fmt: skip
     modes = args.modes.split(",")

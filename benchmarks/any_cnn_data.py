@@ -338,50 +338,52 @@ def kernels(args: argparse.Namespace) -> None:
     print(f"measured {n} now", file=sys.stderr)
 
 
-KERNEL_ROW_COLUMNS = ("key", "fingerprint", "latency_cv", "reference_ms", "ops_reference_ms")
-
-
-def read_kernels(part: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``(rows, ops)`` of a kernel-sample campaign directory or of its export (a CSV with one
-    row per sample: :data:`KERNEL_ROW_COLUMNS` + the traced op columns + ``measured_ms``)."""
+def read_kernels(campaign: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(rows, ops)`` of the ok rows of a kernel-sample campaign directory."""
     from carb_nas.measure import read_ops_campaign
 
-    p = _existing(part, "a kernel-sample campaign directory or its exported CSV")
-    if p.is_dir():
-        rows, ops = read_ops_campaign(p)
-        return rows[rows.status == "ok"].drop_duplicates("key", keep="last"), ops
-    both = pd.read_csv(p)
-    rows = both[list(KERNEL_ROW_COLUMNS)].assign(status="ok")
-    return rows, both.drop(columns=[c for c in KERNEL_ROW_COLUMNS if c != "key"])
+    p = _existing(campaign, "a kernel-sample campaign directory")
+    rows, ops = read_ops_campaign(p)
+    return rows[rows.status == "ok"].drop_duplicates("key", keep="last"), ops
 
 
-def kernel_table(parts: str, typical_ms: float | None = None) -> pd.DataFrame:
+def kernel_table(
+    parts: str, typical_ms: float | None = None, networks: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """The op table (``trace_ops`` columns, ``key``, ``measured_ms``) of kernel samples
     (comma-separated campaign directories or exports), for ``ModuleCostModel``'s
     ``kernel_samples``; with ``typical_ms`` the times are normalized by each sample's speed
-    probe to that median (as the networks' are)."""
-    read = [read_kernels(c) for c in parts.split(",")]
-    rows = pd.concat([r for r, _ in read], ignore_index=True).drop_duplicates("key")
-    ops = pd.concat([o for _, o in read], ignore_index=True).drop_duplicates(["key", "index"])
-    ops = ops[ops["key"].isin(set(rows["key"]))]
-    if typical_ms is not None:
-        from carb_nas.datasets import reference_normalized
+    probe to that median (as the networks' are); an export of another machine than the
+    ``networks``' is refused (``carb_nas.datasets.load_kernel_samples``)."""
+    from carb_nas.datasets import load_kernel_samples, reference_normalized
 
-        rows, normalized, _ = reference_normalized(rows, ops, typical_ms, drop_unprobed=True)
-        assert normalized is not None
-        ops = normalized
-    return ops[ops["measured_ms"].notna()].reset_index(drop=True)
+    tables = []
+    for part in parts.split(","):
+        if not Path(part).is_dir():
+            tables.append(load_kernel_samples(part, typical_ms, networks))
+            continue
+        rows, ops = read_kernels(part)
+        ops = ops[ops["key"].isin(set(rows["key"]))]
+        if typical_ms is not None:
+            rows, scaled, _ = reference_normalized(rows, ops, typical_ms, drop_unprobed=True)
+            assert scaled is not None
+            ops = scaled
+        tables.append(ops[ops["measured_ms"].notna()])
+    return pd.concat(tables, ignore_index=True).drop_duplicates(["key", "index"])
 
 
 def export_kernels(args: argparse.Namespace) -> None:
-    """Kernel-sample campaigns -> one CSV (gzip when the name ends in .gz), a row per sample."""
+    """Kernel-sample campaigns -> one CSV (gzip when the name ends in .gz), a row per sample
+    (``carb_nas.datasets.load_kernel_samples`` reads it)."""
+    from carb_nas.datasets import KERNEL_SAMPLE_COLUMNS
+
     read = [read_kernels(c) for c in args.campaign]
     machines = {_machine(f) for r, _ in read for f in r.fingerprint.dropna()}
     if len(machines) != 1:
         sys.exit(f"export-kernels: expected one machine, got {len(machines)}: {sorted(machines)}")
     rows = pd.concat([r for r, _ in read], ignore_index=True).drop_duplicates("key")
     ops = pd.concat([o for _, o in read], ignore_index=True).drop_duplicates(["key", "index"])
-    out = rows[list(KERNEL_ROW_COLUMNS)].merge(ops, on="key")
+    out = rows[list(KERNEL_SAMPLE_COLUMNS)].merge(ops, on="key")
     out.to_csv(args.out, index=False, float_format="%.6g")
     print(f"wrote {args.out} ({len(out)} samples)", file=sys.stderr)
 

@@ -61,7 +61,7 @@ def test_evaluate_still_needs_a_dataset(tmp_path):
 
 def test_normalized_lofo_options_without_the_flag(tables, tmp_path):
     r = _run(["evaluate", "cpu/torch/fp32", str(tables), "--reference-normalized"], tmp_path)
-    _one_line_error(r, "--reference-normalized belong to --leave-one-family-out")
+    _one_line_error(r, "--reference-normalized belongs to --leave-one-family-out")
 
 
 def test_normalized_lofo_needs_rows_that_timed_the_probe(tmp_path):
@@ -108,3 +108,49 @@ def test_normalized_lofo_scores_the_probe_rows_of_the_zen5_dataset(tmp_path, mon
     assert r.exit_code == 0, r.output
     assert f"(the {len(pick)} that timed the speed probe, scaled to" in r.output
     assert "kernel: latency within 10 % median" in r.output
+
+
+# -- kernel samples (stop 36) --------------------------------------------------------------
+def _zoo(name):
+    from carb_nas.datasets import zoo_dir
+
+    return str(zoo_dir() / name)
+
+
+KERNELS = "docs/passes/kernels-zen4/kernels.csv.gz"
+
+
+def test_kernel_samples_of_another_machine_are_refused_before_any_training(tmp_path):
+    # the Intel Xeon zoo rows with the Zen 4 samples: per-op costs are per machine
+    r = _run(["evaluate", "--leave-one-family-out", _zoo("cpu_torch_fp32_zoo.csv"),
+              "--kernel-samples", KERNELS], tmp_path)  # fmt: skip
+    _one_line_error(r, "--kernel-samples", "another machine", "Intel", "AMD EPYC")
+
+
+def test_kernel_samples_missing_or_malformed(tmp_path):
+    zen4 = _zoo("cpu_torch_fp32_zoo-zen4.csv")
+    r = _run(["evaluate", "--leave-one-family-out", zen4, "--kernel-samples",
+              str(tmp_path / "none.csv.gz")], tmp_path)  # fmt: skip
+    _one_line_error(r, "kernel samples not found")
+    bad = tmp_path / "bad.csv"
+    pd.DataFrame({"key": ["a"], "measured_ms": [1.0]}).to_csv(bad, index=False)
+    r = _run(["evaluate", "--leave-one-family-out", zen4, "--kernel-samples", str(bad)], tmp_path)
+    _one_line_error(r, "not kernel samples", "reference_ms")
+    r = _run(["evaluate", "cpu/torch/fp32", zen4, "--kernel-samples", KERNELS], tmp_path)
+    _one_line_error(r, "--kernel-samples belongs to --leave-one-family-out")
+
+
+def test_shipped_kernel_samples_load_normalized_by_their_probe():
+    from carb_nas.datasets import load_kernel_samples
+
+    rows = pd.read_csv(_zoo("cpu_torch_fp32_zoo-zen4.csv"))
+    raw = load_kernel_samples(KERNELS, rows=rows)
+    scaled = load_kernel_samples(KERNELS, 0.8, rows)
+    assert len(raw) == len(scaled) == raw["key"].nunique() == 749
+    assert set(raw["kind"]) == {"gconv", "linear"} and (raw["measured_ms"] > 0).all()
+    table = pd.read_csv(KERNELS).set_index("key")
+    probe = table.loc[scaled["key"], "ops_reference_ms"].to_numpy()
+    # each sample scaled by typical / its own probe, the raw time kept
+    assert (scaled["measured_ms"] / scaled["measured_ms_raw"]).to_numpy() == pytest.approx(
+        0.8 / probe
+    )

@@ -367,6 +367,15 @@ def train_cmd(
     "scaled to the machine's typical speed (datasets.reference_normalized), so the test does "
     "not count the machine's own slow minutes as model error.",
 )
+@click.option(
+    "--kernel-samples",
+    "kernel_samples",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="With --leave-one-family-out: single-op measurements of the dataset's machine "
+    "(an export of benchmarks/any_cnn_data.py kernels, e.g. docs/passes/kernels-zen4/"
+    "kernels.csv.gz with cpu_torch_fp32_zoo-zen4.csv), added to every fold's per-op models.",
+)
 @example("carb-nas evaluate cpu/torch/fp32 carb_nas/data/datasets/cpu_torch_fp32.csv --json")
 def evaluate_cmd(
     model: str,
@@ -380,6 +389,7 @@ def evaluate_cmd(
     ops_path: str | None,
     modes: tuple[str, ...],
     normalized: bool,
+    kernel_samples: str | None,
 ) -> None:
     """Score MODEL (a model directory or a shipped platform name such as cpu/torch/fp32) on
     the measured rows of DATASET; or, with --leave-one-family-out, the kernel-level
@@ -387,7 +397,7 @@ def evaluate_cmd(
     from carb_nas.costmodel import evaluate, leave_one_batch_tier_out
 
     if lofo:
-        _evaluate_lofo(model, ops_path, modes, as_json, dataset, normalized)
+        _evaluate_lofo(model, ops_path, modes, as_json, dataset, normalized, kernel_samples)
         return
     if dataset is None:
         raise ModelError(
@@ -395,11 +405,14 @@ def evaluate_cmd(
             "`carb-nas evaluate --leave-one-family-out DATASET`), got only MODEL "
             f"{model!r}. Name the measured table to score on."
         )
-    if ops_path or modes or normalized:
+    given = [name for name, value in (("--ops", ops_path), ("--mode", modes),
+             ("--reference-normalized", normalized), ("--kernel-samples", kernel_samples))
+             if value]  # fmt: skip
+    if given:
         raise ModelError(
-            "--ops, --mode and --reference-normalized belong to --leave-one-family-out: "
-            "expected them with that flag, got them without it. Add --leave-one-family-out or "
-            "drop them."
+            f"{', '.join(given)} {'belongs' if len(given) == 1 else 'belong'} to "
+            "--leave-one-family-out: expected them with that flag, got them without it. Add "
+            "--leave-one-family-out or drop them."
         )
     _check_alpha(alpha)
     budget_limits = _per_batch_budgets(budgets) or None
@@ -458,9 +471,10 @@ def _evaluate_lofo(
     as_json: bool,
     second: str | None,
     normalized: bool = False,
+    kernel_samples: str | None = None,
 ) -> None:
     from carb_nas.costmodel import MODES, lofo_report
-    from carb_nas.datasets import reference_normalized
+    from carb_nas.datasets import load_kernel_samples, reference_normalized
 
     if second is not None:
         raise ModelError(
@@ -495,6 +509,7 @@ def _evaluate_lofo(
     if "status" in rows:
         rows = rows[rows["status"] == "ok"]
     note = ""
+    typical: float | None = None
     if normalized:
         try:
             rows, scaled, typical = reference_normalized(rows, ops, drop_unprobed=True)
@@ -505,7 +520,14 @@ def _evaluate_lofo(
             ) from e
         ops = scaled if scaled is not None else ops
         note = f" (the {len(rows)} that timed the speed probe, scaled to {typical:.4f} ms)"
-    report = lofo_report(rows, ops, modes=list(modes) or list(MODES))
+    samples = None
+    if kernel_samples:
+        try:
+            samples = load_kernel_samples(kernel_samples, typical, rows)
+        except ConfigError as e:
+            raise ModelError(f"--kernel-samples: {e}") from e
+        note += f"; {len(samples)} kernel samples in every fold"
+    report = lofo_report(rows, ops, modes=list(modes) or list(MODES), kernel_samples=samples)
     if as_json:
         echo_json(report)
         return

@@ -5,12 +5,14 @@ of measured rows (a shipped platform name such as ``cpu/torch/fp32``, a CSV/Parq
 DataFrame), and every table it returns passed ``validate_rows`` -- one strictness rule, see
 ``carb_nas.datasets._validate``. ``median_of_passes`` merges independent passes of one platform;
 ``append_rows`` adds rows to a dataset file (one row per config); ``reference_normalized``
-divides the machine's momentary speed out of rows that timed the speed probe. Published
+divides the machine's momentary speed out of rows that timed the speed probe;
+``load_kernel_samples`` reads single-op measurements (kernel samples) of one machine. Published
 measurements (timm's GPU/CPU benchmarks and ImageNet accuracies, read-only, never mixed with
 ours) are read by ``load_published`` / ``load_published_accuracy`` and refused where measured
 rows are needed.
 """
 
+from carb_nas.datasets._kernels import KERNEL_SAMPLE_COLUMNS, load_kernel_samples
 from carb_nas.datasets._merge import append_rows, check_appendable, median_of_passes
 from carb_nas.datasets._published import (
     ACCURACY_COLUMNS,
@@ -58,6 +60,8 @@ __all__ = [
     "DEFAULT_QUALIFIER",
     "REFERENCE_SCALED",
     "reference_normalized",
+    "KERNEL_SAMPLE_COLUMNS",
+    "load_kernel_samples",
     "SCHEMA",
     "TARGETS",
     "REQUIRED_COLUMNS",

@@ -4,7 +4,7 @@ modelling choice, and the cost of featurizing + predicting an arbitrary module.
     PYTHONPATH=$PWD python benchmarks/any_cnn.py [--dataset CSV --ops OPS] [--campaign DIR]
         [--modes kernel,network,feature,both] [--json OUT] [--repeats N]
         [--kernel-prior linear|loglinear] [--kernel-geometry 0|1] [--kernel-shared-conv 0|1]
-        [--kernel-simd-lanes N] [--per-kind] [--kernel-samples KERNEL_CAMPAIGN]
+        [--kernel-simd-lanes N] [--per-kind] [--kernel-samples KERNELS]
     PYTHONPATH=$PWD python benchmarks/any_cnn.py --speed-only [--repeats N]
 
 For each family group (ResNet, ResNeXt, VGG, DenseNet, MobileNetV2, MobileNetV3,
@@ -160,8 +160,9 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3, help="ms_per_model's repeats")
     p.add_argument(
         "--kernel-samples", default=None,
-        help="a kernel-sample campaign of this machine (any_cnn_data.py kernels): its single "
-        "ops join every fold's per-op fit",
+        help="kernel samples of this dataset's machine, comma-separated campaign directories "
+        "(any_cnn_data.py kernels) or exports (e.g. docs/passes/kernels-zen4/kernels.csv.gz): "
+        "their single ops join every fold's per-op fit",
     )  # fmt: skip
     p.add_argument(
         "--per-kind",

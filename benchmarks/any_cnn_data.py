@@ -171,7 +171,7 @@ def interleave(families: list[dict], resnets: list[dict]) -> list[dict]:
 def measure(args: argparse.Namespace) -> None:
     import json
 
-    from carb_nas.measure import MIN_CPU_PER_WALL, run_ops_campaign
+    from carb_nas.measure import MIN_CPU_PER_WALL
 
     cached = Path(args.out) / "specs.json"  # the draw, kept so a resume does not redo it
     if args.remeasure_from:
@@ -211,13 +211,19 @@ def measure(args: argparse.Namespace) -> None:
         rows, _ = read_part(part, with_ops=False)  # the keys only: not the large ops table
         have = set(rows.key[rows.status == "ok"])
         specs = [sp for sp in specs if sp["key"] not in have]
-    print(f"{len(specs)} specs", file=sys.stderr, flush=True)
+    _run_campaign(specs, build, args.out, args.reference, "specs")
+
+
+def _run_campaign(specs: list[dict], build_spec, out: str, reference: bool, what: str) -> None:
+    from carb_nas.measure import run_ops_campaign
+
+    print(f"{len(specs)} {what}", file=sys.stderr, flush=True)
     n = run_ops_campaign(
         specs,
-        build,
-        args.out,
+        build_spec,
+        out,
         progress=lambda s: print(s, file=sys.stderr, flush=True),
-        reference=args.reference,
+        reference=reference,
     )
     print(f"measured {n} now", file=sys.stderr)
 
@@ -230,18 +236,29 @@ KERNEL_HW = (1, 2, 3, 4, 5, 6, 7, 8, 10, 14, 16, 28, 32, 56)
 KERNEL_BATCH = (1, 2, 4, 8, 16)
 
 
+def _distinct_specs(n: int, draw_one) -> list[dict]:
+    """``n`` distinct specs from ``draw_one()`` (a spec, or None for a draw out of range),
+    each keyed by the hash of its fields."""
+    import hashlib
+    import json
+
+    out: dict[str, dict] = {}
+    while len(out) < n:
+        spec = draw_one()
+        if spec is not None:
+            key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+            out.setdefault(key, {"key": key, **spec})
+    return list(out.values())
+
+
 def kernel_specs(n: int, max_gflops: float = 0.5, seed: int = 0) -> list[dict]:
     """``n`` single grouped convolutions drawn uniformly over channels per group (odd and
     even, as ResNeXt's width multipliers give them), groups, spatial size, batch, kernel 1/3
     and stride 1/2, each under ``max_gflops``: the kernel space nn-Meter samples instead of
     learning it from the families' networks (which leave most of it empty)."""
-    import hashlib
-    import json
-
     rng = np.random.default_rng(seed)
-    out: list[dict] = []
-    seen: set[str] = set()
-    while len(out) < n:
+
+    def one() -> dict | None:
         cpg = int(KERNEL_CPG[rng.integers(len(KERNEL_CPG))])
         g = int(KERNEL_GROUPS[rng.integers(len(KERNEL_GROUPS))])
         cpg_out = cpg * int((1, 1, 2)[rng.integers(3)])  # mostly square, some widening
@@ -258,13 +275,9 @@ def kernel_specs(n: int, max_gflops: float = 0.5, seed: int = 0) -> list[dict]:
         }
         h_out = (spec["hw"] + 2 * (spec["kernel"] // 2) - spec["kernel"]) // spec["stride"] + 1
         flops = 2 * spec["batch_size"] * spec["c_out"] * h_out * h_out * cpg * spec["kernel"] ** 2
-        if flops > max_gflops * 1e9:
-            continue
-        key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
-        if key not in seen:
-            seen.add(key)
-            out.append({"key": key, **spec})
-    return out
+        return spec if flops <= max_gflops * 1e9 else None
+
+    return _distinct_specs(n, one)
 
 
 LINEAR_FEATURES = (256, 512, 1000, 1024, 1280, 2048, 3136, 4096, 6272, 8192, 12544, 25088)
@@ -274,24 +287,17 @@ def linear_specs(n: int, max_weight_mb: float = 450.0, seed: int = 0) -> list[di
     """``n`` single fully connected layers (a classifier's: 256-25,088 inputs, 256-8,192
     outputs, batch 1-16, weights up to ``max_weight_mb``): VGG's classifier holds most of its
     time in GEMVs of 100+ MB of weights that no other family has."""
-    import hashlib
-    import json
-
     rng = np.random.default_rng(seed)
-    out: list[dict] = []
-    seen: set[str] = set()
-    while len(out) < n:
+
+    def one() -> dict | None:
         f_in = int(LINEAR_FEATURES[rng.integers(len(LINEAR_FEATURES))])
         f_out = int(LINEAR_FEATURES[rng.integers(len(LINEAR_FEATURES))])
         if f_in * f_out * 4 / 1e6 > max_weight_mb:
-            continue
-        spec = {"family": "kernel", "kind": "linear", "c_in": f_in, "c_out": f_out,
+            return None
+        return {"family": "kernel", "kind": "linear", "c_in": f_in, "c_out": f_out,
                 "batch_size": int(KERNEL_BATCH[rng.integers(len(KERNEL_BATCH))])}  # fmt: skip
-        key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
-        if key not in seen:
-            seen.add(key)
-            out.append({"key": key, **spec})
-    return out
+
+    return _distinct_specs(n, one)
 
 
 def build_kernel(spec: dict):
@@ -313,29 +319,17 @@ def kernels(args: argparse.Namespace) -> None:
     """Measure ``--n`` kernel samples into ``--out`` (fresh process each; resumable)."""
     import json
 
-    from carb_nas.measure import run_ops_campaign
-
     cached = Path(args.out) / "specs.json"  # the draw, kept so a resume does not redo it
     if cached.exists():
         specs = json.loads(cached.read_text())
     else:
-        draw = linear_specs if args.kind == "linear" else kernel_specs
-        specs = (
-            draw(args.n, seed=args.seed)
-            if args.kind == "linear"
-            else draw(args.n, args.max_gflops, args.seed)
-        )
+        if args.kind == "linear":
+            specs = linear_specs(args.n, seed=args.seed)
+        else:
+            specs = kernel_specs(args.n, args.max_gflops, args.seed)
         Path(args.out).mkdir(parents=True, exist_ok=True)
         cached.write_text(json.dumps(specs))
-    print(f"{len(specs)} kernel specs", file=sys.stderr, flush=True)
-    n = run_ops_campaign(
-        specs,
-        build_kernel,
-        args.out,
-        progress=lambda s: print(s, file=sys.stderr, flush=True),
-        reference=args.reference,
-    )
-    print(f"measured {n} now", file=sys.stderr)
+    _run_campaign(specs, build_kernel, args.out, args.reference, "kernel specs")
 
 
 def read_kernels(campaign: str) -> tuple[pd.DataFrame, pd.DataFrame]:

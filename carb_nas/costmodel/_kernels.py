@@ -125,6 +125,8 @@ _NUMERIC = (
     "native",
 )
 _LOGGED = ("flops", "read_bytes", "write_bytes", "weight_bytes")
+#: what a measured op table needs (the trace_ops columns a per-op fit reads, measured_ms)
+_OP_TABLE_COLUMNS = ("kind", "op", "measured_ms", *_NUMERIC, *_LOGGED)
 _CONV = ("conv", "dwconv", "gconv", "linear")
 _RANGE = ("flops", "weight_bytes", "read_bytes", "write_bytes")
 _RANGE_IN_LOGGED = [_LOGGED.index(c) for c in _RANGE]
@@ -233,7 +235,7 @@ class KernelCostModel:
                 "invalid unseen-op rule", f"one of {list(UNSEEN)}", repr(self.unseen),
                 "Use 'kind' or 'roofline'.",
             )  # fmt: skip
-        missing = [c for c in ("kind", "op", "measured_ms", *_NUMERIC, *_LOGGED) if c not in ops]
+        missing = [c for c in _OP_TABLE_COLUMNS if c not in ops]
         if missing:
             raise err(
                 "op rows lack columns",
@@ -1260,12 +1262,13 @@ def _kernel_samples(samples: pd.DataFrame | None, rows: pd.DataFrame) -> pd.Data
     """``samples`` checked: measured op rows whose keys are no network's of ``rows``."""
     if samples is None or len(samples) == 0:
         return pd.DataFrame()
-    need = {"key", "kind", "op", "measured_ms"}
-    if not need <= set(samples.columns):
-        raise err("kernel samples without their op columns", f"columns {sorted(need)} and the "
-                  "traced op columns", f"{sorted(map(str, samples.columns))[:8]}",
-                  "Pass a trace_ops table with measured_ms (benchmarks/any_cnn_data.py "
-                  "kernel_table).")  # fmt: skip
+    # checked here, not left to KernelCostModel.fit: concatenated with the networks' ops, a
+    # missing column would become NaN instead of missing
+    missing = [c for c in ("key", *_OP_TABLE_COLUMNS) if c not in samples]
+    if missing:
+        raise err("kernel samples without their op columns", "the trace_ops columns plus key and "
+                  "measured_ms", f"missing {missing}", "Pass a trace_ops table with measured_ms "
+                  "(carb_nas.datasets.load_kernel_samples reads an export).")  # fmt: skip
     shared = set(samples["key"]) & set(rows["key"])
     if shared:
         raise err("kernel samples that are networks", "op rows of no network being fitted",

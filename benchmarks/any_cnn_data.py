@@ -6,7 +6,7 @@ processes), with the per-operator table of the same runs; resumable.
     PYTHONPATH=$PWD python benchmarks/any_cnn_data.py measure --out CAMPAIGN_RE
         --remeasure-from CAMPAIGN --cv-above 0.10
     PYTHONPATH=$PWD python benchmarks/any_cnn_data.py export CAMPAIGN [CAMPAIGN_RE ...]
-        [--name zoo-<machine>]
+        [--name zoo-<machine>] [--pick lowest-cv|median]
     PYTHONPATH=$PWD python benchmarks/any_cnn_data.py measure --out CAMPAIGN2
         --specs docs/passes/<name>/specs.json.gz --skip-in carb_nas/data/zoo/<file>.csv
     PYTHONPATH=$PWD python benchmarks/any_cnn_data.py kernels --out KERNELS [--n 300]
@@ -21,7 +21,8 @@ then measures each config not yet in CAMPAIGN in a fresh forked process
 (``carb_nas.measure._ops.run_ops_campaign``). Kill it at any time; the same command continues.
 A second pass (``--remeasure-from``) measures the rows whose CV is above ``--cv-above`` (or whose
 ``cpu_per_wall`` is below 0.9: timed while another process held the core) again;
-``export`` keeps each config's lowest-CV row among the passes and writes
+``export`` keeps each config's lowest-CV row among the passes (``--pick median``: the row of
+its median probe-normalized latency, with three or more passes) and writes
 ``carb_nas/data/zoo/cpu_torch_fp32_zoo.csv`` (one row per config, the dataset schema) and
 ``..._ops.csv.gz`` (one row per operator). ``--name`` writes another machine's dataset
 (``cpu_torch_fp32_<name>.csv``) beside the shipped one; export refuses passes of two machines
@@ -369,28 +370,17 @@ def kernel_table(
 def export_kernels(args: argparse.Namespace) -> None:
     """Kernel-sample campaigns -> one CSV (gzip when the name ends in .gz), a row per sample
     (``carb_nas.datasets.load_kernel_samples`` reads it)."""
-    from carb_nas.datasets import KERNEL_SAMPLE_COLUMNS
+    from carb_nas.datasets import KERNEL_SAMPLE_COLUMNS, machines
 
     read = [read_kernels(c) for c in args.campaign]
-    machines = {_machine(f) for r, _ in read for f in r.fingerprint.dropna()}
-    if len(machines) != 1:
-        sys.exit(f"export-kernels: expected one machine, got {len(machines)}: {sorted(machines)}")
+    found = machines(pd.concat([r for r, _ in read], ignore_index=True))
+    if len(found) != 1:
+        sys.exit(f"export-kernels: expected one machine, got {len(found)}: {sorted(found)}")
     rows = pd.concat([r for r, _ in read], ignore_index=True).drop_duplicates("key")
     ops = pd.concat([o for _, o in read], ignore_index=True).drop_duplicates(["key", "index"])
     out = rows[list(KERNEL_SAMPLE_COLUMNS)].merge(ops, on="key")
     out.to_csv(args.out, index=False, float_format="%.6g")
     print(f"wrote {args.out} ({len(out)} samples)", file=sys.stderr)
-
-
-def _machine(fingerprint: str) -> str:
-    """The machine part of a row's fingerprint: CPU name and, where recorded, its identity."""
-    import json
-
-    fp = json.loads(fingerprint)
-    cpu = fp.get("cpu") or {}
-    avx512 = any("avx512" in f for f in cpu.get("isa", []))  # same name, other ISA: seen here
-    parts = (fp.get("device_name"), cpu.get("family"), cpu.get("model"), avx512 and "avx512")
-    return " ".join(str(x) for x in parts if x)
 
 
 def _existing(path: str, what: str) -> Path:
@@ -417,10 +407,32 @@ def read_part(path: str, with_ops: bool = True) -> tuple[pd.DataFrame, pd.DataFr
     )
 
 
+def _pick(rows: pd.DataFrame, how: str) -> pd.DataFrame:
+    """One row per config among its passes' rows (with its own ops, by ``_part``): rows that
+    kept their core first; then ``lowest-cv``, or ``median``: the row of the median latency
+    (probe-normalized where every row of the config timed the probe; the lower middle of an
+    even count), an actual measurement, so its op table stays its own. A config with fewer
+    than three such rows takes the lowest CV either way (a median of two is a pick of one)."""
+    rows = rows.sort_values(["_lost", "latency_cv"])
+    if how == "lowest-cv":
+        return rows.drop_duplicates("key")
+    kept = rows[~rows["_lost"]]
+    kept = kept[kept.groupby("key")["key"].transform("size") >= 3]
+    ref = pd.to_numeric(kept.get("reference_ms"), errors="coerce")
+    scaled = ref.notna().groupby(kept["key"]).transform("all")
+    speed = kept["latency_ms"] / ref.where(scaled, 1.0)
+    order = kept.assign(_speed=speed).sort_values(["key", "_speed"])
+    rank = order.groupby("key").cumcount()
+    middle = (order.groupby("key")["key"].transform("size") - 1) // 2
+    medians = order[rank == middle].drop(columns="_speed")
+    rest = rows[~rows["key"].isin(set(medians["key"]))].drop_duplicates("key")
+    return pd.concat([medians, rest], ignore_index=True)
+
+
 def export(args: argparse.Namespace) -> None:
     import json
 
-    from carb_nas.datasets import SCHEMA
+    from carb_nas.datasets import SCHEMA, machines
     from carb_nas.measure import MIN_CPU_PER_WALL
 
     out_rows, out_ops = OUT_ROWS, OUT_OPS
@@ -429,24 +441,21 @@ def export(args: argparse.Namespace) -> None:
         out_ops = OUT_OPS.with_name(f"cpu_torch_fp32_{args.name}_ops.csv.gz")
     parts = [read_part(c) for c in args.campaign]
     rows = pd.concat([r.assign(_part=i) for i, (r, _) in enumerate(parts)], ignore_index=True)
-    machines = {_machine(f) for f in rows.fingerprint.dropna()}
-    if len(machines) != 1:
-        sys.exit(f"export: expected passes of one machine, got {len(machines)}: {sorted(machines)}")
+    ours = machines(rows)
+    if len(ours) != 1:
+        sys.exit(f"export: expected passes of one machine, got {len(ours)}: {sorted(ours)}")
     if out_rows.exists():
-        theirs = {_machine(f) for f in pd.read_csv(out_rows, usecols=["fingerprint"]).fingerprint}
-        if theirs != machines:
+        theirs = machines(pd.read_csv(out_rows, usecols=["fingerprint", "device_name"]))
+        if theirs != ours:
             sys.exit(
                 f"export: {out_rows.name} holds another machine's rows ({sorted(theirs)}), these "
-                f"are {sorted(machines)}; export them under their own name: --name zoo-<machine>"
+                f"are {sorted(ours)}; export them under their own name: --name zoo-<machine>"
             )
     ops = pd.concat([o.assign(_part=i) for i, (_, o) in enumerate(parts)], ignore_index=True)
-    # one row per config: among the passes, one that kept its core, then the lowest CV,
-    # with its own ops
     rows = rows[rows.status == "ok"]
     share = rows["cpu_per_wall"] if "cpu_per_wall" in rows else pd.Series(np.nan, rows.index)
     lost = pd.to_numeric(share, errors="coerce") < MIN_CPU_PER_WALL  # timed off its core
-    rows = rows.assign(_lost=lost).sort_values(["_lost", "latency_cv"]).drop_duplicates("key")
-    rows = rows.drop(columns="_lost")
+    rows = _pick(rows.assign(_lost=lost), args.pick).drop(columns="_lost")
     ops = ops.merge(rows[["key", "_part"]], on=["key", "_part"]).drop(columns="_part")
     rows = rows.drop(columns="_part").sort_values(["family", "key"])
     rows = rows.assign(
@@ -507,6 +516,12 @@ def main() -> None:
         "--name",
         default="zoo",
         help="writes cpu_torch_fp32_<name>.csv (+ _ops.csv.gz); zoo is the shipped one",
+    )
+    e.add_argument(
+        "--pick",
+        choices=("lowest-cv", "median"),
+        default="lowest-cv",
+        help="per config among the passes: the lowest-CV row, or the median one (3+ passes)",
     )
     k = sub.add_parser("kernels", help="measure single grouped convs (kernel samples)")
     k.add_argument("--out", required=True)

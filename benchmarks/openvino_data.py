@@ -72,22 +72,22 @@ def _pass_rows(source: str) -> pd.DataFrame:
 
 
 def export(passes: list[str], out_dir: Path, torch: str = TORCH, name: str = "zoo") -> list[Path]:
-    from carb_nas.datasets import load_dataset, median_of_passes, write_table
+    from carb_nas.datasets import load_dataset, machines, median_of_passes, write_table
 
     torch_rows = load_dataset(torch)
     torch_keys = set(_pair_keys(torch_rows))
-    torch_cpu = _machine(torch_rows)
+    torch_cpu = machines(torch_rows)
     by_platform: dict[str, list[tuple[str, pd.DataFrame]]] = {}
     for source in passes:
         rows = _pass_rows(source)
         if rows.empty:
             print(f"{source}: no rows yet, skipped")
             continue
-        if _machine(rows) != torch_cpu:  # a pairing across machines would compare two CPUs
+        if machines(rows) != torch_cpu:  # a pairing across machines would compare two CPUs
             sys.exit(
                 f"{source}: measured on another machine than {torch}: expected its CPU "
-                f"{torch_cpu}, got {_machine(rows)}. Pass the torch dataset of the passes' "
-                "machine with --torch."
+                f"{sorted(torch_cpu)}, got {sorted(machines(rows))}. Pass the torch dataset of "
+                "the passes' machine with --torch."
             )
         platforms = sorted(rows["platform"].astype(str).unique())
         if len(platforms) != 1 or platforms[0] not in PLATFORMS:
@@ -111,12 +111,6 @@ def export(passes: list[str], out_dir: Path, torch: str = TORCH, name: str = "zo
         print(f"wrote {len(rows)} rows ({counts}) of {len(found)} pass(es) {sources} to {out}")
         written.append(out)
     return written
-
-
-def _machine(frame: pd.DataFrame) -> list:
-    """The CPU a rows table was measured on (name, and identity where recorded)."""
-    fp = _fingerprint(frame)
-    return [fp.get("cpu_model"), fp.get("cpu")]
 
 
 def _fingerprint(frame: pd.DataFrame) -> dict:

@@ -6,13 +6,15 @@ DataFrame), and every table it returns passed ``validate_rows`` -- one strictnes
 ``carb_nas.datasets._validate``. ``median_of_passes`` merges independent passes of one platform;
 ``append_rows`` adds rows to a dataset file (one row per config); ``reference_normalized``
 divides the machine's momentary speed out of rows that timed the speed probe;
-``load_kernel_samples`` reads single-op measurements (kernel samples) of one machine. Published
-measurements (timm's GPU/CPU benchmarks and ImageNet accuracies, read-only, never mixed with
-ours) are read by ``load_published`` / ``load_published_accuracy`` and refused where measured
-rows are needed.
+``load_kernel_samples`` reads single-op measurements (kernel samples) of one machine;
+``machines`` names the machines a table was measured on (the one notion of "same machine").
+Published measurements (timm's GPU/CPU benchmarks and ImageNet accuracies, read-only, never
+mixed with ours) are read by ``load_published`` / ``load_published_accuracy`` and refused where
+measured rows are needed.
 """
 
 from carb_nas.datasets._kernels import KERNEL_SAMPLE_COLUMNS, load_kernel_samples
+from carb_nas.datasets._machine import machine_identity, machines
 from carb_nas.datasets._merge import append_rows, check_appendable, median_of_passes
 from carb_nas.datasets._published import (
     ACCURACY_COLUMNS,
@@ -62,6 +64,8 @@ __all__ = [
     "reference_normalized",
     "KERNEL_SAMPLE_COLUMNS",
     "load_kernel_samples",
+    "machine_identity",
+    "machines",
     "SCHEMA",
     "TARGETS",
     "REQUIRED_COLUMNS",

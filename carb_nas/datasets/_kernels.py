@@ -10,11 +10,11 @@ are refused.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 
+from carb_nas.datasets._machine import machines
 from carb_nas.datasets._reference import reference_normalized
 from carb_nas.errors import ConfigError
 
@@ -23,19 +23,6 @@ __all__ = ["KERNEL_SAMPLE_COLUMNS", "load_kernel_samples"]
 #: the per-sample columns of an export beside the traced op columns
 KERNEL_SAMPLE_COLUMNS = ("key", "fingerprint", "latency_cv", "reference_ms", "ops_reference_ms")
 _OP_COLUMNS = ("index", "kind", "op", "measured_ms", "flops")
-
-
-def _cpu(fingerprints: pd.Series) -> set[str]:
-    """The CPU identities (name + ``cpu`` record) of a table's fingerprints."""
-    out = set()
-    for text in fingerprints.dropna().astype(str).unique():
-        try:
-            fp = json.loads(text)
-        except ValueError:
-            fp = {}
-        fp = fp if isinstance(fp, dict) else {}
-        out.add(json.dumps([fp.get("device_name"), fp.get("cpu")], sort_keys=True))
-    return out
 
 
 def load_kernel_samples(
@@ -65,7 +52,7 @@ def load_kernel_samples(
             f"traced op columns, got {missing} missing in {str(p)!r}. {fix}"
         )
     if rows is not None and "fingerprint" in rows:
-        theirs, ours = _cpu(table["fingerprint"]), _cpu(rows["fingerprint"])
+        theirs, ours = machines(table), machines(rows)
         if theirs != ours:
             raise ConfigError(
                 f"kernel samples of another machine: expected samples measured on the networks' "

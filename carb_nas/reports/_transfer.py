@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -24,7 +23,7 @@ from carb_nas.costmodel import (
     model_inputs,
     penalized_fit,
 )
-from carb_nas.datasets import TARGETS
+from carb_nas.datasets import TARGETS, machines
 from carb_nas.errors import InputFileError, ModelError
 from carb_nas.reports._characterize import aggregate, variant_parts
 from carb_nas.reports._load import (
@@ -92,7 +91,7 @@ def prior_pairs(
                 keep = precision != precision_b
             else:
                 theirs = load_measurements(pb)
-                same_machine = _machine(theirs) == _machine(rows_b)
+                same_machine = machines(theirs) == machines(rows_b)
                 keep = (precision != precision_b and same_machine) or (
                     precision == precision_b and not same_machine and _other_rows(theirs, rows_b)
                 )
@@ -122,19 +121,6 @@ def prior_pairs(
             )
         out[_pair_name(*sides)] = (sides[0], sides[1])
     return out
-
-
-def _machine(frame: pd.DataFrame) -> tuple[str, str]:
-    """The CPU/GPU a rows table was measured on: its name and, where the fingerprint records
-    it, its identity (family, model, ISA, microcode)."""
-    names = frame["device_name"].dropna().astype(str) if "device_name" in frame else pd.Series()
-    prints = frame["fingerprint"].dropna().astype(str) if "fingerprint" in frame else pd.Series()
-    try:  # a user's table may carry a damaged fingerprint: then only the name tells
-        fp = json.loads(prints.value_counts().index[0]) if len(prints) else {}
-    except ValueError:
-        fp = {}
-    name = names.value_counts().index[0] if len(names) else ""
-    return name, json.dumps(fp.get("cpu") if isinstance(fp, dict) else None, sort_keys=True)
 
 
 def _other_rows(pair_b: Any, rows_b: pd.DataFrame | None) -> bool:

@@ -36,8 +36,8 @@ def _campaign(path: Path, keys: list[str]) -> Path:
     return path
 
 
-def _export(mod, parts, name="zoo-here"):
-    mod.export(argparse.Namespace(campaign=[str(p) for p in parts], name=name))
+def _export(mod, parts, name="zoo-here", pick="lowest-cv"):
+    mod.export(argparse.Namespace(campaign=[str(p) for p in parts], name=name, pick=pick))
     return mod.OUT_ROWS.with_name(f"cpu_torch_fp32_{name}.csv")
 
 
@@ -78,3 +78,23 @@ def test_a_missing_part_is_one_line_not_a_traceback(data, tmp_path):
     with pytest.raises(SystemExit, match="expected an existing path, got .*nowhere"):
         _export(data, [tmp_path / "nowhere"])
     assert not any((tmp_path / "out").iterdir())  # nothing written
+
+
+def test_median_pick_keeps_the_middle_pass_by_probe_normalized_latency(data):
+    """Three passes of "a": the median of latency / probe is pass 0's row (raw latency would
+    pick pass 1's); "b" has two kept rows (a median of two is a pick of one): the lowest CV;
+    "c"'s row timed off its core is never the median."""
+    rows = pd.DataFrame(
+        {
+            "key": ["a", "a", "a", "b", "b", "c", "c", "c", "c"],
+            "_part": [0, 1, 2, 0, 1, 0, 1, 2, 3],
+            "latency_ms": [10.0, 9.5, 9.0, 5.0, 6.0, 1.0, 2.0, 3.0, 100.0],
+            "reference_ms": [1.0, 2.0, 0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0],
+            "latency_cv": [0.3, 0.1, 0.2, 0.2, 0.1, 0.1, 0.12, 0.11, 0.01],
+            "_lost": [False] * 8 + [True],
+        }
+    )
+    picked = data._pick(rows, "median").set_index("key")["_part"].to_dict()
+    assert picked == {"a": 0, "b": 1, "c": 1}
+    lowest = data._pick(rows, "lowest-cv").set_index("key")["_part"].to_dict()
+    assert lowest == {"a": 1, "b": 1, "c": 0}

@@ -371,13 +371,17 @@ def export_kernels(args: argparse.Namespace) -> None:
     """Kernel-sample campaigns -> one CSV (gzip when the name ends in .gz), a row per sample
     (``carb_nas.datasets.load_kernel_samples`` reads it)."""
     from carb_nas.datasets import KERNEL_SAMPLE_COLUMNS, machines
+    from carb_nas.measure import MIN_CPU_PER_WALL
 
     read = [read_kernels(c) for c in args.campaign]
-    found = machines(pd.concat([r for r, _ in read], ignore_index=True))
+    rows = pd.concat([r.assign(_part=i) for i, (r, _) in enumerate(read)], ignore_index=True)
+    found = machines(rows)
     if len(found) != 1:
         sys.exit(f"export-kernels: expected one machine, got {len(found)}: {sorted(found)}")
-    rows = pd.concat([r for r, _ in read], ignore_index=True).drop_duplicates("key")
-    ops = pd.concat([o for _, o in read], ignore_index=True).drop_duplicates(["key", "index"])
+    share = pd.to_numeric(rows.get("cpu_per_wall"), errors="coerce")
+    rows = _pick(rows.assign(_lost=share < MIN_CPU_PER_WALL), args.pick)  # a pass per campaign
+    ops = pd.concat([o.assign(_part=i) for i, (_, o) in enumerate(read)], ignore_index=True)
+    ops = ops.merge(rows[["key", "_part"]], on=["key", "_part"]).drop(columns="_part")
     out = rows[list(KERNEL_SAMPLE_COLUMNS)].merge(ops, on="key")
     out.to_csv(args.out, index=False, float_format="%.6g")
     print(f"wrote {args.out} ({len(out)} samples)", file=sys.stderr)
@@ -531,8 +535,14 @@ def main() -> None:
     k.add_argument("--kind", choices=("gconv", "linear"), default="gconv")
     k.add_argument("--reference", action="store_true", help="time the machine-speed probe")
     x = sub.add_parser("export-kernels", help="kernel-sample campaigns -> one CSV")
-    x.add_argument("campaign", nargs="+")
+    x.add_argument("campaign", nargs="+", help="campaigns (several draws, or passes of one)")
     x.add_argument("--out", required=True)
+    x.add_argument(
+        "--pick",
+        choices=("lowest-cv", "median"),
+        default="lowest-cv",
+        help="per sample measured in several campaigns: the lowest-CV row or the median one",
+    )
     a = p.parse_args()
     cmds = {"measure": measure, "export": export, "kernels": kernels}
     cmds["export-kernels"] = export_kernels

@@ -422,7 +422,7 @@ def _pick(rows: pd.DataFrame, how: str) -> pd.DataFrame:
         return rows.drop_duplicates("key")
     kept = rows[~rows["_lost"]]
     kept = kept[kept.groupby("key")["key"].transform("size") >= 3]
-    ref = pd.to_numeric(kept.get("reference_ms"), errors="coerce")
+    ref = pd.to_numeric(kept.get("reference_ms", pd.Series(np.nan, kept.index)), errors="coerce")
     scaled = ref.notna().groupby(kept["key"]).transform("all")
     speed = kept["latency_ms"] / ref.where(scaled, 1.0)
     order = kept.assign(_speed=speed).sort_values(["key", "_speed"])

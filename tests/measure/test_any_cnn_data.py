@@ -98,3 +98,16 @@ def test_median_pick_keeps_the_middle_pass_by_probe_normalized_latency(data):
     assert picked == {"a": 0, "b": 1, "c": 1}
     lowest = data._pick(rows, "lowest-cv").set_index("key")["_part"].to_dict()
     assert lowest == {"a": 1, "b": 1, "c": 0}
+
+
+def test_median_pick_without_a_probe_column_uses_raw_latency(data):
+    rows = pd.DataFrame(
+        {
+            "key": ["a"] * 3,
+            "_part": [0, 1, 2],
+            "latency_ms": [3.0, 1.0, 2.0],
+            "latency_cv": [0.1, 0.2, 0.3],
+            "_lost": [False] * 3,
+        }
+    )
+    assert data._pick(rows, "median")["_part"].tolist() == [2]

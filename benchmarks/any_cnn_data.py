@@ -350,14 +350,24 @@ def kernel_table(
     ``kernel_samples``; with ``typical_ms`` the times are normalized by each sample's speed
     probe to that median (as the networks' are); an export of another machine than the
     ``networks``' is refused (``carb_nas.datasets.load_kernel_samples``)."""
-    from carb_nas.datasets import load_kernel_samples, reference_normalized
+    from carb_nas.datasets import load_kernel_samples, machines, reference_normalized
+    from carb_nas.errors import ConfigError
 
     tables = []
     for part in parts.split(","):
         if not Path(part).is_dir():
-            tables.append(load_kernel_samples(part, typical_ms, networks))
+            try:
+                tables.append(load_kernel_samples(part, typical_ms, networks))
+            except ConfigError as e:  # one line, as the CLI's --kernel-samples says it
+                sys.exit(f"--kernel-samples: {e}")
             continue
         rows, ops = read_kernels(part)
+        if networks is not None and machines(rows) != machines(networks):
+            sys.exit(
+                f"--kernel-samples: {part} holds samples of another machine: expected the "
+                f"networks' {sorted(machines(networks))}, got {sorted(machines(rows))}. Per-op "
+                "costs are per machine: measure the samples where the networks were measured."
+            )
         ops = ops[ops["key"].isin(set(rows["key"]))]
         if typical_ms is not None:
             rows, scaled, _ = reference_normalized(rows, ops, typical_ms, drop_unprobed=True)

@@ -10,7 +10,7 @@ processes), with the per-operator table of the same runs; resumable.
     PYTHONPATH=$PWD python benchmarks/any_cnn_data.py measure --out CAMPAIGN2
         --specs docs/passes/<name>/specs.json.gz --skip-in carb_nas/data/zoo/<file>.csv
     PYTHONPATH=$PWD python benchmarks/any_cnn_data.py kernels --out KERNELS [--n 300]
-        [--seed 0] [--kind gconv|linear] [--reference]
+        [--seed 0] [--kind gconv|linear] [--min-weight-mb 0] [--max-weight-mb 450] [--reference]
     PYTHONPATH=$PWD python benchmarks/any_cnn_data.py export-kernels KERNELS [...] --out K.csv.gz
 
 ``measure`` draws the configs (seeded): ``--resnet`` ResNet configs among the shipped
@@ -282,18 +282,32 @@ def kernel_specs(n: int, max_gflops: float = 0.5, seed: int = 0) -> list[dict]:
 
 
 LINEAR_FEATURES = (256, 512, 1000, 1024, 1280, 2048, 3136, 4096, 6272, 8192, 12544, 25088)
+#: VGG's widest classifiers (width 0.75-1.5: 512w x 49 inputs, 4,096w outputs), drawn only when
+#: the range reaches past the first draw's 450 MB (so seed 0 below it still redraws that draw)
+LINEAR_FEATURES_LARGE = (3072, 5120, 6144, 18816, 31360, 37632)
 
 
-def linear_specs(n: int, max_weight_mb: float = 450.0, seed: int = 0) -> list[dict]:
+def linear_specs(
+    n: int, max_weight_mb: float = 450.0, seed: int = 0, min_weight_mb: float = 0.0
+) -> list[dict]:
     """``n`` single fully connected layers (a classifier's: 256-25,088 inputs, 256-8,192
-    outputs, batch 1-16, weights up to ``max_weight_mb``): VGG's classifier holds most of its
-    time in GEMVs of 100+ MB of weights that no other family has."""
+    outputs, batch 1-16, weights of ``min_weight_mb``-``max_weight_mb``): VGG's classifier
+    holds most of its time in GEMVs of 100+ MB of weights that no other family has. Above
+    450 MB the grid gains VGG's widest classifiers' sizes (up to 37,632 x 6,144: 925 MB)."""
+    if not 0 <= min_weight_mb < max_weight_mb:
+        raise ValueError(
+            f"linear_specs: expected 0 <= min_weight_mb < max_weight_mb, got "
+            f"{min_weight_mb} and {max_weight_mb}"
+        )
+    grid = LINEAR_FEATURES
+    if max_weight_mb > 450.0:
+        grid = tuple(sorted(set(LINEAR_FEATURES) | set(LINEAR_FEATURES_LARGE)))
     rng = np.random.default_rng(seed)
 
     def one() -> dict | None:
-        f_in = int(LINEAR_FEATURES[rng.integers(len(LINEAR_FEATURES))])
-        f_out = int(LINEAR_FEATURES[rng.integers(len(LINEAR_FEATURES))])
-        if f_in * f_out * 4 / 1e6 > max_weight_mb:
+        f_in = int(grid[rng.integers(len(grid))])
+        f_out = int(grid[rng.integers(len(grid))])
+        if not min_weight_mb <= f_in * f_out * 4 / 1e6 <= max_weight_mb:
             return None
         return {"family": "kernel", "kind": "linear", "c_in": f_in, "c_out": f_out,
                 "batch_size": int(KERNEL_BATCH[rng.integers(len(KERNEL_BATCH))])}  # fmt: skip
@@ -325,7 +339,7 @@ def kernels(args: argparse.Namespace) -> None:
         specs = json.loads(cached.read_text())
     else:
         if args.kind == "linear":
-            specs = linear_specs(args.n, seed=args.seed)
+            specs = linear_specs(args.n, args.max_weight_mb, args.seed, args.min_weight_mb)
         else:
             specs = kernel_specs(args.n, args.max_gflops, args.seed)
         Path(args.out).mkdir(parents=True, exist_ok=True)
@@ -543,6 +557,8 @@ def main() -> None:
     k.add_argument("--max-gflops", type=float, default=0.5)
     k.add_argument("--seed", type=int, default=0)
     k.add_argument("--kind", choices=("gconv", "linear"), default="gconv")
+    k.add_argument("--min-weight-mb", type=float, default=0.0, help="linear: smallest weights")
+    k.add_argument("--max-weight-mb", type=float, default=450.0, help="linear: largest weights")
     k.add_argument("--reference", action="store_true", help="time the machine-speed probe")
     x = sub.add_parser("export-kernels", help="kernel-sample campaigns -> one CSV")
     x.add_argument("campaign", nargs="+", help="campaigns (several draws, or passes of one)")

@@ -111,3 +111,15 @@ def test_median_pick_without_a_probe_column_uses_raw_latency(data):
         }
     )
     assert data._pick(rows, "median")["_part"].tolist() == [2]
+
+
+def test_linear_draw_above_the_first_ceiling_keeps_the_first_draw_and_its_range(data):
+    shipped = pd.read_csv(ROOT / "docs/passes/kernels-zen4/kernels.csv.gz", usecols=["key"])
+    first = data.linear_specs(150, seed=0)  # the shipped samples' draw, before the range knobs
+    assert {s["key"] for s in first} <= set(shipped["key"])
+    large = data.linear_specs(40, 1000.0, seed=1, min_weight_mb=450.0)
+    mb = [s["c_in"] * s["c_out"] * 4 / 1e6 for s in large]
+    assert min(mb) >= 450.0 and max(mb) <= 1000.0
+    assert {(37632, 6144), (31360, 5120)} & {(s["c_in"], s["c_out"]) for s in large}
+    with pytest.raises(ValueError, match="min_weight_mb < max_weight_mb"):
+        data.linear_specs(1, 400.0, min_weight_mb=450.0)

@@ -10,7 +10,8 @@ processes), with the per-operator table of the same runs; resumable.
     PYTHONPATH=$PWD python benchmarks/any_cnn_data.py measure --out CAMPAIGN2
         --specs docs/passes/<name>/specs.json.gz --skip-in carb_nas/data/zoo/<file>.csv
     PYTHONPATH=$PWD python benchmarks/any_cnn_data.py kernels --out KERNELS [--n 300]
-        [--seed 0] [--kind gconv|linear] [--min-weight-mb 0] [--max-weight-mb 450] [--reference]
+        [--seed 0] [--kind gconv|linear|dwconv|act] [--min-weight-mb 0] [--max-weight-mb 450]
+        [--reference]
     PYTHONPATH=$PWD python benchmarks/any_cnn_data.py export-kernels KERNELS [...] --out K.csv.gz
 
 ``measure`` draws the configs (seeded): ``--resnet`` ResNet configs among the shipped
@@ -35,9 +36,10 @@ re-measures a seeded N of its rows (``--cv-above -1``: any of them; a repeatabil
 machine-speed probe in every row (``reference_ms``, ``ops_reference_ms``; docs/measurement.md).
 
 ``kernels`` measures *kernel samples* the same way: single grouped convolutions (or, with
-``--kind linear``, fully connected layers) drawn over a kernel space that the families'
-networks leave mostly empty (channels per group not a multiple of 8, 1-8 px, GEMVs of 100+ MB
-of weights); ``export-kernels`` writes them as one CSV, a row per sample, which
+``--kind linear``, fully connected layers; ``dwconv`` depthwise convolutions; ``act``
+activation and pooling layers) drawn over a kernel space that the families' networks leave
+mostly empty (channels per group not a multiple of 8, 1-8 px, GEMVs of 100+ MB of weights, an
+activation only one family uses); ``export-kernels`` writes them as one CSV, a row per sample, which
 ``benchmarks/any_cnn.py --kernel-samples`` adds to every fold's per-op fit
 (docs/costmodel.md, stop 36).
 """
@@ -315,6 +317,99 @@ def linear_specs(
     return _distinct_specs(n, one)
 
 
+#: depthwise channel counts of the families at their width multipliers (MobileNet's and
+#: EfficientNet's expansions: 6x, 4x, SE-reduced; many not a multiple of 8)
+DW_CHANNELS = (8, 16, 24, 32, 40, 48, 60, 72, 88, 96, 120, 144, 168, 184, 200, 240, 288,
+               336, 384, 432, 480, 576, 672, 720, 816, 960, 1152, 1344, 1632, 1920)  # fmt: skip
+DW_HW = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64)
+
+
+def dwconv_specs(n: int, max_gflops: float = 0.5, seed: int = 0) -> list[dict]:
+    """``n`` single depthwise convolutions (kernel 3 / 5 / 7, stride 1 / 2, the families'
+    channel counts and 1-64 px, batch 1-16, under ``max_gflops``): the MBConv families
+    (MobileNetV2 / V3, EfficientNet) hold a fifth of their time in them, each family in its
+    own corner of channels x size."""
+    rng = np.random.default_rng(seed)
+
+    def one() -> dict | None:
+        c = int(DW_CHANNELS[rng.integers(len(DW_CHANNELS))])
+        spec = {
+            "family": "kernel",
+            "kind": "dwconv",
+            "c_in": c,
+            "c_out": c,
+            "groups": c,
+            "kernel": int((3, 3, 5, 5, 7)[rng.integers(5)]),
+            "stride": int((1, 1, 2)[rng.integers(3)]),
+            "hw": int(DW_HW[rng.integers(len(DW_HW))]),
+            "batch_size": int(KERNEL_BATCH[rng.integers(len(KERNEL_BATCH))]),
+        }
+        k, st = spec["kernel"], spec["stride"]
+        h_out = (spec["hw"] + 2 * (k // 2) - k) // st + 1
+        flops = 2 * spec["batch_size"] * c * h_out * h_out * k * k
+        return spec if flops <= max_gflops * 1e9 else None
+
+    return _distinct_specs(n, one)
+
+
+#: the families' activation and pooling layers: (name, in place as the families use it)
+ACT_OPS = (("relu", True), ("relu6", True), ("hardswish", True), ("silu", True),
+           ("sigmoid", False), ("hardsigmoid", False), ("adaptive_avg_pool", False),
+           ("max_pool3s2", False), ("max_pool2s2", False), ("avg_pool2s2", False))  # fmt: skip
+
+
+def act_specs(n: int, max_mb: float = 64.0, seed: int = 0) -> list[dict]:
+    """``n`` single activation or pooling layers (:data:`ACT_OPS`) on a ``batch x channels x
+    hw x hw`` input (the families' channel counts, 1-64 px, batch 1-16, input up to
+    ``max_mb``): each family brings an activation no other family has (EfficientNet's SiLU,
+    MobileNetV3's hard-swish / hard-sigmoid, MobileNetV2's ReLU6), which a held-out family's
+    per-op model otherwise only estimates by a stand-in."""
+    rng = np.random.default_rng(seed)
+
+    def one() -> dict | None:
+        op = ACT_OPS[rng.integers(len(ACT_OPS))][0]
+        spec = {
+            "family": "kernel",
+            "kind": "act",
+            "op": op,
+            "c_in": int(DW_CHANNELS[rng.integers(len(DW_CHANNELS))]),
+            "hw": int(DW_HW[rng.integers(len(DW_HW))]),
+            "batch_size": int(KERNEL_BATCH[rng.integers(len(KERNEL_BATCH))]),
+        }
+        if op.endswith("s2") and spec["hw"] < 2:
+            return None
+        mb = spec["batch_size"] * spec["c_in"] * spec["hw"] ** 2 * 4 / 1e6
+        return spec if mb <= max_mb else None
+
+    return _distinct_specs(n, one)
+
+
+def _act_module(op: str):
+    """The layer of an ``act`` sample; in place where the families use it in place, with
+    denormals flushed in this (forked, per-sample) process: every run applies the layer to the
+    same input again, which an in-place SiLU or hard-swish shrinks through the denormal range
+    (twice as slow on this CPU), where a network's activation always sees a fresh conv output."""
+    import torch
+    from torch import nn
+
+    in_place = dict(ACT_OPS)[op]
+    if in_place:
+        torch.set_flush_denormal(True)
+    layers = {
+        "relu": lambda: nn.ReLU(inplace=in_place),
+        "relu6": lambda: nn.ReLU6(inplace=in_place),
+        "hardswish": lambda: nn.Hardswish(inplace=in_place),
+        "silu": lambda: nn.SiLU(inplace=in_place),
+        "sigmoid": nn.Sigmoid,
+        "hardsigmoid": nn.Hardsigmoid,
+        "adaptive_avg_pool": lambda: nn.AdaptiveAvgPool2d(1),
+        "max_pool3s2": lambda: nn.MaxPool2d(3, 2, 1),
+        "max_pool2s2": lambda: nn.MaxPool2d(2, 2),
+        "avg_pool2s2": lambda: nn.AvgPool2d(2, 2),
+    }
+    return layers[op]()
+
+
 def build_kernel(spec: dict):
     """(module, input shape) of a kernel sample: one ``nn.Conv2d``, no bias (as in the
     families' conv + norm blocks), or one ``nn.Linear`` (kind ``linear``)."""
@@ -323,6 +418,10 @@ def build_kernel(spec: dict):
     if spec.get("kind") == "linear":
         fc = nn.Linear(int(spec["c_in"]), int(spec["c_out"]))
         return fc.eval(), (int(spec["batch_size"]), int(spec["c_in"]))
+    if spec.get("kind") == "act":
+        hw = int(spec["hw"])
+        return _act_module(spec["op"]).eval(), (int(spec["batch_size"]), int(spec["c_in"]), hw,
+                                                 hw)  # fmt: skip
     k = int(spec["kernel"])
     conv = nn.Conv2d(int(spec["c_in"]), int(spec["c_out"]), k, int(spec["stride"]), k // 2,
                      groups=int(spec["groups"]), bias=False)  # fmt: skip
@@ -340,6 +439,10 @@ def kernels(args: argparse.Namespace) -> None:
     else:
         if args.kind == "linear":
             specs = linear_specs(args.n, args.max_weight_mb, args.seed, args.min_weight_mb)
+        elif args.kind == "dwconv":
+            specs = dwconv_specs(args.n, args.max_gflops, args.seed)
+        elif args.kind == "act":
+            specs = act_specs(args.n, seed=args.seed)
         else:
             specs = kernel_specs(args.n, args.max_gflops, args.seed)
         Path(args.out).mkdir(parents=True, exist_ok=True)
@@ -556,7 +659,7 @@ def main() -> None:
     k.add_argument("--n", type=int, default=300)
     k.add_argument("--max-gflops", type=float, default=0.5)
     k.add_argument("--seed", type=int, default=0)
-    k.add_argument("--kind", choices=("gconv", "linear"), default="gconv")
+    k.add_argument("--kind", choices=("gconv", "linear", "dwconv", "act"), default="gconv")
     k.add_argument("--min-weight-mb", type=float, default=0.0, help="linear: smallest weights")
     k.add_argument("--max-weight-mb", type=float, default=450.0, help="linear: largest weights")
     k.add_argument("--reference", action="store_true", help="time the machine-speed probe")

@@ -123,3 +123,41 @@ def test_linear_draw_above_the_first_ceiling_keeps_the_first_draw_and_its_range(
     assert {(37632, 6144), (31360, 5120)} & {(s["c_in"], s["c_out"]) for s in large}
     with pytest.raises(ValueError, match="min_weight_mb < max_weight_mb"):
         data.linear_specs(1, 400.0, min_weight_mb=450.0)
+
+
+@pytest.fixture
+def denormals_restored():
+    import torch
+
+    yield
+    torch.set_flush_denormal(False)  # an in-place act sample flushes them (per forked child)
+
+
+def test_dwconv_and_act_draws_cover_their_space_and_build_one_op(data, denormals_restored):
+    from carb_nas.features import trace_ops
+
+    dw = data.dwconv_specs(120, max_gflops=0.05)
+    assert all(s["groups"] == s["c_in"] == s["c_out"] for s in dw)
+    assert {s["kernel"] for s in dw} == {3, 5, 7} and {s["stride"] for s in dw} == {1, 2}
+    k, st, hw = dw[0]["kernel"], dw[0]["stride"], dw[0]["hw"]
+    flops = [2 * s["batch_size"] * s["c_in"] * ((s["hw"] - 1) // s["stride"] + 1) ** 2
+             * s["kernel"] ** 2 for s in dw]  # fmt: skip
+    assert max(flops) <= 0.05e9
+    acts = data.act_specs(200, max_mb=8.0)
+    assert {s["op"] for s in acts} == {name for name, _ in data.ACT_OPS}
+    assert max(s["batch_size"] * s["c_in"] * s["hw"] ** 2 * 4 / 1e6 for s in acts) <= 8.0
+    expect = {
+        "relu6": ("act", "hardtanh"),
+        "silu": ("act", "silu"),
+        "max_pool3s2": ("pool", "max_pool2d"),
+        "avg_pool2s2": ("pool", "avg_pool2d"),
+    }
+    for name, (kind, op) in expect.items():
+        spec = next(s for s in acts if s["op"] == name)
+        module, shape = data.build_kernel(spec)
+        table, _ = trace_ops(module, shape, "fp32", cache=False)
+        assert table[["kind", "op"]].values.tolist() == [[kind, op]]
+    module, shape = data.build_kernel(dw[0])
+    table, _ = trace_ops(module, shape, "fp32", cache=False)
+    assert table[["kind", "kernel", "stride"]].values.tolist() == [["dwconv", k, st]]
+    assert shape[2] == hw

@@ -146,8 +146,11 @@ def test_shipped_kernel_samples_load_normalized_by_their_probe():
     rows = pd.read_csv(_zoo("cpu_torch_fp32_zoo-zen4.csv"))
     raw = load_kernel_samples(KERNELS, rows=rows)
     scaled = load_kernel_samples(KERNELS, 0.8, rows)
-    assert len(raw) == len(scaled) == raw["key"].nunique() == 809
-    assert set(raw["kind"]) == {"gconv", "linear"} and (raw["measured_ms"] > 0).all()
+    assert len(raw) == len(scaled) == raw["key"].nunique() == 1409
+    assert (
+        set(raw["kind"]) == {"gconv", "linear", "dwconv", "act", "pool"}
+        and (raw["measured_ms"] > 0).all()
+    )
     table = pd.read_csv(KERNELS).set_index("key")
     probe = table.loc[scaled["key"], "ops_reference_ms"].to_numpy()
     # each sample scaled by typical / its own probe, the raw time kept

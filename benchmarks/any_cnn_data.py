@@ -39,9 +39,9 @@ machine-speed probe in every row (``reference_ms``, ``ops_reference_ms``; docs/m
 ``--kind linear``, fully connected layers; ``dwconv`` depthwise convolutions; ``act``
 activation and pooling layers) drawn over a kernel space that the families' networks leave
 mostly empty (channels per group not a multiple of 8, 1-8 px, GEMVs of 100+ MB of weights, an
-activation only one family uses); ``export-kernels`` writes them as one CSV, a row per sample, which
-``benchmarks/any_cnn.py --kernel-samples`` adds to every fold's per-op fit
-(docs/costmodel.md, stop 36).
+activation only one family uses); ``export-kernels`` writes them as one CSV, a row per
+sample, which ``benchmarks/any_cnn.py --kernel-samples`` adds to every fold's per-op fit
+(docs/costmodel.md, stops 36-38).
 """
 
 from __future__ import annotations
@@ -412,7 +412,8 @@ def _act_module(op: str):
 
 def build_kernel(spec: dict):
     """(module, input shape) of a kernel sample: one ``nn.Conv2d``, no bias (as in the
-    families' conv + norm blocks), or one ``nn.Linear`` (kind ``linear``)."""
+    families' conv + norm blocks; kinds ``gconv`` and ``dwconv``), one ``nn.Linear`` (kind
+    ``linear``) or one activation / pooling layer (kind ``act``, :func:`_act_module`)."""
     from torch import nn
 
     if spec.get("kind") == "linear":

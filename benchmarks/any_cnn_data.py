@@ -239,6 +239,14 @@ KERNEL_HW = (1, 2, 3, 4, 5, 6, 7, 8, 10, 14, 16, 28, 32, 56)
 KERNEL_BATCH = (1, 2, 4, 8, 16)
 
 
+def _conv_flops(spec: dict) -> int:
+    """FLOPs of a conv sample (``build_kernel``'s padding ``kernel // 2``)."""
+    k, hw = spec["kernel"], spec["hw"]
+    h_out = (hw + 2 * (k // 2) - k) // spec["stride"] + 1
+    per_group_in = spec["c_in"] // spec["groups"]
+    return 2 * spec["batch_size"] * spec["c_out"] * h_out * h_out * per_group_in * k * k
+
+
 def _distinct_specs(n: int, draw_one) -> list[dict]:
     """``n`` distinct specs from ``draw_one()`` (a spec, or None for a draw out of range),
     each keyed by the hash of its fields."""
@@ -276,9 +284,7 @@ def kernel_specs(n: int, max_gflops: float = 0.5, seed: int = 0) -> list[dict]:
             "hw": int(KERNEL_HW[rng.integers(len(KERNEL_HW))]),
             "batch_size": int(KERNEL_BATCH[rng.integers(len(KERNEL_BATCH))]),
         }
-        h_out = (spec["hw"] + 2 * (spec["kernel"] // 2) - spec["kernel"]) // spec["stride"] + 1
-        flops = 2 * spec["batch_size"] * spec["c_out"] * h_out * h_out * cpg * spec["kernel"] ** 2
-        return spec if flops <= max_gflops * 1e9 else None
+        return spec if _conv_flops(spec) <= max_gflops * 1e9 else None
 
     return _distinct_specs(n, one)
 
@@ -344,10 +350,7 @@ def dwconv_specs(n: int, max_gflops: float = 0.5, seed: int = 0) -> list[dict]:
             "hw": int(DW_HW[rng.integers(len(DW_HW))]),
             "batch_size": int(KERNEL_BATCH[rng.integers(len(KERNEL_BATCH))]),
         }
-        k, st = spec["kernel"], spec["stride"]
-        h_out = (spec["hw"] + 2 * (k // 2) - k) // st + 1
-        flops = 2 * spec["batch_size"] * c * h_out * h_out * k * k
-        return spec if flops <= max_gflops * 1e9 else None
+        return spec if _conv_flops(spec) <= max_gflops * 1e9 else None
 
     return _distinct_specs(n, one)
 
@@ -388,7 +391,8 @@ def _act_module(op: str):
     """The layer of an ``act`` sample; in place where the families use it in place, with
     denormals flushed in this (forked, per-sample) process: every run applies the layer to the
     same input again, which an in-place SiLU or hard-swish shrinks through the denormal range
-    (twice as slow on this CPU), where a network's activation always sees a fresh conv output."""
+    (SiLU 1.8x slower there, measured on the Zen 4 VM), where a network's activation always
+    sees a fresh conv output."""
     import torch
     from torch import nn
 
@@ -439,6 +443,12 @@ def kernels(args: argparse.Namespace) -> None:
         specs = json.loads(cached.read_text())
     else:
         if args.kind == "linear":
+            if not 0 <= args.min_weight_mb < args.max_weight_mb:
+                sys.exit(
+                    "kernels: --min-weight-mb must be >= 0 and below --max-weight-mb: got "
+                    f"{args.min_weight_mb} and {args.max_weight_mb}. Pass e.g. "
+                    "--min-weight-mb 450 --max-weight-mb 1000."
+                )
             specs = linear_specs(args.n, args.max_weight_mb, args.seed, args.min_weight_mb)
         elif args.kind == "dwconv":
             specs = dwconv_specs(args.n, args.max_gflops, args.seed)
@@ -658,7 +668,7 @@ def main() -> None:
     k = sub.add_parser("kernels", help="measure single grouped convs (kernel samples)")
     k.add_argument("--out", required=True)
     k.add_argument("--n", type=int, default=300)
-    k.add_argument("--max-gflops", type=float, default=0.5)
+    k.add_argument("--max-gflops", type=float, default=0.5, help="gconv, dwconv: per sample")
     k.add_argument("--seed", type=int, default=0)
     k.add_argument("--kind", choices=("gconv", "linear", "dwconv", "act"), default="gconv")
     k.add_argument("--min-weight-mb", type=float, default=0.0, help="linear: smallest weights")

@@ -4,7 +4,7 @@ modelling choice, and the cost of featurizing + predicting an arbitrary module.
     PYTHONPATH=$PWD python benchmarks/any_cnn.py [--dataset CSV --ops OPS] [--campaign DIR]
         [--modes kernel,network,feature,both] [--json OUT] [--repeats N]
         [--kernel-prior linear|loglinear] [--kernel-geometry 0|1] [--kernel-shared-conv 0|1]
-        [--kernel-simd-lanes N] [--per-kind] [--kernel-samples KERNELS]
+        [--kernel-simd-lanes N] [--kernel-anchor 0|1] [--per-kind] [--kernel-samples KERNELS]
     PYTHONPATH=$PWD python benchmarks/any_cnn.py --speed-only [--repeats N]
 
 For each family group (ResNet, ResNeXt, VGG, DenseNet, MobileNetV2, MobileNetV3,
@@ -180,6 +180,11 @@ def main() -> None:
         help="one conv kind for dense / grouped / depthwise convs off / on (default: the model's)",
     )  # fmt: skip
     p.add_argument(
+        "--kernel-anchor", default=None, choices=("0", "1"),
+        help="scale each training network's op times to sum to its timed latency off / on "
+        "(costmodel.anchored_ops; default: the model's, on)",
+    )  # fmt: skip
+    p.add_argument(
         "--kernel-simd-lanes", default=None, type=int,
         help="fp32 SIMD lanes of the lane-waste prior term of grouped convs (16: AVX-512); "
         "0: no term (default: the model's, 0)",
@@ -192,6 +197,8 @@ def main() -> None:
         kp["kernel_shared_conv"] = args.kernel_shared_conv == "1"
     if args.kernel_prior is not None:
         kp["kernel_prior"] = args.kernel_prior
+    if args.kernel_anchor is not None:
+        kp["kernel_anchor"] = args.kernel_anchor == "1"
     if args.kernel_geometry is not None:
         kp["kernel_geometry"] = args.kernel_geometry == "1"
 
@@ -246,11 +253,14 @@ def main() -> None:
 
     net, tab = network_tables(rows, ops)
     if args.per_kind:
-        from carb_nas.costmodel import family_groups, lofo_kind_breakdown
+        from carb_nas.costmodel import anchored_ops, family_groups, lofo_kind_breakdown
 
         kkp = {k.removeprefix("kernel_"): v for k, v in kp.items()}
+        # the per-op models train on what the module model's would (and are scored on it)
+        anchor = kkp.pop("anchor", ModuleCostModel().kernel_anchor)
         groups = dict(zip(net["key"], family_groups(net["family"])))
-        br = lofo_kind_breakdown(tab, groups, kkp, kernel_samples=samples)
+        kind_ops = anchored_ops(net, tab) if anchor else tab
+        br = lofo_kind_breakdown(kind_ops, groups, kkp, kernel_samples=samples)
         br = br[br["share"] >= 0.02].sort_values(["family", "share"], ascending=[True, False])
         print("\n## per held-out family and op kind (kinds >= 2 % of the measured op time)")
         print(br.to_string(index=False, float_format=lambda v: f"{v:.2f}"))

@@ -10,7 +10,7 @@ processes), with the per-operator table of the same runs; resumable.
     PYTHONPATH=$PWD python benchmarks/any_cnn_data.py measure --out CAMPAIGN2
         --specs docs/passes/<name>/specs.json.gz --skip-in carb_nas/data/zoo/<file>.csv
     PYTHONPATH=$PWD python benchmarks/any_cnn_data.py kernels --out KERNELS [--n 300]
-        [--seed 0] [--kind gconv|linear|dwconv|act] [--min-weight-mb 0] [--max-weight-mb 450]
+        [--seed 0] [--kind gconv|linear|dwconv|act|conv] [--min-weight-mb 0] [--max-weight-mb 450]
         [--reference]
     PYTHONPATH=$PWD python benchmarks/any_cnn_data.py export-kernels KERNELS [...] --out K.csv.gz
 
@@ -37,11 +37,12 @@ machine-speed probe in every row (``reference_ms``, ``ops_reference_ms``; docs/m
 
 ``kernels`` measures *kernel samples* the same way: single grouped convolutions (or, with
 ``--kind linear``, fully connected layers; ``dwconv`` depthwise convolutions; ``act``
-activation and pooling layers) drawn over a kernel space that the families' networks leave
-mostly empty (channels per group not a multiple of 8, 1-8 px, GEMVs of 100+ MB of weights, an
-activation only one family uses); ``export-kernels`` writes them as one CSV, a row per
+activation and pooling layers; ``conv`` dense convolutions at any channel count) drawn over
+a kernel space that the families' networks leave mostly empty (channels per group not a
+multiple of 8, 1-8 px, GEMVs of 100+ MB of weights, an activation only one family uses, a
+channel count only one family has); ``export-kernels`` writes them as one CSV, a row per
 sample, which ``benchmarks/any_cnn.py --kernel-samples`` adds to every fold's per-op fit
-(docs/costmodel.md, stops 36-38).
+(docs/costmodel.md, stops 36-39).
 """
 
 from __future__ import annotations
@@ -355,6 +356,35 @@ def dwconv_specs(n: int, max_gflops: float = 0.5, seed: int = 0) -> list[dict]:
     return _distinct_specs(n, one)
 
 
+def conv_specs(n: int, max_gflops: float = 0.5, seed: int = 0) -> list[dict]:
+    """``n`` single dense convolutions (groups 1; input and output channels drawn
+    log-uniformly over 8-1,024 and 8-512, any integer, as DenseNet's concatenations and the
+    width multipliers give them; kernel 1 / 3, stride 1 / 2, 1-64 px, batch 1-16, under
+    ``max_gflops``): the families' dense convs sit at channel counts their own family alone
+    has (DenseNet's 1x1 convs read 2g + i x g channels and its 3x3 convs write g, g = 32 x
+    width), where a held-out family's per-op model has no neighbour."""
+    rng = np.random.default_rng(seed)
+
+    def log_int(lo: int, hi: int) -> int:
+        return int(round(np.exp(rng.uniform(np.log(lo), np.log(hi)))))
+
+    def one() -> dict | None:
+        spec = {
+            "family": "kernel",
+            "kind": "conv",
+            "c_in": log_int(8, 1024),
+            "c_out": log_int(8, 512),
+            "groups": 1,
+            "kernel": int((1, 3)[rng.integers(2)]),
+            "stride": int((1, 1, 1, 2)[rng.integers(4)]),
+            "hw": int(DW_HW[rng.integers(len(DW_HW))]),
+            "batch_size": int(KERNEL_BATCH[rng.integers(len(KERNEL_BATCH))]),
+        }
+        return spec if _conv_flops(spec) <= max_gflops * 1e9 else None
+
+    return _distinct_specs(n, one)
+
+
 #: the families' activation and pooling layers: (name, in place as the families use it)
 ACT_OPS = (("relu", True), ("relu6", True), ("hardswish", True), ("silu", True),
            ("sigmoid", False), ("hardsigmoid", False), ("adaptive_avg_pool", False),
@@ -416,7 +446,7 @@ def _act_module(op: str):
 
 def build_kernel(spec: dict):
     """(module, input shape) of a kernel sample: one ``nn.Conv2d``, no bias (as in the
-    families' conv + norm blocks; kinds ``gconv`` and ``dwconv``), one ``nn.Linear`` (kind
+    families' conv + norm blocks; kinds ``gconv``, ``dwconv`` and ``conv``), one ``nn.Linear`` (kind
     ``linear``) or one activation / pooling layer (kind ``act``, :func:`_act_module`)."""
     from torch import nn
 
@@ -454,6 +484,8 @@ def kernels(args: argparse.Namespace) -> None:
             specs = dwconv_specs(args.n, args.max_gflops, args.seed)
         elif args.kind == "act":
             specs = act_specs(args.n, seed=args.seed)
+        elif args.kind == "conv":
+            specs = conv_specs(args.n, args.max_gflops, args.seed)
         else:
             specs = kernel_specs(args.n, args.max_gflops, args.seed)
         Path(args.out).mkdir(parents=True, exist_ok=True)
@@ -670,7 +702,7 @@ def main() -> None:
     k.add_argument("--n", type=int, default=300)
     k.add_argument("--max-gflops", type=float, default=0.5, help="gconv, dwconv: per sample")
     k.add_argument("--seed", type=int, default=0)
-    k.add_argument("--kind", choices=("gconv", "linear", "dwconv", "act"), default="gconv")
+    k.add_argument("--kind", choices=("gconv", "linear", "dwconv", "act", "conv"), default="gconv")
     k.add_argument("--min-weight-mb", type=float, default=0.0, help="linear: smallest weights")
     k.add_argument("--max-weight-mb", type=float, default=450.0, help="linear: largest weights")
     k.add_argument("--reference", action="store_true", help="time the machine-speed probe")

@@ -14,6 +14,7 @@ from torch import nn
 from carb_nas.costmodel import (
     KernelCostModel,
     ModuleCostModel,
+    anchored_ops,
     leave_one_family_out,
     lofo_kind_breakdown,
 )
@@ -652,3 +653,28 @@ def test_lofo_takes_kernel_samples_in_every_fold(fake_data):
         row = br[(br["family"] == "dw") & (br["kind"] == "dwconv")].iloc[0]
         off[name] = abs(row["sum_ratio"] - 1)
     assert off["with"] < off["without"], off
+
+
+def test_anchored_ops_sum_to_each_networks_latency_and_leave_the_rest():
+    rows = pd.DataFrame({"key": ["a", "b", "c"], "latency_ms": [3.0, np.nan, 8.0]})
+    ops = pd.DataFrame({"key": ["a", "a", "b", "c", "d"], "measured_ms": [1.0, 1.0, 5.0, 0.0, 2.0]})
+    out = anchored_ops(rows, ops)
+    assert out["measured_ms"].tolist() == [1.5, 1.5, 5.0, 0.0, 2.0]  # b, c, d: nothing to scale by
+    assert ops["measured_ms"].tolist() == [1.0, 1.0, 5.0, 0.0, 2.0]  # the input is not changed
+
+
+def test_anchoring_removes_a_whole_run_shift_of_the_profiled_ops(fake_data, tmp_path):
+    # FAKE: each network's profiled ops ran at its own speed (x0.7-1.4, every op alike) while
+    # its timed latency did not; anchored per-op models learn the latency's scale
+    rows, ops = fake_data
+    shift = dict(zip(rows["key"], np.random.default_rng(1).uniform(0.7, 1.4, len(rows))))
+    noisy = ops.assign(measured_ms=ops["measured_ms"] * ops["key"].map(shift))
+    tr, te = rows.iloc[:80], rows.iloc[80:]
+    err = {}
+    for anchor in (True, False):
+        m = ModuleCostModel(kernel_anchor=anchor).fit(tr, noisy[noisy["key"].isin(set(tr["key"]))])
+        p = m.predict(te, ops[ops["key"].isin(set(te["key"]))], alpha=None)
+        err[anchor] = float(np.median(np.abs(p["latency_ms"] / te["latency_ms"].to_numpy() - 1)))
+    assert err[True] < 0.05 and err[True] < err[False] / 2, err
+    m.save(tmp_path / "m")  # the last one: not anchored, and so it loads
+    assert ModuleCostModel.load(tmp_path / "m").kernel_anchor is False

@@ -161,3 +161,20 @@ def test_dwconv_and_act_draws_cover_their_space_and_build_one_op(data, denormals
     table, _ = trace_ops(module, shape, "fp32", cache=False)
     assert table[["kind", "kernel", "stride"]].values.tolist() == [["dwconv", k, st]]
     assert shape[2] == hw
+
+
+def test_dense_conv_draw_covers_odd_channel_counts_and_builds_one_dense_conv(data):
+    from carb_nas.features import trace_ops
+
+    convs = data.conv_specs(150, max_gflops=0.05)
+    assert all(s["groups"] == 1 for s in convs) and len({s["key"] for s in convs}) == 150
+    assert {s["kernel"] for s in convs} == {1, 3} and {s["stride"] for s in convs} == {1, 2}
+    c_in = [s["c_in"] for s in convs]
+    assert min(c_in) < 16 and max(c_in) > 512 and sum(c % 8 != 0 for c in c_in) > 50
+    assert max(data._conv_flops(s) for s in convs) <= 0.05e9
+    assert data.conv_specs(150, max_gflops=0.05) == convs  # seeded: a resume redraws it
+    module, shape = data.build_kernel(convs[0])
+    table, _ = trace_ops(module, shape, "fp32", cache=False)
+    assert table[["kind", "c_in", "c_out"]].values.tolist() == [
+        ["conv", convs[0]["c_in"], convs[0]["c_out"]]
+    ]

@@ -10,9 +10,10 @@ processes), with the per-operator table of the same runs; resumable.
     PYTHONPATH=$PWD python benchmarks/any_cnn_data.py measure --out CAMPAIGN2
         --specs docs/passes/<name>/specs.json.gz --skip-in carb_nas/data/zoo/<file>.csv
     PYTHONPATH=$PWD python benchmarks/any_cnn_data.py kernels --out KERNELS [--n 300]
-        [--seed 0] [--kind gconv|linear|dwconv|act|conv] [--min-weight-mb 0] [--max-weight-mb 450]
-        [--reference]
-    PYTHONPATH=$PWD python benchmarks/any_cnn_data.py export-kernels KERNELS [...] --out K.csv.gz
+        [--seed 0] [--kind gconv|linear|dwconv|act|conv|wideconv] [--min-weight-mb 0]
+        [--max-weight-mb 450] [--batches 1,2,4,8,16] [--reference]
+    PYTHONPATH=$PWD python benchmarks/any_cnn_data.py export-kernels KERNELS|K.csv.gz [...]
+        --out K2.csv.gz
 
 ``measure`` draws the configs (seeded): ``--resnet`` ResNet configs among the shipped
 ``cpu_torch_fp32`` ones at batch <= 16 (same keys, so the two machines pair up), and
@@ -37,7 +38,8 @@ machine-speed probe in every row (``reference_ms``, ``ops_reference_ms``; docs/m
 
 ``kernels`` measures *kernel samples* the same way: single grouped convolutions (or, with
 ``--kind linear``, fully connected layers; ``dwconv`` depthwise convolutions; ``act``
-activation and pooling layers; ``conv`` dense convolutions at any channel count) drawn over
+activation and pooling layers; ``conv`` dense convolutions at any channel count;
+``wideconv`` dense convolutions of 4+ MB of weights at 1-8 px, at every batch) drawn over
 a kernel space that the families' networks leave mostly empty (channels per group not a
 multiple of 8, 1-8 px, GEMVs of 100+ MB of weights, an activation only one family uses, a
 channel count only one family has); ``export-kernels`` writes them as one CSV, a row per
@@ -297,12 +299,17 @@ LINEAR_FEATURES_LARGE = (3072, 5120, 6144, 18816, 31360, 37632)
 
 
 def linear_specs(
-    n: int, max_weight_mb: float = 450.0, seed: int = 0, min_weight_mb: float = 0.0
+    n: int,
+    max_weight_mb: float = 450.0,
+    seed: int = 0,
+    min_weight_mb: float = 0.0,
+    batches: tuple[int, ...] = KERNEL_BATCH,
 ) -> list[dict]:
     """``n`` single fully connected layers (a classifier's: 256-25,088 inputs, 256-8,192
     outputs, batch 1-16, weights of ``min_weight_mb``-``max_weight_mb``): VGG's classifier
     holds most of its time in GEMVs of 100+ MB of weights that no other family has. Above
-    450 MB the grid gains VGG's widest classifiers' sizes (up to 37,632 x 6,144: 925 MB)."""
+    450 MB the grid gains VGG's widest classifiers' sizes (up to 37,632 x 6,144: 925 MB).
+    ``batches``: the batch sizes drawn (the families' draws also hold 3, 6 and 12)."""
     if not 0 <= min_weight_mb < max_weight_mb:
         raise ValueError(
             f"linear_specs: expected 0 <= min_weight_mb < max_weight_mb, got "
@@ -319,7 +326,7 @@ def linear_specs(
         if not min_weight_mb <= f_in * f_out * 4 / 1e6 <= max_weight_mb:
             return None
         return {"family": "kernel", "kind": "linear", "c_in": f_in, "c_out": f_out,
-                "batch_size": int(KERNEL_BATCH[rng.integers(len(KERNEL_BATCH))])}  # fmt: skip
+                "batch_size": int(batches[rng.integers(len(batches))])}  # fmt: skip
 
     return _distinct_specs(n, one)
 
@@ -381,6 +388,40 @@ def conv_specs(n: int, max_gflops: float = 0.5, seed: int = 0) -> list[dict]:
             "batch_size": int(KERNEL_BATCH[rng.integers(len(KERNEL_BATCH))]),
         }
         return spec if _conv_flops(spec) <= max_gflops * 1e9 else None
+
+    return _distinct_specs(n, one)
+
+
+#: every batch size the families' networks are drawn at
+NETWORK_BATCH = (1, 2, 3, 4, 6, 8, 12, 16)
+
+
+def wide_conv_specs(
+    n: int, max_gflops: float = 3.0, seed: int = 0, min_weight_mb: float = 4.0
+) -> list[dict]:
+    """``n`` single dense convolutions with ``min_weight_mb`` or more of weights at 1-8 px
+    (channels drawn log-uniformly over 256-2,048, kernel 1 / 3, stride 1 / 2, every batch of
+    :data:`NETWORK_BATCH`, under ``max_gflops``): a wide network's last stage (ResNet at
+    width 2: 1,024 x 1,024 x 3 x 3, 38 MB; VGG at 1.5: 768 channels), where oneDNN streams
+    the weights for little arithmetic and its time depends on the batch (the 38 MB conv at
+    2 px: 13 ms at batch 1, 40 ms at batch 3 on the Zen 4 VM), which no other family holds."""
+    rng = np.random.default_rng(seed)
+
+    def one() -> dict | None:
+        c_in, c_out = (int(round(np.exp(rng.uniform(np.log(256), np.log(2048))))) for _ in "io")
+        spec = {
+            "family": "kernel",
+            "kind": "conv",
+            "c_in": c_in,
+            "c_out": c_out,
+            "groups": 1,
+            "kernel": int((1, 3, 3)[rng.integers(3)]),
+            "stride": int((1, 1, 1, 2)[rng.integers(4)]),
+            "hw": int(rng.integers(1, 9)),
+            "batch_size": int(NETWORK_BATCH[rng.integers(len(NETWORK_BATCH))]),
+        }
+        mb = c_in * c_out * spec["kernel"] ** 2 * 4 / 1e6
+        return spec if mb >= min_weight_mb and _conv_flops(spec) <= max_gflops * 1e9 else None
 
     return _distinct_specs(n, one)
 
@@ -469,6 +510,14 @@ def kernels(args: argparse.Namespace) -> None:
     import json
 
     cached = Path(args.out) / "specs.json"  # the draw, kept so a resume does not redo it
+    try:
+        batches = tuple(int(b) for b in args.batches.split(",")) if args.batches else KERNEL_BATCH
+    except ValueError:
+        batches = ()
+    if not batches or min(batches) < 1 or args.batches and args.kind != "linear":
+        sys.exit(f"kernels: --batches takes positive batch sizes, comma-separated, for --kind "
+                 f"linear: got {args.batches!r} for --kind {args.kind}. Pass e.g. --kind linear "
+                 "--batches 3,6,12.")  # fmt: skip
     if cached.exists():
         specs = json.loads(cached.read_text())
     else:
@@ -479,13 +528,17 @@ def kernels(args: argparse.Namespace) -> None:
                     f"{args.min_weight_mb} and {args.max_weight_mb}. Pass e.g. "
                     "--min-weight-mb 450 --max-weight-mb 1000."
                 )
-            specs = linear_specs(args.n, args.max_weight_mb, args.seed, args.min_weight_mb)
+            specs = linear_specs(
+                args.n, args.max_weight_mb, args.seed, args.min_weight_mb, batches
+            )
         elif args.kind == "dwconv":
             specs = dwconv_specs(args.n, args.max_gflops, args.seed)
         elif args.kind == "act":
             specs = act_specs(args.n, seed=args.seed)
         elif args.kind == "conv":
             specs = conv_specs(args.n, args.max_gflops, args.seed)
+        elif args.kind == "wideconv":
+            specs = wide_conv_specs(args.n, seed=args.seed)
         else:
             specs = kernel_specs(args.n, args.max_gflops, args.seed)
         Path(args.out).mkdir(parents=True, exist_ok=True)
@@ -537,13 +590,32 @@ def kernel_table(
     return pd.concat(tables, ignore_index=True).drop_duplicates(["key", "index"])
 
 
+def _kernel_part(path: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(rows, ops)`` of a kernel-sample campaign directory, or of an earlier
+    ``export-kernels`` file (its samples as one more part: a later campaign extends an export
+    whose campaign directories are gone)."""
+    from carb_nas.datasets import KERNEL_SAMPLE_COLUMNS
+
+    p = _existing(path, "a kernel-sample campaign directory or export")
+    if p.is_dir():
+        return read_kernels(path)
+    table = pd.read_csv(p)
+    missing = [c for c in ("measured_ms", *KERNEL_SAMPLE_COLUMNS) if c not in table]
+    if missing:
+        sys.exit(f"export-kernels: {path} is not a kernel-sample export: expected the columns "
+                 f"{list(KERNEL_SAMPLE_COLUMNS)} and measured_ms, missing {missing}. Pass a "
+                 "campaign directory or a file export-kernels wrote.")  # fmt: skip
+    rows = table[list(KERNEL_SAMPLE_COLUMNS)].drop_duplicates("key").assign(status="ok")
+    return rows, table.drop(columns=list(KERNEL_SAMPLE_COLUMNS[1:]))
+
+
 def export_kernels(args: argparse.Namespace) -> None:
-    """Kernel-sample campaigns -> one CSV (gzip when the name ends in .gz), a row per sample
-    (``carb_nas.datasets.load_kernel_samples`` reads it)."""
+    """Kernel-sample campaigns (or earlier exports) -> one CSV (gzip when the name ends in
+    .gz), a row per sample (``carb_nas.datasets.load_kernel_samples`` reads it)."""
     from carb_nas.datasets import KERNEL_SAMPLE_COLUMNS, machines
     from carb_nas.measure import MIN_CPU_PER_WALL
 
-    read = [read_kernels(c) for c in args.campaign]
+    read = [_kernel_part(c) for c in args.campaign]
     rows = pd.concat([r.assign(_part=i) for i, (r, _) in enumerate(read)], ignore_index=True)
     found = machines(rows)
     if len(found) != 1:
@@ -707,7 +779,10 @@ def main() -> None:
     k.add_argument("--max-weight-mb", type=float, default=450.0, help="linear: largest weights")
     k.add_argument("--reference", action="store_true", help="time the machine-speed probe")
     x = sub.add_parser("export-kernels", help="kernel-sample campaigns -> one CSV")
-    x.add_argument("campaign", nargs="+", help="campaigns (several draws, or passes of one)")
+    x.add_argument(
+        "campaign", nargs="+",
+        help="campaigns (several draws, or passes of one) or earlier export-kernels files",
+    )  # fmt: skip
     x.add_argument("--out", required=True)
     x.add_argument(
         "--pick",

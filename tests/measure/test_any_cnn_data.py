@@ -178,3 +178,48 @@ def test_dense_conv_draw_covers_odd_channel_counts_and_builds_one_dense_conv(dat
     assert table[["kind", "c_in", "c_out"]].values.tolist() == [
         ["conv", convs[0]["c_in"], convs[0]["c_out"]]
     ]
+
+
+def test_export_kernels_extends_an_earlier_export_and_keeps_the_lower_cv_pass(data, tmp_path):
+    shipped = pd.read_csv(ROOT / "docs/passes/kernels-zen4/kernels.csv.gz")
+    first = shipped[shipped["key"].isin(shipped["key"].unique()[:6])]
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    first.to_csv(a, index=False, float_format="%.6g")
+    again = first.assign(  # a second pass of the same samples: half quieter, all 2x slower
+        latency_cv=first["latency_cv"] * first["key"].isin(first["key"].unique()[:3]).map(
+            {True: 0.5, False: 2.0}
+        ),
+        measured_ms=first["measured_ms"] * 2,
+    )
+    again.to_csv(b, index=False, float_format="%.6g")
+    out = tmp_path / "k.csv.gz"
+    args = argparse.Namespace(campaign=[str(a), str(b)], out=str(out), pick="lowest-cv")
+    data.export_kernels(args)
+    got = pd.read_csv(out).set_index("key")["measured_ms"]
+    was = first.set_index("key")["measured_ms"]
+    quieter = set(first["key"].unique()[:3])
+    assert len(got) == 6 and all(
+        got[k] == pytest.approx(was[k] * (2 if k in quieter else 1), rel=1e-5) for k in got.index
+    )
+    data.export_kernels(argparse.Namespace(campaign=[str(a)], out=str(out), pick="lowest-cv"))
+    pd.testing.assert_frame_equal(pd.read_csv(out), pd.read_csv(a))  # one export: itself
+    with pytest.raises(SystemExit, match="not a kernel-sample export.*latency_cv"):
+        first.drop(columns="latency_cv").to_csv(a, index=False)
+        data.export_kernels(args)
+
+
+def test_wide_convs_and_odd_batch_gemvs_cover_what_no_family_shares(data, tmp_path):
+    wide = data.wide_conv_specs(80, seed=0)
+    mb = [s["c_in"] * s["c_out"] * s["kernel"] ** 2 * 4 / 1e6 for s in wide]
+    assert min(mb) >= 4.0 and max(data._conv_flops(s) for s in wide) <= 3e9
+    assert max(s["hw"] for s in wide) <= 8 and max(s["c_in"] for s in wide) > 1024
+    assert {s["batch_size"] for s in wide} == set(data.NETWORK_BATCH)  # 3, 6 and 12 too
+    odd = data.linear_specs(30, 1000.0, seed=2, min_weight_mb=25.0, batches=(3, 6, 12))
+    assert {s["batch_size"] for s in odd} == {3, 6, 12}
+    assert data.linear_specs(20) == data.linear_specs(20, batches=data.KERNEL_BATCH)
+    args = argparse.Namespace(out=str(tmp_path / "k"), kind="gconv", batches="3,6", n=1,
+                              seed=0, max_gflops=0.5, reference=False)  # fmt: skip
+    for kind, batches in (("gconv", "3,6"), ("linear", "3,x"), ("linear", "0")):
+        with pytest.raises(SystemExit, match="--batches takes positive batch sizes"):
+            data.kernels(argparse.Namespace(**{**vars(args), "kind": kind, "batches": batches}))
+    assert not (tmp_path / "k").exists()  # nothing written

@@ -772,9 +772,18 @@ def main() -> None:
     k = sub.add_parser("kernels", help="measure single grouped convs (kernel samples)")
     k.add_argument("--out", required=True)
     k.add_argument("--n", type=int, default=300)
-    k.add_argument("--max-gflops", type=float, default=0.5, help="gconv, dwconv: per sample")
+    k.add_argument(
+        "--max-gflops", type=float, default=0.5, help="gconv, dwconv, conv: per sample"
+    )
     k.add_argument("--seed", type=int, default=0)
-    k.add_argument("--kind", choices=("gconv", "linear", "dwconv", "act", "conv"), default="gconv")
+    k.add_argument(
+        "--kind", choices=("gconv", "linear", "dwconv", "act", "conv", "wideconv"),
+        default="gconv",
+    )  # fmt: skip
+    k.add_argument(
+        "--batches", default=None,
+        help="--kind linear: the batch sizes to draw, comma-separated (default 1,2,4,8,16)",
+    )  # fmt: skip
     k.add_argument("--min-weight-mb", type=float, default=0.0, help="linear: smallest weights")
     k.add_argument("--max-weight-mb", type=float, default=450.0, help="linear: largest weights")
     k.add_argument("--reference", action="store_true", help="time the machine-speed probe")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -208,7 +209,7 @@ def test_export_kernels_extends_an_earlier_export_and_keeps_the_lower_cv_pass(da
         data.export_kernels(args)
 
 
-def test_wide_convs_and_odd_batch_gemvs_cover_what_no_family_shares(data, tmp_path):
+def test_wide_convs_and_odd_batch_gemvs_cover_what_no_family_shares(data, tmp_path, monkeypatch):
     wide = data.wide_conv_specs(80, seed=0)
     mb = [s["c_in"] * s["c_out"] * s["kernel"] ** 2 * 4 / 1e6 for s in wide]
     assert min(mb) >= 4.0 and max(data._conv_flops(s) for s in wide) <= 3e9
@@ -222,4 +223,8 @@ def test_wide_convs_and_odd_batch_gemvs_cover_what_no_family_shares(data, tmp_pa
     for kind, batches in (("gconv", "3,6"), ("linear", "3,x"), ("linear", "0")):
         with pytest.raises(SystemExit, match="--batches takes positive batch sizes"):
             data.kernels(argparse.Namespace(**{**vars(args), "kind": kind, "batches": batches}))
+    argv = ["any_cnn_data.py", "kernels", "--out", args.out, "--kind", "wideconv", "--batches", "3"]
+    monkeypatch.setattr(sys, "argv", argv)  # the parser knows the kind and the option
+    with pytest.raises(SystemExit, match="for --kind linear: got '3' for --kind wideconv"):
+        data.main()
     assert not (tmp_path / "k").exists()  # nothing written

@@ -528,9 +528,7 @@ def kernels(args: argparse.Namespace) -> None:
                     f"{args.min_weight_mb} and {args.max_weight_mb}. Pass e.g. "
                     "--min-weight-mb 450 --max-weight-mb 1000."
                 )
-            specs = linear_specs(
-                args.n, args.max_weight_mb, args.seed, args.min_weight_mb, batches
-            )
+            specs = linear_specs(args.n, args.max_weight_mb, args.seed, args.min_weight_mb, batches)
         elif args.kind == "dwconv":
             specs = dwconv_specs(args.n, args.max_gflops, args.seed)
         elif args.kind == "act":
@@ -772,9 +770,7 @@ def main() -> None:
     k = sub.add_parser("kernels", help="measure single grouped convs (kernel samples)")
     k.add_argument("--out", required=True)
     k.add_argument("--n", type=int, default=300)
-    k.add_argument(
-        "--max-gflops", type=float, default=0.5, help="gconv, dwconv, conv: per sample"
-    )
+    k.add_argument("--max-gflops", type=float, default=0.5, help="gconv, dwconv, conv: per sample")
     k.add_argument("--seed", type=int, default=0)
     k.add_argument(
         "--kind", choices=("gconv", "linear", "dwconv", "act", "conv", "wideconv"),

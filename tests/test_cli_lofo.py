@@ -146,9 +146,9 @@ def test_shipped_kernel_samples_load_normalized_by_their_probe():
     rows = pd.read_csv(_zoo("cpu_torch_fp32_zoo-zen4.csv"))
     raw = load_kernel_samples(KERNELS, rows=rows)
     scaled = load_kernel_samples(KERNELS, 0.8, rows)
-    assert len(raw) == len(scaled) == raw["key"].nunique() == 1409
+    assert len(raw) == len(scaled) == raw["key"].nunique() == 1599
     assert (
-        set(raw["kind"]) == {"gconv", "linear", "dwconv", "act", "pool"}
+        set(raw["kind"]) == {"gconv", "linear", "dwconv", "conv", "act", "pool"}
         and (raw["measured_ms"] > 0).all()
     )
     table = pd.read_csv(KERNELS).set_index("key")

@@ -187,9 +187,8 @@ def test_export_kernels_extends_an_earlier_export_and_keeps_the_lower_cv_pass(da
     a, b = tmp_path / "a.csv", tmp_path / "b.csv"
     first.to_csv(a, index=False, float_format="%.6g")
     again = first.assign(  # a second pass of the same samples: half quieter, all 2x slower
-        latency_cv=first["latency_cv"] * first["key"].isin(first["key"].unique()[:3]).map(
-            {True: 0.5, False: 2.0}
-        ),
+        latency_cv=first["latency_cv"]
+        * first["key"].isin(first["key"].unique()[:3]).map({True: 0.5, False: 2.0}),
         measured_ms=first["measured_ms"] * 2,
     )
     again.to_csv(b, index=False, float_format="%.6g")

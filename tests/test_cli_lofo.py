@@ -59,6 +59,11 @@ def test_evaluate_still_needs_a_dataset(tmp_path):
     _one_line_error(r, "missing DATASET")
 
 
+def test_no_anchor_without_the_flag(tables, tmp_path):
+    r = _run(["evaluate", "cpu/torch/fp32", str(tables), "--no-anchor"], tmp_path)
+    _one_line_error(r, "--no-anchor belongs to --leave-one-family-out")
+
+
 def test_normalized_lofo_options_without_the_flag(tables, tmp_path):
     r = _run(["evaluate", "cpu/torch/fp32", str(tables), "--reference-normalized"], tmp_path)
     _one_line_error(r, "--reference-normalized belongs to --leave-one-family-out")
@@ -103,11 +108,18 @@ def test_normalized_lofo_scores_the_probe_rows_of_the_zen5_dataset(tmp_path, mon
     ops[ops["key"].isin(set(pick["key"]) | set(extra["key"]))].to_csv(
         tmp_path / "z_ops.csv.gz", index=False
     )
+    import carb_nas.costmodel as costmodel
+
+    seen = []
+    real = costmodel.lofo_report
+    monkeypatch.setattr(costmodel, "lofo_report", lambda *a, **k: seen.append(k) or real(*a, **k))
     args = ["evaluate", "--leave-one-family-out", str(tmp_path / "z.csv"), "--mode", "kernel"]
-    r = CliRunner().invoke(cli, [*args, "--reference-normalized"])
+    r = CliRunner().invoke(cli, [*args, "--reference-normalized", "--no-anchor"])
     assert r.exit_code == 0, r.output
     assert f"(the {len(pick)} that timed the speed probe, scaled to" in r.output
+    assert "op times as profiled (not anchored)" in r.output
     assert "kernel: latency within 10 % median" in r.output
+    assert seen[0]["kernel_params"] == {"kernel_anchor": False}
 
 
 # -- kernel samples (stop 36) --------------------------------------------------------------

@@ -376,6 +376,14 @@ def train_cmd(
     "(an export of benchmarks/any_cnn_data.py kernels, e.g. docs/passes/kernels-zen4/"
     "kernels.csv.gz with cpu_torch_fp32_zoo-zen4.csv), added to every fold's per-op models.",
 )
+@click.option(
+    "--no-anchor",
+    "no_anchor",
+    is_flag=True,
+    help="With --leave-one-family-out: fit the per-op models on the op times as profiled, "
+    "not scaled to each network's timed latency (costmodel.anchored_ops; anchoring helps "
+    "where a row's latency is a median of several passes, not where it is one pass).",
+)
 @example("carb-nas evaluate cpu/torch/fp32 carb_nas/data/datasets/cpu_torch_fp32.csv --json")
 def evaluate_cmd(
     model: str,
@@ -390,6 +398,7 @@ def evaluate_cmd(
     modes: tuple[str, ...],
     normalized: bool,
     kernel_samples: str | None,
+    no_anchor: bool,
 ) -> None:
     """Score MODEL (a model directory or a shipped platform name such as cpu/torch/fp32) on
     the measured rows of DATASET; or, with --leave-one-family-out, the kernel-level
@@ -397,7 +406,9 @@ def evaluate_cmd(
     from carb_nas.costmodel import evaluate, leave_one_batch_tier_out
 
     if lofo:
-        _evaluate_lofo(model, ops_path, modes, as_json, dataset, normalized, kernel_samples)
+        _evaluate_lofo(
+            model, ops_path, modes, as_json, dataset, normalized, kernel_samples, no_anchor
+        )
         return
     if dataset is None:
         raise ModelError(
@@ -406,8 +417,8 @@ def evaluate_cmd(
             f"{model!r}. Name the measured table to score on."
         )
     given = [name for name, value in (("--ops", ops_path), ("--mode", modes),
-             ("--reference-normalized", normalized), ("--kernel-samples", kernel_samples))
-             if value]  # fmt: skip
+             ("--reference-normalized", normalized), ("--kernel-samples", kernel_samples),
+             ("--no-anchor", no_anchor)) if value]  # fmt: skip
     if given:
         raise ModelError(
             f"{', '.join(given)} {'belongs' if len(given) == 1 else 'belong'} to "
@@ -472,6 +483,7 @@ def _evaluate_lofo(
     second: str | None,
     normalized: bool = False,
     kernel_samples: str | None = None,
+    no_anchor: bool = False,
 ) -> None:
     from carb_nas.costmodel import MODES, lofo_report
     from carb_nas.datasets import load_kernel_samples, reference_normalized
@@ -527,7 +539,12 @@ def _evaluate_lofo(
         except ConfigError as e:
             raise ModelError(f"--kernel-samples: {e}") from e
         note += f"; {len(samples)} kernel samples in every fold"
-    report = lofo_report(rows, ops, modes=list(modes) or list(MODES), kernel_samples=samples)
+    if no_anchor:
+        note += "; op times as profiled (not anchored)"
+    report = lofo_report(
+        rows, ops, modes=list(modes) or list(MODES), kernel_samples=samples,
+        kernel_params={"kernel_anchor": False} if no_anchor else None,
+    )  # fmt: skip
     if as_json:
         echo_json(report)
         return

@@ -862,9 +862,9 @@ class ModuleCostModel:
         ops = ops[ops["key"].isin(set(rows["key"]))]
         extra = _kernel_samples(kernel_samples, rows)
         if self.kernel_anchor:
-            # the samples keep their op times: scaled by the networks' median anchor factor
-            # (their share of the time between op events) VGG's GEMVs came out 0.675 -> 0.35
-            # within +-10 % (docs/costmodel.md, stop 39)
+            # the samples keep their own times: scaled by the networks' median anchor factor
+            # (a share of the time between op events, which is per op, not per ms), held-out
+            # VGG fell from 0.675 to 0.35 within +-10 % (docs/costmodel.md, stop 39)
             ops = anchored_ops(rows, ops)
         km = self._kernel_model().fit(_with_samples(ops, extra))
         oof = np.zeros(len(rows))
@@ -1174,8 +1174,9 @@ def anchored_ops(rows: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
     probe-normalized) the measured op sums strayed from the timed latencies by a log sd of
     0.09-0.12 per family, a whole-run shift shared by every op of a run, more than the
     latencies' own noise; the timed latency (a median over many runs, and over passes in a
-    shipped dataset) is the better total. Leave one family out there: 0.688 / 0.525 ->
-    0.738 / 0.625 within +-10 % (median / worst family; docs/costmodel.md, stop 39)."""
+    shipped dataset) is the better total. Leave one family out there, with stop 38's kernel
+    samples: 0.688 / 0.525 -> 0.738 / 0.625 within +-10 % (median / worst family;
+    docs/costmodel.md, stop 39)."""
     if "latency_ms" not in rows.columns:  # nothing to anchor to
         return ops
     total = ops.groupby("key")["measured_ms"].sum()

@@ -679,7 +679,9 @@ def machine_factors(platform: str, predictor: Any = None, profiler: Any = None) 
     ResNet configs); over 32 networks measured there (22 zoo configs, 10 user CNNs) latency
     MAPE 32.2 % -> 14.3 %, 4 -> 22 within 15 % (user CNNs 41 -> 24 %): a machine's speed,
     not a per-network fix. (The model trained on the Intel zoo rows ran 0.99-2.94x there,
-    by network: 39.3 -> 22.4 %, 13 within 15 %.)
+    by network: 39.3 -> 22.4 %, 13 within 15 %.) Since stop 39 the module model trains on
+    zoo-zen4 (the Zen 4 kind): on another Zen 4 VM, 32 zoo networks, 16.0 % (the zoo-epyc
+    model) -> 8.3 % after a leave-one-out median factor (docs/costmodel.md).
     ModelError when there is no calibration; the default predictor's factors are cached per
     process (a recalibration is seen by the next process).
     """

@@ -88,7 +88,7 @@ def model_dirs(tmp_path_factory, torch_model, ort_model):
 @pytest.fixture
 def tiny_module_defaults(monkeypatch, model_cache):
     """The default module model (``costmodel.load_default_module_model``) on 9 zoo networks
-    per family group, in an empty cache for this test (the real one trains on all 880)."""
+    per family group, in an empty cache for this test (the real one trains on all 340)."""
     from carb_nas import scoring
     from carb_nas.costmodel import _defaults
 

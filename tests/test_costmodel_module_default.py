@@ -41,7 +41,7 @@ class _Upsampler(nn.Module):
 
 def test_zoo_dataset_is_shipped_for_torch_cpu_only():
     rows, ops = zoo_dataset_paths("cpu/torch/fp32")
-    assert rows.name == "cpu_torch_fp32_zoo-epyc.csv" and ops.is_file()
+    assert rows.name == "cpu_torch_fp32_zoo-zen4.csv" and ops.is_file()
     assert zoo_dataset_paths("cpu/onnxruntime/int8") is None
     with pytest.raises(ModelError, match="no shipped multi-family dataset"):
         load_default_module_model("cpu/onnxruntime/int8", verbose=False)

@@ -195,26 +195,27 @@ DEFAULT_MODULE_PARAMS: Mapping[str, Any] = MappingProxyType(
         "mode": "kernel",
         "preset": "fast",
         "random_state": 0,
-        # 880 networks as before: all 2,435 gave the same accuracy (14.6 vs 14.4 % on the
-        # first 16 of those 32) in 200 s of first-use training instead of 75 s
+        # every zoo-zen4 network (40 per family group, 60 ResNets); on zoo-epyc, 110 per group
+        # (880) scored as all 2,435 did (stop 34)
         "rows_per_family": 110,
         "kernel_prior": "linear",
         "kernel_geometry": True,
         "kernel_shared_conv": True,
-        # zoo-epyc is one pass: its latencies are no better a total than its op profiles, and
-        # anchoring the ops to them was neutral there (leave one family out, latency MAPE
-        # 15.7 % both ways, within +-10 % 0.296 -> 0.283; docs/costmodel.md, stop 39)
-        "kernel_anchor": False,
+        # zoo-zen4's latencies are the median of five passes, a better total than a run's op
+        # profile (costmodel.anchored_ops; on the one-pass zoo-epyc rows it was neutral)
+        "kernel_anchor": True,
     }
 )
 
 
 #: the shipped multi-family dataset (its qualifier) each platform's default module model
-#: trains on. zoo-epyc, not the Intel rows of zoo: on an AMD Zen 4 (2026-12-03), 32 networks
-#: measured there (22 zoo configs in no training set or calibration, 10 user CNNs), latency
-#: MAPE after calibrate's machine factor 22.4 % -> 14.3 %, within 15 % 13 -> 22 of 32
-#: (uncalibrated 39.3 -> 32.2 %); zoo-zen5's rows: 20.7 %, 17 (docs/costmodel.md)
-DEFAULT_MODULE_DATASET: Mapping[str, str] = MappingProxyType({"cpu/torch/fp32": "zoo-epyc"})
+#: trains on. zoo-zen4 (AMD EPYC Zen 4, the CI machine kind; 340 networks, median of five
+#: passes) since stop 39: on another Zen 4 VM (2026-12-04), 32 zoo networks in neither
+#: model's training rows, latency MAPE after a machine factor (leave-one-out median ratio)
+#: 16.0 % -> 8.3 %, within 15 % 53 -> 84 % (uncalibrated 96 -> 32 %: that VM ran 1.3x faster
+#: than the one zoo-zen4 was measured on). Before, zoo-epyc (Zen 3), not the Intel rows of
+#: zoo: stop 34, 32 networks on a Zen 4, 22.4 % -> 14.3 % (docs/costmodel.md)
+DEFAULT_MODULE_DATASET: Mapping[str, str] = MappingProxyType({"cpu/torch/fp32": "zoo-zen4"})
 
 
 def zoo_dataset_paths(platform: str = "cpu/torch/fp32") -> tuple[Path, Path] | None:

@@ -603,8 +603,9 @@ def _kernel_part(path: str) -> tuple[pd.DataFrame, pd.DataFrame]:
         sys.exit(f"export-kernels: {path} is not a kernel-sample export: expected the columns "
                  f"{list(KERNEL_SAMPLE_COLUMNS)} and measured_ms, missing {missing}. Pass a "
                  "campaign directory or a file export-kernels wrote.")  # fmt: skip
-    rows = table[list(KERNEL_SAMPLE_COLUMNS)].drop_duplicates("key").assign(status="ok")
-    return rows, table.drop(columns=list(KERNEL_SAMPLE_COLUMNS[1:]))
+    per_sample = [c for c in (*KERNEL_SAMPLE_COLUMNS, "latency_ms") if c in table]
+    rows = table[per_sample].drop_duplicates("key").assign(status="ok")
+    return rows, table.drop(columns=per_sample[1:])
 
 
 def export_kernels(args: argparse.Namespace) -> None:
@@ -622,7 +623,9 @@ def export_kernels(args: argparse.Namespace) -> None:
     rows = _pick(rows.assign(_lost=share < MIN_CPU_PER_WALL), args.pick)  # a pass per campaign
     ops = pd.concat([o.assign(_part=i) for i, (_, o) in enumerate(read)], ignore_index=True)
     ops = ops.merge(rows[["key", "_part"]], on=["key", "_part"]).drop(columns="_part")
-    out = rows[list(KERNEL_SAMPLE_COLUMNS)].merge(ops, on="key")
+    # the sample's whole-module latency too (stop 39 on): what anchoring a sample would need
+    per_sample = [c for c in (*KERNEL_SAMPLE_COLUMNS, "latency_ms") if c in rows]
+    out = rows[per_sample].merge(ops, on="key")
     out.to_csv(args.out, index=False, float_format="%.6g")
     print(f"wrote {args.out} ({len(out)} samples)", file=sys.stderr)
 

@@ -3,7 +3,9 @@
 An export (``benchmarks/any_cnn_data.py export-kernels``) holds one row per sample: its key,
 the platform fingerprint, the latency CV, the speed probe (``reference_ms``,
 ``ops_reference_ms``), the traced op columns (``carb_nas.features.trace_ops``) and the op's
-``measured_ms``. ``load_kernel_samples`` reads it as the op table ``ModuleCostModel`` takes as
+``measured_ms``; exports since stop 39 also keep the sample's whole-module ``latency_ms`` where
+it was measured (what anchoring a sample to its latency would need).
+``load_kernel_samples`` reads it as the op table ``ModuleCostModel`` takes as
 ``kernel_samples``: per-op costs are per machine, so samples of another CPU than the networks'
 are refused.
 """
@@ -60,7 +62,8 @@ def load_kernel_samples(
                 "measure the samples where the networks were measured (any_cnn_data.py kernels)."
             )
     samples = table[list(KERNEL_SAMPLE_COLUMNS)].assign(status="ok")
-    ops = table.drop(columns=[c for c in KERNEL_SAMPLE_COLUMNS if c != "key"])
+    per_sample = (*KERNEL_SAMPLE_COLUMNS, "latency_ms")  # the op table keeps the op's own
+    ops = table.drop(columns=[c for c in per_sample if c != "key" and c in table])
     if typical_ms is not None:
         _, scaled, _ = reference_normalized(samples, ops, typical_ms)
         assert scaled is not None  # ops were given

@@ -183,7 +183,7 @@ def test_dense_conv_draw_covers_odd_channel_counts_and_builds_one_dense_conv(dat
 
 def test_export_kernels_extends_an_earlier_export_and_keeps_the_lower_cv_pass(data, tmp_path):
     shipped = pd.read_csv(ROOT / "docs/passes/kernels-zen4/kernels.csv.gz")
-    first = shipped[shipped["key"].isin(shipped["key"].unique()[:6])]
+    first = shipped[shipped["key"].isin(shipped["key"].unique()[:6])].drop(columns="latency_ms")
     a, b = tmp_path / "a.csv", tmp_path / "b.csv"
     first.to_csv(a, index=False, float_format="%.6g")
     again = first.assign(  # a second pass of the same samples: half quieter, all 2x slower
@@ -203,6 +203,18 @@ def test_export_kernels_extends_an_earlier_export_and_keeps_the_lower_cv_pass(da
     )
     data.export_kernels(argparse.Namespace(campaign=[str(a)], out=str(out), pick="lowest-cv"))
     pd.testing.assert_frame_equal(pd.read_csv(out), pd.read_csv(a))  # one export: itself
+    # a sample's whole-module latency is kept where a part has it, never in the op table
+    timed = first.assign(latency_ms=first["measured_ms"] * 1.2)
+    timed.to_csv(b, index=False, float_format="%.6g")
+    data.export_kernels(argparse.Namespace(campaign=[str(a), str(b)], out=str(out),
+                                           pick="lowest-cv"))  # fmt: skip
+    kept = pd.read_csv(out).dropna(subset=["latency_ms"])  # b's rows where b won a CV tie
+    assert kept["latency_ms"].to_numpy() == pytest.approx(kept["measured_ms"] * 1.2, rel=1e-5)
+    from carb_nas.datasets import load_kernel_samples
+
+    data.export_kernels(argparse.Namespace(campaign=[str(b)], out=str(out), pick="lowest-cv"))
+    assert pd.read_csv(out)["latency_ms"].notna().all()
+    assert "latency_ms" not in load_kernel_samples(out).columns
     with pytest.raises(SystemExit, match="not a kernel-sample export.*latency_cv"):
         first.drop(columns="latency_cv").to_csv(a, index=False)
         data.export_kernels(args)

@@ -112,11 +112,17 @@ def _depths(family: str, standard: int) -> list[int]:
     return out or [standard]
 
 
-def family_specs(per_family: int, max_gflops: float, seed: int = 0) -> list[dict]:
+def family_specs(
+    per_family: int,
+    max_gflops: float,
+    seed: int = 0,
+    resolutions: tuple[int, ...] = RESOLUTIONS,
+    batches: tuple[int, ...] = BATCHES,
+) -> list[dict]:
     """``per_family`` configs of each built-in family group beyond ResNet, interleaved across
     groups (a stopped campaign still covers every group): variant, depth and width drawn
-    uniformly, resolution stratified over 32-128, batch drawn among those under
-    ``max_gflops`` per batch (FLOPs from the meta-device trace of batch 1)."""
+    uniformly, resolution stratified over ``resolutions`` (32-128), batch drawn among
+    ``batches`` under ``max_gflops`` per batch (FLOPs from the meta-device trace of batch 1)."""
     from carb_nas.features import trace_features
     from carb_nas.models import build_model
     from carb_nas.space import ZOO_FAMILIES, Config, family_group
@@ -135,13 +141,13 @@ def family_specs(per_family: int, max_gflops: float, seed: int = 0) -> list[dict
             f = fams[rng.integers(len(fams))]
             d = int(depths[f][rng.integers(len(depths[f]))])
             w = float(WIDTHS[rng.integers(len(WIDTHS))])
-            res = int(RESOLUTIONS[(len(per_group[g]) + rng.integers(2)) % len(RESOLUTIONS)])
+            res = int(resolutions[(len(per_group[g]) + rng.integers(2)) % len(resolutions)])
             try:
                 one = Config(f, d, w, res, 1)
                 gf1 = trace_features(build_model(one, "meta"), (1, 3, res, res))["flops"] / 1e9
             except Exception:  # noqa: BLE001 - a combination the family refuses
                 continue
-            ok = [b for b in BATCHES if b * gf1 <= max_gflops]
+            ok = [b for b in batches if b * gf1 <= max_gflops]
             if not ok:
                 continue
             b = int(ok[rng.integers(len(ok))])

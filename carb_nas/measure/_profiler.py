@@ -188,6 +188,7 @@ class Profiler:
         fresh_process: bool = False,
         calibration: Any = None,
         reference_probe: bool = True,
+        utilization_window_s: float = 1.0,
     ) -> None:
         if fresh_process and calibration is not None and not isinstance(calibration, (str, Path)):
             raise ConfigError(
@@ -256,6 +257,8 @@ class Profiler:
                 )
             self.meter.lock_clocks(lock_sm_clock_mhz)
         self.energy_min_window_s = energy_min_window_s
+        # CARB's SM/memory utilization: a training-mode window per CUDA row; 0 skips it
+        self.utilization_window_s = utilization_window_s
         self._prepared: Prepared | None = None
         self._prepare_error: tuple[tuple, str] | None = None
         self.counter_update_period_s = None
@@ -462,8 +465,12 @@ class Profiler:
                 row["energy_j"], row["energy_window_s"] = w.energy_j, w.window_s
             except Exception as e:  # noqa: BLE001 - energy failure keeps the timing
                 row["energy_reason"] = f"meter={self.meter.name}: {e}"[:ERROR_MAX_CHARS]
-        if self.kind == "cuda" and isinstance(self.meter, NVMLMeter):
-            row.update(self._gpu_utilization(config))
+        if (
+            self.kind == "cuda"
+            and isinstance(self.meter, NVMLMeter)
+            and self.utilization_window_s > 0
+        ):
+            row.update(self._gpu_utilization(config, self.utilization_window_s))
 
     def _gpu_utilization(self, config: Config, window_s: float = 1.0) -> dict[str, Any]:
         """Mean NVML SM and memory utilization over a training-mode fwd+bwd window (CARB)."""

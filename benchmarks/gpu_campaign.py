@@ -216,14 +216,17 @@ def export(parts: list[str], name: str, out_dir: Path = ZOO) -> list[Path]:
     """One CSV per precision of the real rows in ``parts`` (the latest row per key)."""
     rows = []
     for part in parts:
-        for f in sorted(Path(part).glob("rows-*.jsonl")):
-            for line in f.read_text().splitlines():
+        files = sorted(Path(part).glob("rows-*.jsonl")) + sorted(Path(part).glob("rows-*.jsonl.gz"))
+        for f in files:
+            raw = f.read_bytes()
+            text = (gzip.decompress(raw) if f.suffix == ".gz" else raw).decode()
+            for line in text.splitlines():
                 try:
                     rows.append(json.loads(line))
                 except ValueError:
                     continue
     if not rows:
-        raise SystemExit(f"gpu_campaign export: no rows-*.jsonl rows under {parts}.")
+        raise SystemExit(f"gpu_campaign export: no rows-*.jsonl[.gz] rows under {parts}.")
     d = pd.DataFrame(rows)
     fake = d.meter.astype(str).str.startswith("fake")
     if fake.any():

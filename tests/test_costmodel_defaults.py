@@ -70,7 +70,7 @@ def test_damaged_cache_entry_is_retrained(tiny_defaults):
 
 def test_unknown_platform_is_a_clear_error(tiny_defaults):
     with pytest.raises(ModelError, match="no shipped dataset or model for platform"):
-        load_default_model("cuda/torch/fp16", verbose=False)
+        load_default_model("cuda/torch/bf16", verbose=False)  # none shipped
 
 
 def test_an_unwritable_cache_is_refused_before_training(tmp_path, monkeypatch, tiny_default_params):

@@ -15,7 +15,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from carb_nas.costmodel._common import FORMAT_VERSION, err, frame_sha256
+from carb_nas.costmodel._common import FORMAT_VERSION, TELEMETRY_COLUMNS, err, frame_sha256
 from carb_nas.costmodel._estimator import CostModel
 from carb_nas.costmodel._learners import resolve_preset
 from carb_nas.costmodel._prepare import physical_offsets, prepare_table, schema_rows
@@ -90,6 +90,11 @@ def load_default_model(
     columns = list(sample_X.columns)
     offsets = physical_offsets(sample_X, targets)
     recipe_params = {**DEFAULT_MODEL_PARAMS, "target_offsets": offsets or None, **(params or {})}
+    if set(TELEMETRY_COLUMNS) & set(columns):
+        # a GPU dataset's rows carry the clocks and temperature seen while measuring; a default
+        # model predicts configs nobody has run, so it cannot read them (the CPU datasets have
+        # none: their recipe, and so their cache keys, stay as they were)
+        recipe_params.setdefault("architecture_only", True)
     model = CostModel(**recipe_params)
     resolved = resolve_preset(model.preset, model.learner_params)
     # the key covers the data and the recipe (features, offsets, format, parameters), so an

@@ -1,0 +1,71 @@
+"""The GPU platform measured on an NVIDIA H200 (benchmarks/gpu_campaign.py): the shipped
+cuda/torch/{fp16,fp32} rows are real NVML/CUDA measurements with their fingerprint, and their
+default model predicts configs nobody has run (it cannot read the clocks seen while measuring).
+"""
+
+from __future__ import annotations
+
+import json
+from types import MappingProxyType
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from carb_nas.cli import cli
+from carb_nas.costmodel import load_default_model
+from carb_nas.datasets import load_dataset, shipped_names
+
+GPU = ("cuda/torch/fp16", "cuda/torch/fp32")
+
+
+@pytest.mark.parametrize("platform", GPU)
+def test_gpu_rows_are_real_measurements_with_their_fingerprint(platform):
+    assert platform in shipped_names() and f"{platform}/zoo-h200" in shipped_names()
+    rows = load_dataset(platform)
+    assert len(rows) >= 150 and (rows.status == "ok").all()
+    assert set(rows.meter) == {"nvml-counter"}  # the total-energy counter, never a fake
+    assert (rows.energy_j > 0).all() and (rows.energy_window_s >= 0.9).all()
+    assert (rows.peak_mem_method.str.contains("max_memory_allocated")).all()
+    fp = json.loads(rows.fingerprint.iloc[0])
+    assert fp["device_name"] == "NVIDIA H200" and fp["platform"] == platform
+    assert fp["driver"] and fp["cuda"] and fp["locked_sm_clock_mhz"] is None
+    assert fp["energy_counter_update_period_s"] == pytest.approx(0.1, rel=0.05)
+    assert rows.family.nunique() >= 10  # the built-in families and both ResNet blocks
+
+
+def test_fp16_and_fp32_pair_up_by_config():
+    pair = ["family", "depth", "width", "resolution", "batch_size"]
+    a, b = load_dataset("cuda/torch/fp16"), load_dataset("cuda/torch/fp32")
+    both = a.merge(b, on=pair, suffixes=("_16", "_32"))
+    assert len(both) == len(a) == len(b)
+    # fp16 halves the weights and activations: memory, not latency, is where it shows
+    assert np.median(both.peak_mem_mb_32 / both.peak_mem_mb_16) > 1.4
+
+
+def test_default_gpu_model_predicts_unmeasured_configs(
+    model_cache, tiny_default_params, tmp_path, monkeypatch
+):
+    import carb_nas.costmodel._defaults as defaults
+
+    recipe = MappingProxyType({**defaults.DEFAULT_MODEL_PARAMS, **tiny_default_params})
+    monkeypatch.setattr(defaults, "DEFAULT_MODEL_PARAMS", recipe)  # the same logic, cheaper
+    model = load_default_model("cuda/torch/fp16", verbose=False)
+    assert model.architecture_only and "energy_j" in model.targets_
+    assert not set(model.feature_names_in_) & {"sm_clock_mhz", "temperature_c"}
+    configs = tmp_path / "c.csv"
+    pd.DataFrame(
+        {
+            "family": ["mobilenet_v2", "basic"],
+            "depth": [18, 18],
+            "width": [1.0, 1.0],
+            "resolution": [224, 128],
+            "batch_size": [32, 64],
+            "precision": ["fp16", "fp16"],
+        }
+    ).to_csv(configs, index=False)
+    r = CliRunner().invoke(cli, ["predict", "cuda/torch/fp16", str(configs), "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)["predictions"]
+    assert len(out) == 2 and all(o["energy_j"] > 0 and o["latency_ms"] > 0 for o in out)

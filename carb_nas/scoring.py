@@ -612,9 +612,18 @@ def predict_costs(
             )
     elif unseen:
         what = spec.config.family if spec.config is not None else "architecture"
+        levels = trained_levels(cost_model, "family") or []
+        # a multi-family model (the GPU platforms have no kernel-level model) generalizes
+        # as to a held-out family; a ResNet-only one hardly at all
+        note = (
+            f"it predicts from the traced features alone, as for a family held out in "
+            f"`carb-nas evaluate --leave-one-family-out` ({len(levels)} families seen)"
+            if len(levels) > 2
+            else _UNSEEN_NOTE
+        )
         warnings.warn(
             f"the cost model ({platform_name(cost_model)}) never saw this {what} "
-            f"({spec.name}): {_UNSEEN_NOTE}.",
+            f"({spec.name}): {note}.",
             UserWarning,
             stacklevel=2,
         )

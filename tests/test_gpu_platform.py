@@ -69,3 +69,18 @@ def test_default_gpu_model_predicts_unmeasured_configs(
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)["predictions"]
     assert len(out) == 2 and all(o["energy_j"] > 0 and o["latency_ms"] > 0 for o in out)
+    # a user's own network on the GPU platform: energy too, with intervals, and the warning
+    # says how a multi-family model generalizes (as to a held-out family)
+    import torch.nn as nn
+
+    import carb_nas
+
+    net = nn.Sequential(nn.Conv2d(3, 16, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten())
+    with pytest.warns(UserWarning, match="held out in `carb-nas evaluate"):
+        costs = carb_nas.predict_costs(net, (8, 3, 64, 64), platform="cuda/torch/fp16")
+    lo, mid, hi = (
+        costs.values["energy_j"][1],
+        costs.values["energy_j"][0],
+        costs.values["energy_j"][2],
+    )
+    assert 0 < lo <= mid <= hi and costs.platform == "cuda/torch/fp16"

@@ -84,3 +84,23 @@ def test_default_gpu_model_predicts_unmeasured_configs(
         costs.values["energy_j"][2],
     )
     assert 0 < lo <= mid <= hi and costs.platform == "cuda/torch/fp16"
+
+
+def test_transfer_between_the_gpu_precisions_trains_its_baseline_on_any_family():
+    """N rows of a multi-family pool miss families: the target-only baseline must still
+    train (it failed on every draw before), and no model reads the measured telemetry."""
+    from carb_nas.reports import transfer
+
+    pair = ["family", "depth", "width", "resolution", "batch_size"]
+    a = load_dataset("cuda/torch/fp32").sample(90, random_state=0)  # all groups,
+    b = load_dataset("cuda/torch/fp16").merge(a[pair], on=pair)  # in seconds
+    out = transfer(a, b, few_shot=[20], repeats=1, prior="none")
+    run = out["few_shot"]["runs"]["20"]
+    assert run["target_only_errors"] == []
+    assert np.isfinite(run["target_only"]["peak_mem_mb"]["r2_mean"])
+    # memory moves with precision (fp16 about 0.6x): calibration on 20 rows recovers it
+    assert (
+        run["calibrated"]["peak_mem_mb"]["r2_mean"]
+        > 0.8
+        > run["source_only"]["peak_mem_mb"]["r2_mean"]
+    )

@@ -14,6 +14,7 @@ from carb_nas._json import jsonable
 from carb_nas.costmodel import (
     CALIBRATION_METHODS,
     MIN_TRAIN_ROWS,
+    TELEMETRY_COLUMNS,
     CalibratedModel,
     CostModel,
     TransferPrior,
@@ -197,13 +198,16 @@ def _few_shot(
     say = progress or (lambda _msg: None)
     notes: list[str] = []
     _, runtime_a, precision_a = variant_parts(a["variant"].iloc[0])
+    # GPU rows carry the clocks and temperature seen while measuring: a config to predict has
+    # none, so the models trained here read the architecture columns only (as default models)
+    arch_only = bool(set(TELEMETRY_COLUMNS) & (set(a.columns) | set(b.columns)))
     if source_model is None:
         a_targets = [t for t in targets if a[t].notna().any()]
         train = a.dropna(subset=a_targets)
         say(f"training the source model ({preset} preset) on {len(train)} rows of A")
-        source_model = CostModel(preset=preset, n_jobs=n_jobs, random_state=seed).fit(
-            model_inputs(train), train[a_targets], platform=a["variant"].iloc[0]
-        )
+        source_model = CostModel(
+            preset=preset, n_jobs=n_jobs, random_state=seed, architecture_only=arch_only
+        ).fit(model_inputs(train), train[a_targets], platform=a["variant"].iloc[0])
         source_desc = f"CostModel(preset={preset!r}) trained on all {len(train)} ok rows of A"
     else:
         source_desc = "given source model"
@@ -257,6 +261,9 @@ def _few_shot(
                         validation_fraction=0.0,
                         calibration_fraction=0.0,
                         random_state=draw,
+                        architecture_only=arch_only,
+                        # N rows of a multi-family pool miss families: theirs count as missing
+                        handle_unknown="ignore",
                     )
                     pred_own = own.fit(X_train, train_rows[targets]).predict(X_test)
                 except ModelError as e:

@@ -139,7 +139,13 @@ def align_to_platform(model: Any, frame: pd.DataFrame, role: str = "model") -> p
             out[knob] = levels[0]
             continue
         n_unseen = int(column.isin(unseen).sum())
-        cpu_hint = " (e.g. the bundled 'cpu' space)" if knob == "precision" else ""
+        cpu_hint = ""
+        if knob == "precision":  # e.g. a GPU model of one precision on CARB's fp32+fp16 space
+            cpu_hint = (
+                " (e.g. the bundled 'cpu' space)"
+                if list(levels) == ["fp32"]
+                else f" (a copy of the space file whose precision line reads {list(levels)})"
+            )
         raise ModelError(
             f"the {role} ({platform_name(model)}) was trained on another space: it knows "
             f"{knob} {levels}, got {n_unseen:,} of {len(frame):,} candidates with {knob} "

@@ -69,6 +69,13 @@ def test_default_gpu_model_predicts_unmeasured_configs(
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)["predictions"]
     assert len(out) == 2 and all(o["energy_j"] > 0 and o["latency_ms"] > 0 for o in out)
+    # CARB's space holds fp32 and fp16: the hint names the fp16 the model knows, not 'cpu'
+    from carb_nas.errors import ModelError
+    from carb_nas.scoring import align_to_platform
+
+    both = pd.DataFrame({"family": ["basic"] * 2, "precision": ["fp16", "fp32"]})
+    with pytest.raises(ModelError, match=r"precision line reads \['fp16'\]"):
+        align_to_platform(model, both)
     # a user's own network on the GPU platform: energy too, with intervals, and the warning
     # says how a multi-family model generalizes (as to a held-out family)
     import torch.nn as nn

@@ -6,7 +6,6 @@ default model predicts configs nobody has run (it cannot read the clocks seen wh
 from __future__ import annotations
 
 import json
-from types import MappingProxyType
 
 import numpy as np
 import pandas as pd
@@ -44,13 +43,14 @@ def test_fp16_and_fp32_pair_up_by_config():
     assert np.median(both.peak_mem_mb_32 / both.peak_mem_mb_16) > 1.4
 
 
-def test_default_gpu_model_predicts_unmeasured_configs(
-    model_cache, tiny_default_params, tmp_path, monkeypatch
-):
-    import carb_nas.costmodel._defaults as defaults
+def test_default_gpu_model_predicts_and_calibrates(tmp_path, monkeypatch):
+    """One test, so one worker traces the 181 configs (~13 s; conftest gives default models
+    the tiny recipe and a cache of the run's own)."""
+    import carb_nas.calibrate as cal_mod
+    from carb_nas.calibrate import calibrate_on_arrival
+    from carb_nas.costmodel import model_inputs
+    from tests.test_calibrate import FakeClock, FakeProfiler
 
-    recipe = MappingProxyType({**defaults.DEFAULT_MODEL_PARAMS, **tiny_default_params})
-    monkeypatch.setattr(defaults, "DEFAULT_MODEL_PARAMS", recipe)  # the same logic, cheaper
     model = load_default_model("cuda/torch/fp16", verbose=False)
     assert model.architecture_only and "energy_j" in model.targets_
     assert not set(model.feature_names_in_) & {"sm_clock_mhz", "temperature_c"}
@@ -91,6 +91,32 @@ def test_default_gpu_model_predicts_unmeasured_configs(
         costs.values["energy_j"][2],
     )
     assert 0 < lo <= mid <= hi and costs.platform == "cuda/torch/fp16"
+
+    # a GPU user's first `carb-nas calibrate cuda/torch/fp16`: the scripted FAKE profiler's GPU
+    # runs 1.3x slower and draws 0.8x the energy of the H200 model; the calibration must
+    # recover both (CPU calibrations never had an energy target)
+    class FakeGPU(FakeProfiler):
+        kind = "cuda"
+
+        def profile(self, config):
+            row = super().profile(config)
+            pred = self.model.predict(model_inputs(pd.DataFrame([config.as_dict()])))
+            row.update(device="cuda", energy_j=float(pred["energy_j"].iloc[0]) * 0.8)
+            return row
+
+    clock = FakeClock()  # each config "takes" 1 s: 12 of them in the 12 s budget
+    monkeypatch.setattr(cal_mod.time, "perf_counter", clock.perf_counter)
+    prof = FakeGPU(model, 1.3, platform="cuda/torch/fp16", device_name="FAKE GPU (scripted)",
+                   clock=clock, seconds_per_config=1.0)  # fmt: skip
+    cal = calibrate_on_arrival(
+        "cuda/torch/fp16", 12, prof, source_model=model, passes=1, save=False
+    )
+    assert 8 <= cal.n_rows <= 12
+    f = cal.factors()
+    assert f["latency_ms"] == pytest.approx(1.3, rel=0.02)
+    assert f["energy_j"] == pytest.approx(0.8, rel=0.02)
+    assert f["peak_mem_mb"] == pytest.approx(1.0, rel=0.02)
+    assert "cuda_torch_fp16" in str(cal.directory) and not cal.directory.exists()
 
 
 def test_transfer_between_the_gpu_precisions_trains_its_baseline_on_any_family():

@@ -91,6 +91,17 @@ def test_default_gpu_model_predicts_and_calibrates(tmp_path, monkeypatch):
         costs.values["energy_j"][2],
     )
     assert 0 < lo <= mid <= hi and costs.platform == "cuda/torch/fp16"
+    # ... and inside the user's Optuna study: an energy budget is one constraint
+    import optuna
+
+    from carb_nas.integrations import CostConstraints, stored_constraints
+
+    trial = optuna.create_study(direction="maximize").ask()
+    with pytest.warns(UserWarning, match="never saw"):  # the architecture: said once
+        CostConstraints("cuda/torch/fp16", budgets={"energy_j": 0.01}).constrain(
+            trial, net, (8, 3, 64, 64)
+        )
+    assert stored_constraints(trial) == pytest.approx({"carb_nas.energy_j": mid - 0.01})
 
     # a GPU user's first `carb-nas calibrate cuda/torch/fp16`: the scripted FAKE profiler's GPU
     # runs 1.3x slower and draws 0.8x the energy of the H200 model; the calibration must

@@ -52,10 +52,6 @@ def _fit_predict(Xtr, Ytr, Xte, preset: str, offsets: bool) -> pd.DataFrame:
     return m.predict(Xte)
 
 
-def within(y: np.ndarray, p: np.ndarray, tol: float = 0.10) -> float:
-    return float(np.mean(np.abs(p / y - 1) <= tol))
-
-
 def cross_validated(X, Y, preset: str, folds: int, offsets: bool) -> pd.DataFrame:
     pred = pd.DataFrame(index=Y.index, columns=list(TARGETS), dtype=float)
     for tr, te in KFold(folds, shuffle=True, random_state=0).split(X):
@@ -73,29 +69,6 @@ def flops_baseline(X, Y, folds: int) -> dict[str, float]:
             p[te] = LinearRegression().fit(f[tr], Y[t].iloc[tr]).predict(f[te])
         out[t] = r2_score(Y[t], p)
     return out
-
-
-def group_of(family: str) -> str:
-    from carb_nas.space import family_group
-
-    g = family_group(family)
-    return "resnet" if g in ("basic", "bottleneck", "resnet") else g
-
-
-def lofo(X, Y, groups: np.ndarray, preset: str) -> pd.DataFrame:
-    rows = []
-    for g in sorted(set(groups)):
-        tr, te = groups != g, groups == g
-        p = _fit_predict(X[tr], Y[tr], X[te], preset, offsets=True)
-        rows.append(
-            {
-                "group": g,
-                "n": int(te.sum()),
-                **{f"{t}_within10": within(Y[t][te].to_numpy(), p[t].to_numpy()) for t in TARGETS},
-                **{f"{t}_mape": mean_absolute_percentage_error(Y[t][te], p[t]) for t in TARGETS},
-            }
-        )
-    return pd.DataFrame(rows)
 
 
 def tiers(frame: pd.DataFrame, X: pd.DataFrame) -> pd.DataFrame:
@@ -117,7 +90,7 @@ def tiers(frame: pd.DataFrame, X: pd.DataFrame) -> pd.DataFrame:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from carb_nas.costmodel import prepare_table
+    from carb_nas.costmodel import network_lofo_report, prepare_table
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="fast")
@@ -151,13 +124,13 @@ def main(argv: list[str] | None = None) -> int:
                     last[f"cv_{tg.split('_')[0]}_r2"] = r2
             print(f"  {args.folds}-fold CV, {label}: " + "; ".join(parts))
         print("  FLOPs-only linear R2: " + ", ".join(f"{k} {v:.3f}" for k, v in base.items()))
-        groups = np.array([group_of(f) for f in t["frame"].family])
-        lo = lofo(X, Y, groups, args.preset)
+        lofo = network_lofo_report(frame, args.preset)  # `carb-nas evaluate --leave-one-...`
+        lo = pd.DataFrame(lofo["per_family"])
         print("  leave one family group out (physical offsets):")
         print(lo.round(3).to_string(index=False))
         if prec == "fp16":
             for tg in TARGETS:
-                last[f"lofo_{tg.split('_')[0]}_within10"] = float(lo[f"{tg}_within10"].median())
+                last[f"lofo_{tg.split('_')[0]}_within10"] = lofo["summary"][tg]["within10_median"]
         tt = tiers(t["frame"], X)
         print("  by CARB's batch tiers (medians):")
         print(tt.round(3).to_string(index=False))

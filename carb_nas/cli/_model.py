@@ -340,7 +340,9 @@ def train_cmd(
     help="Train on all family groups but one and test on it, for each group: the "
     "kernel-level predictor on a multi-family dataset with its per-operator table. "
     "Then the only argument is that DATASET (e.g. carb_nas/data/datasets/"
-    "cpu_torch_fp32_zoo.csv; its ops table beside it, or --ops).",
+    "cpu_torch_fp32_zoo.csv; its ops table beside it, or --ops). A dataset without one "
+    "(the GPU rows, cuda_torch_fp16_zoo-h200.csv) is held out family by family by the "
+    "network-level CostModel, energy too.",
 )
 @click.option(
     "--ops",
@@ -495,6 +497,9 @@ def _evaluate_lofo(
         )
     path = Path(dataset)
     ops_file = Path(ops_path) if ops_path else path.with_name(f"{path.stem}_ops.csv.gz")
+    if not ops_path and path.is_file() and not ops_file.is_file():
+        _evaluate_lofo_network(dataset, modes, as_json, normalized, kernel_samples, no_anchor)
+        return
     for p, what, fix in (
         (path, "DATASET", "Name a multi-family dataset such as cpu_torch_fp32_zoo.csv."),
         (ops_file, "per-operator table", "Pass it with --ops."),
@@ -556,6 +561,47 @@ def _evaluate_lofo(
             f"{mode}: latency within 10 % median {s['lofo_latency_within10']:.3f}, worst "
             f"{s['lofo_latency_min_within10']:.3f}; memory within 10 % median "
             f"{s['lofo_mem_within10']:.3f}"
+        )
+
+
+def _evaluate_lofo_network(
+    dataset: str,
+    modes: tuple[str, ...],
+    as_json: bool,
+    normalized: bool,
+    kernel_samples: str | None,
+    no_anchor: bool,
+) -> None:
+    """--leave-one-family-out on a dataset without a per-operator table (the GPU rows): the
+    config-table CostModel family by family, energy too where measured."""
+    from carb_nas.costmodel import network_lofo_report
+    from carb_nas.datasets import load_dataset
+
+    ops_only = [m for m in modes if m != "network"]
+    ops_only += ["--reference-normalized"] if normalized else []
+    ops_only += ["--kernel-samples"] if kernel_samples else []
+    ops_only += ["--no-anchor"] if no_anchor else []
+    if ops_only:
+        stem = Path(dataset).stem
+        raise ModelError(
+            f"{', '.join(ops_only)} need the dataset's per-operator table: expected "
+            f"{stem}_ops.csv.gz beside {dataset} (or --ops FILE), got none. Drop them to hold "
+            "each family out of the network-level model, or pass the table with --ops."
+        )
+    report = network_lofo_report(load_dataset(dataset, ok_only=True))
+    if as_json:
+        echo_json(report)
+        return
+    table = pd.DataFrame(report["per_family"])
+    click.echo(
+        f"leave-one-family-out over {report['n_rows']} networks of {dataset} (no per-operator "
+        f"table: {report['model']}):"
+    )
+    click.echo(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    for t, s in report["summary"].items():
+        click.echo(
+            f"{t}: within 10 % median {s['within10_median']:.3f}, worst {s['within10_min']:.3f}; "
+            f"MAPE median {100 * s['mape_median']:.1f} %"
         )
 
 

@@ -124,6 +124,7 @@ from carb_nas.costmodel._kernels import (
     leave_one_family_out,
     lofo_kind_breakdown,
     lofo_report,
+    network_lofo_report,
     network_tables,
 )
 from carb_nas.costmodel._learners import PRESETS, resolve_preset
@@ -208,6 +209,7 @@ __all__ = [
     "anchored_ops",
     "leave_one_family_out",
     "lofo_report",
+    "network_lofo_report",
     "lofo_kind_breakdown",
     "family_groups",
     "MODES",

@@ -1361,3 +1361,69 @@ def lofo_report(
         "per_family": table.to_dict(orient="records"),
         "summary": summary,
     }
+
+
+def network_lofo_report(
+    rows: pd.DataFrame, preset: str = "fast", random_state: int = 0
+) -> dict[str, Any]:
+    """Leave-one-family-out of the config-table ``CostModel`` (the default models' recipe:
+    physical offsets, architecture columns only) over measured ``rows`` of several family
+    groups, for a dataset without a per-operator table (the GPU rows): per held-out group and
+    measured target (``peak_mem_mb``, ``energy_j``, ``latency_ms``) ``n``, ``<target>_mape``,
+    ``<target>_within10`` and ``<target>_r2``; per target the median and worst
+    ``within10`` over groups. A family label the folds never saw counts as missing."""
+    from sklearn.metrics import mean_absolute_percentage_error, r2_score
+
+    from carb_nas.costmodel._prepare import physical_offsets, prepare_table
+
+    targets = [t for t in ("peak_mem_mb", "energy_j", "latency_ms") if t in rows]
+    targets = [t for t in targets if pd.to_numeric(rows[t], errors="coerce").notna().any()]
+    data = prepare_table(rows, "leave-one-family-out rows", targets)
+    X, Y = data["X"], data["Y"][targets]
+    groups = family_groups(data["frame"]["family"])
+    if len(set(groups)) < 2:
+        raise err(
+            "too few family groups to hold one out",
+            "rows of two or more family groups",
+            f"{sorted(set(groups))}",
+            "Pass a multi-family dataset (e.g. carb_nas/data/zoo/cuda_torch_fp16_zoo-h200.csv).",
+        )
+    out = []
+    for g in sorted(set(groups)):
+        tr, te = groups != g, groups == g
+        model = CostModel(
+            preset=preset,
+            targets=targets,
+            target_offsets=physical_offsets(X[tr], targets) or None,
+            architecture_only=True,
+            handle_unknown="ignore",
+            # the blend weights need >= 10 validation rows (67 at 0.15); fewer: equal weights
+            validation_fraction=0.15 if tr.sum() >= 67 else 0.0,
+            calibration_fraction=0.0,
+            random_state=random_state,
+            n_jobs=1,
+        ).fit(X[tr], Y[tr])
+        pred = model.predict(X[te])
+        rec: dict[str, Any] = {"family": g, "n": int(te.sum())}
+        for t in targets:
+            y, p = Y[t][te].to_numpy(float), pred[t].to_numpy(float)
+            rec[f"{t}_mape"] = mean_absolute_percentage_error(y, p)
+            rec[f"{t}_within10"] = within(y, p)
+            rec[f"{t}_r2"] = r2_score(y, p) if len(y) > 1 else float("nan")
+        out.append(rec)
+    table = pd.DataFrame(out)
+    summary = {
+        t: {
+            "within10_median": float(table[f"{t}_within10"].median()),
+            "within10_min": float(table[f"{t}_within10"].min()),
+            "mape_median": float(table[f"{t}_mape"].median()),
+        }
+        for t in targets
+    }
+    return {
+        "n_rows": len(X),
+        "model": f"CostModel(preset={preset!r}), physical offsets, architecture columns",
+        "targets": targets,
+        "per_family": table.to_dict(orient="records"),
+        "summary": summary,
+    }

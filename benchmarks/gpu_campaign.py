@@ -4,6 +4,7 @@ families and of CARB's ResNet space as fit, torch fp16 and fp32, with NVML energ
     PYTHONPATH=$PWD:$PWD/benchmarks python benchmarks/gpu_campaign.py draw --out SPECS.json.gz
     PYTHONPATH=$PWD:$PWD/benchmarks python benchmarks/gpu_campaign.py measure --out DIR
         --specs SPECS.json.gz [--minutes 7] [--precisions fp16,fp32] [--device cuda:0]
+        [--skip-in docs/passes/gpu-h200]
     PYTHONPATH=$PWD:$PWD/benchmarks python benchmarks/gpu_campaign.py export DIR [DIR ...]
         --name zoo-h200
 
@@ -15,7 +16,8 @@ interleaved so a campaign stopped at any point holds every group, resolution 32-
 through :class:`carb_nas.measure.Profiler`, then measures each spec at every precision (the
 order alternates per spec) until ``--minutes`` have passed, appending each row to
 ``DIR/rows-<precision>.jsonl`` as it comes, so a timeout keeps every finished row and the same
-command continues. It never changes clocks, power limits, persistence or compute mode.
+command continues; ``--skip-in`` an earlier sitting's directory continues its draw in a new
+one. It never changes clocks, power limits, persistence or compute mode.
 Its last line: ``measured=<rows now> per_minute=<..> ok=<..> oom=<..> error=<..>
 counter_period_ms=<..>``. ``export`` writes ``carb_nas/data/zoo/cuda_torch_<precision>_<name>.csv``
 per precision (real rows only: a fake meter's rows are refused).
@@ -115,6 +117,21 @@ def _done(path: Path) -> set[str]:
     return keys
 
 
+def read_rows(part: str | Path) -> list[dict]:
+    """The rows of a sitting's directory: its ``rows-*.jsonl`` (as written) and
+    ``rows-*.jsonl.gz`` (as kept in docs/passes); a line cut by a kill is skipped."""
+    files = sorted(Path(part).glob("rows-*.jsonl")) + sorted(Path(part).glob("rows-*.jsonl.gz"))
+    rows = []
+    for f in files:
+        raw = f.read_bytes()
+        for line in (gzip.decompress(raw) if f.suffix == ".gz" else raw).decode().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                continue
+    return rows
+
+
 def _append(path: Path, row: dict[str, Any]) -> None:
     with path.open("a") as f:
         f.write(json.dumps(row, default=str) + "\n")
@@ -130,8 +147,11 @@ def measure(
     meter_factory: Callable[[], Any] | None = None,
     energy_min_window_s: float = 0.5,
     idle_s: float = 2.0,
+    skip_in: tuple[str | Path, ...] = (),
 ) -> dict[str, Any]:
-    """Measure ``specs`` at each precision until ``minutes`` pass; return the tallies."""
+    """Measure ``specs`` at each precision until ``minutes`` pass; return the tallies.
+    ``skip_in``: earlier sittings' directories whose ok rows are not measured again (a later
+    sitting continues the draw, e.g. from docs/passes/gpu-h200)."""
     from carb_nas.errors import CarbNasError
     from carb_nas.measure import NoMeter, NVMLMeter, Profiler
     from carb_nas.space import Config
@@ -168,7 +188,8 @@ def measure(
     )
     print(f"fingerprint={first._fingerprint_json}", flush=True)
     files = {p: out / f"rows-{p}.jsonl" for p in precisions}
-    done = {p: _done(f) for p, f in files.items()}
+    earlier = {r["key"] for part in skip_in for r in read_rows(part) if r.get("status") == "ok"}
+    done = {p: _done(f) | earlier for p, f in files.items()}  # keys name their precision
     tally = {"ok": 0, "oom": 0, "error": 0}
     n = 0
     for i, sp in enumerate(specs):
@@ -214,17 +235,7 @@ def measure(
 
 def export(parts: list[str], name: str, out_dir: Path = ZOO) -> list[Path]:
     """One CSV per precision of the real rows in ``parts`` (the latest row per key)."""
-    rows = []
-    for part in parts:
-        files = sorted(Path(part).glob("rows-*.jsonl")) + sorted(Path(part).glob("rows-*.jsonl.gz"))
-        for f in files:
-            raw = f.read_bytes()
-            text = (gzip.decompress(raw) if f.suffix == ".gz" else raw).decode()
-            for line in text.splitlines():
-                try:
-                    rows.append(json.loads(line))
-                except ValueError:
-                    continue
+    rows = [r for part in parts for r in read_rows(part)]
     if not rows:
         raise SystemExit(f"gpu_campaign export: no rows-*.jsonl[.gz] rows under {parts}.")
     d = pd.DataFrame(rows)
@@ -261,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--precisions", default="fp16,fp32")
     m.add_argument("--device", default="cuda:0")
     m.add_argument("--energy-min-window-s", type=float, default=0.5)
+    m.add_argument("--skip-in", action="append", default=[], help="an earlier sitting's directory")
     e = sub.add_parser("export")
     e.add_argument("parts", nargs="+")
     e.add_argument("--name", required=True)
@@ -289,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         tuple(args.precisions.split(",")),
         args.device,
         energy_min_window_s=args.energy_min_window_s,
+        skip_in=tuple(args.skip_in),
     )
     smi(out, "after")
     print(

@@ -245,8 +245,11 @@ class Profiler:
         self.lock_sm_clock_mhz = lock_sm_clock_mhz
         self.wait_quiet_s = wait_quiet_s
         self.quiet_threshold_cores = quiet_threshold_cores
-        # the machine-speed probe among each CPU row's runs (reference_ms); built on first use
-        self.reference_probe = reference_probe and self.kind == "cpu"
+        # the machine-speed probe among each row's runs (reference_ms); built on first use.
+        # A CUDA row gets the same host-CPU probe: eager CNNs on an H200 were launch-bound
+        # (20-40 us of host time per op) and their latency drifted ~20 % with the host within
+        # minutes (docs/measurement.md), so the host's speed is the one to divide out there too
+        self.reference_probe = reference_probe and self.kind in ("cpu", "cuda")
         self._probe: ReferenceProbe | None = None
         if lock_sm_clock_mhz is not None:
             if not isinstance(self.meter, NVMLMeter):

@@ -4,6 +4,7 @@ fake rows (the GPU run itself needs an NVIDIA GPU)."""
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import json
 from pathlib import Path
@@ -60,6 +61,15 @@ def test_measures_resumes_and_refuses_fake_export(gc_mod, tmp_path):
     assert again["measured"] == 0 and len(_rows(tmp_path / "c" / "rows-fp32.jsonl")) == 2
     none = gc_mod.measure(SPECS, tmp_path / "d", minutes=0, **kw)  # deadline already passed
     assert none["measured"] == 0
+    # a later sitting continues the draw from an earlier one's rows, gzipped as in docs/passes
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    raw = (tmp_path / "c" / "rows-fp32.jsonl").read_bytes()
+    (kept / "rows-fp32.jsonl.gz").write_bytes(gzip.compress(raw[: raw.index(b"\n") + 1]))
+    later = gc_mod.measure(SPECS, tmp_path / "e", minutes=5, skip_in=(kept,), **kw)
+    assert (
+        later["measured"] == 1 and _rows(tmp_path / "e" / "rows-fp32.jsonl")[0]["family"] == "basic"
+    )
     with pytest.raises(SystemExit, match="fake meter"):
         gc_mod.export([str(tmp_path / "c")], "here", out_dir=tmp_path)
     assert not list(tmp_path.glob("*.csv"))

@@ -10,6 +10,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from click.testing import CliRunner
 
 from carb_nas.cli import cli
@@ -148,3 +149,18 @@ def test_transfer_between_the_gpu_precisions_trains_its_baseline_on_any_family()
         > 0.8
         > run["source_only"]["peak_mem_mb"]["r2_mean"]
     )
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this checks a machine without a GPU")
+def test_validate_with_a_gpu_model_measures_on_the_gpu_or_says_there_is_none(tmp_path):
+    """It measured on the CPU at the model's 16 threads before (a thread-count error, and
+    GPU predictions would have been compared with CPU measurements)."""
+    shortlist = tmp_path / "p.csv"
+    shortlist.write_text(
+        "family,depth,width,resolution,batch_size,precision\nbasic,18,1.0,128,64,fp16\n"
+    )
+    args = ["validate", str(shortlist), "--model", "cuda/torch/fp16", "--budget", "latency_ms=5"]
+    r = CliRunner().invoke(cli, args)
+    assert r.exit_code == 1 and "CUDA device unavailable" in r.output, r.output
+    assert "measuring on cuda/torch/fp16" in r.output and "threads" not in r.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.csv"]  # nothing written

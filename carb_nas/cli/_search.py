@@ -569,7 +569,13 @@ def _validate_front(
 # -- validate --------------------------------------------------------------------------------
 @click.command("validate")
 @click.argument("pareto")
-@click.option("--device", default="cpu", show_default=True, help="cpu or cuda[:N].")
+@click.option(
+    "--device",
+    default="cpu",
+    show_default=True,
+    help="cpu or cuda[:N]; without it, a --model naming a shipped platform (cuda/torch/fp16) "
+    "sets it.",
+)
 @runtime_option(
     "Runtime to measure on; without --runtime/--precision, a --model naming a shipped "
     "platform (cpu/openvino/int8) sets both."
@@ -713,7 +719,7 @@ def validate_command(
             f"invalid --max-configs: expected a whole number >= 1, got {max_configs}. "
             "Use e.g. --max-configs 6."
         )
-    runtime, precision = _platform_of_model(model_spec, device, runtime, precision)
+    device, runtime, precision = _platform_of_model(model_spec, device, runtime, precision)
     check_platform(device, runtime, precision)
     from carb_nas.measure import check_passes
 
@@ -851,26 +857,34 @@ def validate_command(
 
 def _platform_of_model(
     model_spec: str | None, device: str, runtime: str, precision: str
-) -> tuple[str, str]:
-    """--runtime/--precision, or, when neither was given and --model names a shipped
-    platform of another runtime or precision (cpu/openvino/int8), that platform's: measuring
-    torch fp32 against an OpenVINO INT8 model's predictions compared two platforms (x30)."""
+) -> tuple[str, str, str]:
+    """--device/--runtime/--precision, or, when they were not given and --model names a
+    shipped platform of another device, runtime or precision (cpu/openvino/int8,
+    cuda/torch/fp16), that platform's: measuring torch fp32 against an OpenVINO INT8 model's
+    predictions compared two platforms (x30), and a GPU model's on the CPU would too."""
     from click.core import ParameterSource
 
     ctx = click.get_current_context()
-    given = any(
-        ctx.get_parameter_source(p) not in (ParameterSource.DEFAULT, None)
-        for p in ("runtime", "precision")
-    )
+
+    def given(*names: str) -> bool:
+        return any(ctx.get_parameter_source(p) not in (ParameterSource.DEFAULT, None)
+                   for p in names)  # fmt: skip
+
     if model_spec is None:
-        return runtime, precision  # the missing --model is reported by its own check
+        return device, runtime, precision  # the missing --model is reported by its own check
     parts = str(model_spec).split("/")
-    if given or Path(model_spec).exists() or len(parts) not in (3, 4) or parts[0] != device:
-        return runtime, precision
-    if (parts[1], parts[2]) != (runtime, precision):
-        info(f"measuring on {'/'.join(parts[:3])}, the --model's platform (--runtime/--precision "
-             "to measure another)")  # fmt: skip
-    return parts[1], parts[2]
+    if Path(model_spec).exists() or len(parts) not in (3, 4):
+        return device, runtime, precision
+    if parts[0] != device.split(":")[0]:
+        if given("device"):
+            return device, runtime, precision  # the platform check says what is compared
+        device = parts[0]
+    if given("runtime", "precision"):
+        return device, runtime, precision
+    if tuple(parts[:3]) != (device.split(":")[0], runtime, precision):
+        info(f"measuring on {'/'.join(parts[:3])}, the --model's platform (--device/--runtime/"
+             "--precision to measure another)")  # fmt: skip
+    return device, parts[1], parts[2]
 
 
 def _scenario_settings(

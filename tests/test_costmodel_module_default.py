@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 import torch
 from click.testing import CliRunner
@@ -18,7 +19,9 @@ from carb_nas.costmodel import (
     load_default_module_model,
     load_predictor,
     zoo_dataset_paths,
+    zoo_kernel_samples_path,
 )
+from carb_nas.datasets import load_kernel_samples
 from carb_nas.errors import ModelError
 
 #: the real recipe, read at import (the suite's session fixture swaps in a cheap one)
@@ -43,6 +46,11 @@ def test_zoo_dataset_is_shipped_for_torch_cpu_only():
     rows, ops = zoo_dataset_paths("cpu/torch/fp32")
     assert rows.name == "cpu_torch_fp32_zoo-zen4.csv" and ops.is_file()
     assert zoo_dataset_paths("cpu/onnxruntime/int8") is None
+    # its kernel samples (same machine kind) ship beside it and are in the recipe
+    samples = zoo_kernel_samples_path("cpu/torch/fp32")
+    assert samples is not None and samples.name == "cpu_torch_fp32_zoo-zen4_kernels.csv.gz"
+    assert REAL_MODULE_PARAMS["kernel_samples"] is True
+    assert len(load_kernel_samples(samples, None, pd.read_csv(rows, nrows=5))) >= 1599
     with pytest.raises(ModelError, match="no shipped multi-family dataset"):
         load_default_module_model("cpu/onnxruntime/int8", verbose=False)
     with pytest.raises(ModelError, match="unknown default module-model parameters"):

@@ -93,6 +93,7 @@ from carb_nas.costmodel._defaults import (
     ship_default_module_model,
     shipped_module_model_dir,
     zoo_dataset_paths,
+    zoo_kernel_samples_path,
 )
 from carb_nas.costmodel._estimator import CostModel
 from carb_nas.costmodel._evaluation import (
@@ -173,6 +174,7 @@ __all__ = [
     "DEFAULT_MODULE_DATASET",
     "DEFAULT_MODULE_PARAMS",
     "zoo_dataset_paths",
+    "zoo_kernel_samples_path",
     # evaluation
     "regression_metrics",
     "score",

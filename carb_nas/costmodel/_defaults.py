@@ -209,6 +209,11 @@ DEFAULT_MODULE_PARAMS: Mapping[str, Any] = MappingProxyType(
         # zoo-zen4's latencies are the median of five passes, a better total than a run's op
         # profile (costmodel.anchored_ops; on the one-pass zoo-epyc rows it was neutral)
         "kernel_anchor": True,
+        # the kernel samples shipped beside the dataset (<stem>_kernels.csv.gz, single ops of
+        # the same machine kind: wide convs, odd-batch GEMVs, narrow groups... that the
+        # families leave empty), each timed to the networks' typical speed by its probe.
+        # Leave one family out on zoo-zen4: worst family 0.300 -> 0.650 within +-10 %
+        "kernel_samples": True,
     }
 )
 
@@ -217,7 +222,8 @@ DEFAULT_MODULE_PARAMS: Mapping[str, Any] = MappingProxyType(
 #: trains on. zoo-zen4 (AMD EPYC Zen 4, the CI machine kind; 340 networks, median of five
 #: passes) since stop 39: on another Zen 4 VM (2026-12-04), 32 zoo networks in neither
 #: model's training rows, latency MAPE after a machine factor (leave-one-out median ratio)
-#: 16.0 % -> 8.3 %, within 15 % 53 -> 84 % (uncalibrated 96 -> 32 %: that VM ran 1.3x faster
+#: 16.0 % -> 8.3 %, within 15 % 53 -> 84 % (6.9 %, 88 % with the kernel samples since stop 40;
+#: uncalibrated 96 -> 32 %: that VM ran 1.3x faster
 #: than the one zoo-zen4 was measured on). Before, zoo-epyc (Zen 3), not the Intel rows of
 #: zoo: stop 34, 32 networks on a Zen 4, 22.4 % -> 14.3 % (docs/costmodel.md)
 DEFAULT_MODULE_DATASET: Mapping[str, str] = MappingProxyType({"cpu/torch/fp32": "zoo-zen4"})
@@ -231,6 +237,16 @@ def zoo_dataset_paths(platform: str = "cpu/torch/fp32") -> tuple[Path, Path] | N
     stem = platform.replace("/", "_") + "_" + DEFAULT_MODULE_DATASET.get(platform, "zoo")
     rows, ops = d / f"{stem}.csv", d / f"{stem}_ops.csv.gz"
     return (rows, ops) if rows.is_file() and ops.is_file() else None
+
+
+def zoo_kernel_samples_path(platform: str = "cpu/torch/fp32") -> Path | None:
+    """The kernel samples shipped beside the default module model's dataset
+    (``<dataset stem>_kernels.csv.gz``), or None."""
+    paths = zoo_dataset_paths(platform)
+    if paths is None:
+        return None
+    p = paths[0].with_name(paths[0].stem + "_kernels.csv.gz")
+    return p if p.is_file() else None
 
 
 def _zoo_training_rows(rows_csv: Path, rows_per_family: int | None) -> Any:
@@ -275,7 +291,8 @@ def _module_model_recipe(
             "Drop them.",
         )
     h = hashlib.sha256()
-    for path in paths:
+    samples = zoo_kernel_samples_path(platform) if recipe_params["kernel_samples"] else None
+    for path in (*paths, *([samples] if samples else [])):
         h.update(path.read_bytes())
     h.update(json.dumps([recipe_params, MODULE_FORMAT_VERSION, _MODULE_RECIPE_REVISION,
                          package_version()],
@@ -341,7 +358,19 @@ def load_default_module_model(
     t0 = time.perf_counter()
     ops = pd.read_csv(paths[1])
     net, tab = network_tables(rows, ops[ops["key"].isin(set(rows["key"]))])
-    model = ModuleCostModel(**recipe_params).fit(net, tab)
+    samples = None
+    samples_path = (
+        zoo_kernel_samples_path(platform) if recipe_params.pop("kernel_samples") else None
+    )
+    if samples_path is not None:
+        from carb_nas.datasets import load_kernel_samples
+
+        # the networks' latencies stay raw; each sample is timed to their typical probe speed
+        # (the samples were measured on another VM of the same kind, at its own speed)
+        probe = pd.to_numeric(rows.get("reference_ms", pd.Series(dtype=float)), errors="coerce")
+        typical = float(probe[probe > 0].median()) if (probe > 0).any() else None
+        samples = load_kernel_samples(samples_path, typical, rows)
+    model = ModuleCostModel(**recipe_params).fit(net, tab, kernel_samples=samples)
     return _cache_trained(model, cached, t0, verbose, "module model")
 
 

@@ -44,6 +44,16 @@ def test_missing_ops_table(tables, tmp_path):
     _one_line_error(r, "per-operator table not found", "--ops")
 
 
+def test_one_family_group_without_ops_table_is_one_line(tmp_path):
+    from carb_nas.datasets import load_dataset
+
+    part = tmp_path / "resnets.csv"
+    rows = load_dataset("cuda/torch/fp16")
+    rows[rows.family.isin(["basic", "bottleneck"])].to_csv(part, index=False)
+    r = _run(["evaluate", "--leave-one-family-out", str(part)], tmp_path)
+    _one_line_error(r, "too few family groups", "['resnet']")
+
+
 def test_dataset_without_ops_table_is_held_out_by_the_network_model(tmp_path):
     """The GPU rows (no per-operator table): energy too, per family group."""
     import json

@@ -1378,16 +1378,17 @@ def network_lofo_report(
 
     targets = [t for t in ("peak_mem_mb", "energy_j", "latency_ms") if t in rows]
     targets = [t for t in targets if pd.to_numeric(rows[t], errors="coerce").notna().any()]
-    data = prepare_table(rows, "leave-one-family-out rows", targets)
-    X, Y = data["X"], data["Y"][targets]
-    groups = family_groups(data["frame"]["family"])
-    if len(set(groups)) < 2:
+    held = sorted(set(family_groups(rows["family"]))) if "family" in rows else []
+    if len(held) < 2:  # before featurizing anything
         raise err(
             "too few family groups to hold one out",
             "rows of two or more family groups",
-            f"{sorted(set(groups))}",
+            f"{held}",
             "Pass a multi-family dataset (e.g. carb_nas/data/zoo/cuda_torch_fp16_zoo-h200.csv).",
         )
+    data = prepare_table(rows, "leave-one-family-out rows", targets)
+    X, Y = data["X"], data["Y"][targets]
+    groups = family_groups(data["frame"]["family"])
     out = []
     for g in sorted(set(groups)):
         tr, te = groups != g, groups == g

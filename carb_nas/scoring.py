@@ -139,9 +139,9 @@ def align_to_platform(model: Any, frame: pd.DataFrame, role: str = "model") -> p
             out[knob] = levels[0]
             continue
         n_unseen = int(column.isin(unseen).sum())
-        cpu_hint = ""
+        hint = ""
         if knob == "precision":  # e.g. a GPU model of one precision on CARB's fp32+fp16 space
-            cpu_hint = (
+            hint = (
                 " (e.g. the bundled 'cpu' space)"
                 if list(levels) == ["fp32"]
                 else f" (a copy of the space file whose precision line reads {list(levels)})"
@@ -149,7 +149,7 @@ def align_to_platform(model: Any, frame: pd.DataFrame, role: str = "model") -> p
         raise ModelError(
             f"the {role} ({platform_name(model)}) was trained on another space: it knows "
             f"{knob} {levels}, got {n_unseen:,} of {len(frame):,} candidates with {knob} "
-            f"{unseen}. Restrict the space to {knob} = {levels}{cpu_hint} or use a model "
+            f"{unseen}. Restrict the space to {knob} = {levels}{hint} or use a model "
             f"trained on data that has {unseen}."
         )
     return out

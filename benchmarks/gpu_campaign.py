@@ -4,7 +4,7 @@ families and of CARB's ResNet space as fit, torch fp16 and fp32, with NVML energ
     PYTHONPATH=$PWD:$PWD/benchmarks python benchmarks/gpu_campaign.py draw --out SPECS.json.gz
     PYTHONPATH=$PWD:$PWD/benchmarks python benchmarks/gpu_campaign.py measure --out DIR
         --specs SPECS.json.gz [--minutes 7] [--precisions fp16,fp32] [--device cuda:0]
-        [--skip-in docs/passes/gpu-h200]
+        [--skip-in docs/passes/gpu-h200] [--first N]
     PYTHONPATH=$PWD:$PWD/benchmarks python benchmarks/gpu_campaign.py export DIR [DIR ...]
         --name zoo-h200
 
@@ -17,7 +17,9 @@ through :class:`carb_nas.measure.Profiler`, then measures each spec at every pre
 order alternates per spec) until ``--minutes`` have passed, appending each row to
 ``DIR/rows-<precision>.jsonl`` as it comes, so a timeout keeps every finished row and the same
 command continues; ``--skip-in`` an earlier sitting's directory continues its draw in a new
-one. It never changes clocks, power limits, persistence or compute mode.
+one, and ``--first N`` into another directory measures the first N specs again (a repeat pass:
+how far a row moves between sittings). It never changes clocks, power limits, persistence or
+compute mode.
 Its last line: ``measured=<rows now> per_minute=<..> ok=<..> oom=<..> error=<..>
 counter_period_ms=<..>``. ``export`` writes ``carb_nas/data/zoo/cuda_torch_<precision>_<name>.csv``
 per precision (real rows only: a fake meter's rows are refused).
@@ -273,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--device", default="cuda:0")
     m.add_argument("--energy-min-window-s", type=float, default=0.5)
     m.add_argument("--skip-in", action="append", default=[], help="an earlier sitting's directory")
+    m.add_argument("--first", type=int, default=None, help="only the first N specs (repeat pass)")
     e = sub.add_parser("export")
     e.add_argument("parts", nargs="+")
     e.add_argument("--name", required=True)
@@ -290,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("gpu_campaign: no CUDA device visible to torch; nothing measured.", file=sys.stderr)
         return 2
-    specs = read_specs(args.specs)
+    specs = read_specs(args.specs)[: args.first]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     smi(out, "before")

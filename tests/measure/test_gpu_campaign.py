@@ -90,3 +90,17 @@ def test_no_gpu_exits_2(gc_mod, monkeypatch, tmp_path, capsys):
     rc = gc_mod.main(["measure", "--out", str(tmp_path / "x"), "--specs", str(tmp_path / "s")])
     assert rc == 2 and "no CUDA device" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def test_cli_first_n_specs_as_a_repeat_pass(gc_mod, tmp_path):
+    """`measure --first 1` measures one spec (here on the CPU: no NVML, so no energy meter,
+    and nvidia-smi's absence is written down, not fatal)."""
+    specs = tmp_path / "specs.json.gz"
+    specs.write_bytes(gzip.compress(json.dumps(SPECS).encode()))
+    out = tmp_path / "rep"
+    args = ["measure", "--out", str(out), "--specs", str(specs), "--minutes", "5",
+            "--precisions", "fp32", "--device", "cpu", "--first", "1"]  # fmt: skip
+    assert gc_mod.main(args) == 0
+    rows = _rows(out / "rows-fp32.jsonl")
+    assert [r["family"] for r in rows] == ["mobilenet_v2"] and rows[0]["energy_j"] is None
+    assert (out / "nvidia_smi_before.csv").is_file()

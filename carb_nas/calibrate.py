@@ -417,6 +417,8 @@ def _profiler_for(platform: str, source: Any, protocol: str = "adaptive") -> Any
     threads = _source_threads(source)
     if device == "cpu" and threads is not None:
         threads = min(threads, usable_cpus())
+    elif device != "cpu":  # a GPU model's rows record their host's cores (16 on the H200)
+        threads = None
     return Profiler(device, runtime, precision, threads, protocol, meter="auto", idle_s=0.0)
 
 

@@ -164,3 +164,20 @@ def test_validate_with_a_gpu_model_measures_on_the_gpu_or_says_there_is_none(tmp
     assert r.exit_code == 1 and "CUDA device unavailable" in r.output, r.output
     assert "measuring on cuda/torch/fp16" in r.output and "threads" not in r.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.csv"]  # nothing written
+
+
+def test_calibrating_a_gpu_platform_leaves_the_host_thread_count_alone(monkeypatch):
+    """The H200 rows record their host's 16 cores; a GPU calibration must not set torch's
+    CPU threads to that on the user's machine (the CPU's count is capped, the GPU's unset)."""
+    import carb_nas.calibrate as cal_mod
+    import carb_nas.measure as measure
+
+    seen = {}
+    monkeypatch.setattr(cal_mod, "check_runnable", lambda p: tuple(p.split("/")[:3]))
+    monkeypatch.setattr(measure, "Profiler", lambda *a, **k: seen.setdefault("args", a))
+    source = type("M", (), {"platform_": {"threads": 16}})()
+    cal_mod._profiler_for("cuda/torch/fp16", source)
+    assert seen["args"][:4] == ("cuda", "torch", "fp16", None)
+    del seen["args"]
+    cal_mod._profiler_for("cpu/torch/fp32", source)
+    assert seen["args"][3] == min(16, measure.usable_cpus())

@@ -107,18 +107,6 @@ def smi(out: Path, what: str) -> None:
     print(f"nvidia-smi {what}: {text.strip()}", flush=True)
 
 
-def _done(path: Path) -> set[str]:
-    if not path.exists():
-        return set()
-    keys = set()
-    for line in path.read_text().splitlines():
-        try:
-            keys.add(json.loads(line)["key"])
-        except (ValueError, KeyError):  # a line cut by a kill: measured again
-            continue
-    return keys
-
-
 def read_rows(part: str | Path) -> list[dict]:
     """The rows of a sitting's directory: its ``rows-*.jsonl`` (as written) and
     ``rows-*.jsonl.gz`` (as kept in docs/passes); a line cut by a kill is skipped."""
@@ -188,10 +176,11 @@ def measure(
         f"counter_update_period_ms={period * 1e3 if period else float('nan'):.1f}",
         flush=True,
     )
-    print(f"fingerprint={first._fingerprint_json}", flush=True)
+    print(f"fingerprint={json.dumps(first.fingerprint, sort_keys=True)}", flush=True)
     files = {p: out / f"rows-{p}.jsonl" for p in precisions}
-    earlier = {r["key"] for part in skip_in for r in read_rows(part) if r.get("status") == "ok"}
-    done = {p: _done(f) | earlier for p, f in files.items()}  # keys name their precision
+    # a key names its precision: one set serves every precision
+    done = {r["key"] for r in read_rows(out)}  # this sitting's own rows, failed ones too
+    done |= {r["key"] for part in skip_in for r in read_rows(part) if r.get("status") == "ok"}
     tally = {"ok": 0, "oom": 0, "error": 0}
     n = 0
     for i, sp in enumerate(specs):
@@ -207,12 +196,12 @@ def measure(
         order = precisions if i % 2 == 0 else precisions[::-1]
         for p in order:
             prof = profs[p]
-            if prof.platform_config(c).key in done[p]:
+            if prof.platform_config(c).key in done:
                 continue
             row = prof.profile(c)
             row["spec_index"] = i
             _append(files[p], row)
-            done[p].add(row["key"])
+            done.add(row["key"])
             tally[row["status"]] = tally.get(row["status"], 0) + 1
             n += 1
             if row["status"] != "ok":

@@ -16,23 +16,19 @@ offsets).
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-import numpy as np
 import pandas as pd
-from sklearn.linear_model import LinearRegression
 from sklearn.metrics import mean_absolute_percentage_error, r2_score
 from sklearn.model_selection import KFold
 
-ROOT = Path(__file__).resolve().parents[1]
-ZOO = ROOT / "carb_nas" / "data" / "zoo"
 TARGETS = ("peak_mem_mb", "energy_j", "latency_ms")
 TIERS = ((1, 4), (5, 16), (17, 64), (65, 256))  # CARB's batch tiers
 
 
 def load(precision: str) -> pd.DataFrame:
-    d = pd.read_csv(ZOO / f"cuda_torch_{precision}_zoo-h200.csv")
-    return d[d.status == "ok"].reset_index(drop=True)
+    from carb_nas.datasets import load_dataset
+
+    return load_dataset(f"cuda/torch/{precision}/zoo-h200", ok_only=True)
 
 
 def _fit_predict(Xtr, Ytr, Xte, preset: str, offsets: bool) -> pd.DataFrame:
@@ -60,17 +56,6 @@ def cross_validated(X, Y, preset: str, folds: int, offsets: bool) -> pd.DataFram
     return pred
 
 
-def flops_baseline(X, Y, folds: int) -> dict[str, float]:
-    out = {}
-    f = X[["flops"]].to_numpy(float)
-    for t in TARGETS:
-        p = np.empty(len(Y))
-        for tr, te in KFold(folds, shuffle=True, random_state=0).split(X):
-            p[te] = LinearRegression().fit(f[tr], Y[t].iloc[tr]).predict(f[te])
-        out[t] = r2_score(Y[t], p)
-    return out
-
-
 def tiers(frame: pd.DataFrame, X: pd.DataFrame) -> pd.DataFrame:
     d = frame.assign(gflops=X["flops"].to_numpy() / 1e9)
     out = []
@@ -90,7 +75,7 @@ def tiers(frame: pd.DataFrame, X: pd.DataFrame) -> pd.DataFrame:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from carb_nas.costmodel import network_lofo_report, prepare_table
+    from carb_nas.costmodel import flops_linear_baseline_cv, network_lofo_report, prepare_table
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="fast")
@@ -111,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             f"(the floor: launch-bound runs at batch <= 8 have CV median "
             f"{cv[frame.batch_size <= 8].median():.3f})"
         )
-        base = flops_baseline(X, Y, args.folds)
+        base = {t: m["r2"] for t, m in flops_linear_baseline_cv(X, Y, args.folds).items()}
         for offsets in (False, True):
             p = cross_validated(X, Y, args.preset, args.folds, offsets)
             label = "physical offsets" if offsets else "CARB cascade   "

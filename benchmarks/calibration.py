@@ -19,12 +19,19 @@ calibration fitted on rows so scaled).
 Goal: mape_after <= 5.
 
     PYTHONPATH=. python benchmarks/calibration.py [--time-budget-s 60] [--n-validate 20]
+        [--platform cuda/torch/fp16 ...] [--rows-out DIR]
+
+``--platform`` (repeatable) replaces the two CPU defaults, e.g. a shipped GPU platform on a GPU
+(its profiler: NVML energy where the driver has it, no utilization window); there the energy
+and memory MAPE before and after are printed too. ``--rows-out DIR`` keeps every measured row
+(``<platform>_validate1.csv``, ``_validate2.csv``, ``_calibration.csv``) to analyse elsewhere.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -51,24 +58,45 @@ def mape_pct(measured: np.ndarray, predicted: np.ndarray) -> float:
     return float(100 * mean_absolute_percentage_error(measured, predicted))
 
 
+def profiler_for(platform: str, model) -> Profiler:
+    device, runtime, precision = platform.split("/")
+    if device == "cpu":
+        threads = min(int((model.platform_ or {}).get("threads") or 1), usable_cpus())
+        return Profiler("cpu", runtime, precision, threads, "adaptive", meter="auto", idle_s=0.0)
+    # a GPU: the utilization window is telemetry no calibration uses (1 s a row)
+    return Profiler(
+        device, runtime, precision, None, "adaptive", meter="auto", utilization_window_s=0.0
+    )
+
+
 def run(
-    platform: str, budget_s: float, n: int, seed: int, passes: int, validate_passes: int
+    platform: str,
+    budget_s: float,
+    n: int,
+    seed: int,
+    passes: int,
+    validate_passes: int,
+    rows_out: Path | None = None,
 ) -> tuple[float, float, float, float, float, float]:
     model = load_default_model(platform)
-    threads = min(int((model.platform_ or {}).get("threads") or 1), usable_cpus())
-    _, runtime, precision = platform.split("/")
-    prof = Profiler("cpu", runtime, precision, threads, "adaptive", meter="auto", idle_s=0.0)
+    prof = profiler_for(platform, model)
     try:
         val = validation_configs(model, platform, n, seed)
-        first, first_ref = measure(prof, val, validate_passes)
+        first, first_ref, first_rows = measure(prof, val, validate_passes)
         t0 = time.perf_counter()
         cal = calibrate_on_arrival(
             platform, budget_s, prof, source_model=model, exclude=val, save=False, passes=passes
         )
         seconds = time.perf_counter() - t0
-        second, second_ref = measure(prof, val, validate_passes)
+        second, second_ref, second_rows = measure(prof, val, validate_passes)
     finally:
         prof.close()
+    if rows_out is not None:
+        rows_out.mkdir(parents=True, exist_ok=True)
+        stem = platform.replace("/", "_")
+        first_rows.to_csv(rows_out / f"{stem}_validate1.csv", index=False)
+        second_rows.to_csv(rows_out / f"{stem}_validate2.csv", index=False)
+        cal.rows.to_csv(rows_out / f"{stem}_calibration.csv", index=False)
     ok = np.isfinite(first) & np.isfinite(second)
     y = (first[ok] + second[ok]) / 2
     X = model_inputs(val[ok])
@@ -84,6 +112,18 @@ def run(
     y_n = (first_n + second_n) / 2
     after_n = mape_pct(y_n, normalized.predict(X)["latency_ms"].to_numpy(float))
     floor_n = mape_pct(first_n, second_n)
+    for target in ("energy_j", "peak_mem_mb"):  # where measured (a GPU's NVML energy)
+        both = np.array(
+            [
+                pd.to_numeric(r[target], errors="coerce").to_numpy(float)[ok]
+                for r in (first_rows, second_rows)
+            ]
+        )
+        if target in model.targets_ and np.isfinite(both).all():
+            y_t = both.mean(axis=0)
+            b_t = mape_pct(y_t, model.predict(X)[target].to_numpy(float))
+            a_t = mape_pct(y_t, cal.model.predict(X)[target].to_numpy(float))
+            print(f"{platform}: {target} MAPE {b_t:.1f}% -> {a_t:.1f}%", flush=True)
     spec = cal.model.maps_["latency_ms"]
     rep = cal.repeatability()
     print(
@@ -97,15 +137,17 @@ def run(
     return before, after, seconds, floor, after_n, floor_n
 
 
-def measure(prof: Profiler, configs: pd.DataFrame, passes: int) -> tuple[np.ndarray, np.ndarray]:
-    """Latency (ms) of each config, the fastest of ``passes`` rounds, and that row's speed
-    probe time (ms); NaN where it failed."""
+def measure(
+    prof: Profiler, configs: pd.DataFrame, passes: int
+) -> tuple[np.ndarray, np.ndarray, pd.DataFrame]:
+    """Latency (ms) of each config, the fastest of ``passes`` rounds, that row's speed probe
+    time (ms), NaN where it failed, and the rows."""
     got = profile_passes(prof, frame_to_configs(configs), passes)
     rows = pd.DataFrame(got, columns=list(SCHEMA))
     ok = (rows["status"] == "ok").to_numpy()
     lat = pd.to_numeric(rows["latency_ms"], errors="coerce").to_numpy(float)
     ref = pd.to_numeric(rows["reference_ms"], errors="coerce").to_numpy(float)
-    return np.where(ok, lat, np.nan), np.where(ok, ref, np.nan)
+    return np.where(ok, lat, np.nan), np.where(ok, ref, np.nan), rows
 
 
 def main() -> None:
@@ -115,17 +157,21 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--passes", type=int, default=3, help="calibration rounds per config")
     parser.add_argument("--validate-passes", type=int, default=3, help="rounds per validation")
+    parser.add_argument("--platform", action="append", help="default: the two CPU platforms")
+    parser.add_argument("--rows-out", type=Path, help="keep the measured rows here (CSV)")
     args = parser.parse_args()
+    platforms = args.platform or PLATFORMS
     results = [
         run(
             p,
-            args.time_budget_s / len(PLATFORMS),
+            args.time_budget_s / len(platforms),
             args.n_validate,
             args.seed,
             args.passes,
             args.validate_passes,
+            args.rows_out,
         )
-        for p in PLATFORMS
+        for p in platforms
     ]
     before = float(np.mean([r[0] for r in results]))
     after = float(np.mean([r[1] for r in results]))

@@ -419,7 +419,17 @@ def _profiler_for(platform: str, source: Any, protocol: str = "adaptive") -> Any
         threads = min(threads, usable_cpus())
     elif device != "cpu":  # a GPU model's rows record their host's cores (16 on the H200)
         threads = None
-    return Profiler(device, runtime, precision, threads, protocol, meter="auto", idle_s=0.0)
+    # no utilization window: CARB's training-mode telemetry (1 s a CUDA row) feeds no calibration
+    return Profiler(
+        device,
+        runtime,
+        precision,
+        threads,
+        protocol,
+        meter="auto",
+        idle_s=0.0,
+        utilization_window_s=0.0,
+    )
 
 
 def calibrate_on_arrival(

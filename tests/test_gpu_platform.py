@@ -185,3 +185,17 @@ def test_calibrating_a_gpu_platform_leaves_the_host_thread_count_alone(monkeypat
     del seen["args"]
     cal_mod._profiler_for("cpu/torch/fp32", source)
     assert seen["args"][3] == min(16, measure.usable_cpus())
+
+
+def test_cuda_rows_carry_no_host_cpu_speed_probe(monkeypatch):
+    """On the H200 host the CPU probe read 0.3-23 ms at random between CUDA runs (GPU sitting
+    2): a CUDA profiler must not time it, a CPU one still does."""
+    from carb_nas.measure import Profiler, TorchRuntime
+
+    monkeypatch.setattr(Profiler, "_device_name", lambda self: "FAKE GPU (scripted)")
+    cpu = TorchRuntime("cpu", "fp32", 1)
+    assert Profiler(runtime_obj=cpu, meter="none", idle_s=0).reference_probe
+    gpu = TorchRuntime("cpu", "fp32", 1)
+    gpu.kind = "cuda"  # the runtime a CUDA device gets, without a CUDA device
+    prof = Profiler(runtime_obj=gpu, meter="none", idle_s=0)
+    assert prof.kind == "cuda" and prof.reference_probe is False

@@ -246,10 +246,11 @@ class Profiler:
         self.wait_quiet_s = wait_quiet_s
         self.quiet_threshold_cores = quiet_threshold_cores
         # the machine-speed probe among each row's runs (reference_ms); built on first use.
-        # A CUDA row gets the same host-CPU probe: eager CNNs on an H200 were launch-bound
-        # (20-40 us of host time per op) and their latency drifted ~20 % with the host within
-        # minutes (docs/measurement.md), so the host's speed is the one to divide out there too
-        self.reference_probe = reference_probe and self.kind in ("cpu", "cuda")
+        # CPU rows only: on the H200's 16-core VM host the probe (a CPU conv at torch's 16
+        # threads, between CUDA runs) read 0.3-23 ms at random, its two readings of one config
+        # were uncorrelated (r = -0.04), and dividing it out made the repeat MAPE 380 %
+        # instead of 11 % (docs/measurement.md, GPU sitting 2)
+        self.reference_probe = reference_probe and self.kind == "cpu"
         self._probe: ReferenceProbe | None = None
         if lock_sm_clock_mhz is not None:
             if not isinstance(self.meter, NVMLMeter):

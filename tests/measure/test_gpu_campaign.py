@@ -104,3 +104,23 @@ def test_cli_first_n_specs_as_a_repeat_pass(gc_mod, tmp_path):
     rows = _rows(out / "rows-fp32.jsonl")
     assert [r["family"] for r in rows] == ["mobilenet_v2"] and rows[0]["energy_j"] is None
     assert (out / "nvidia_smi_before.csv").is_file()
+
+
+def test_gpu_arrival_compares_the_same_configs_across_sittings(monkeypatch):
+    """gpu_arrival's repeat comparison: sitting 2 / sitting 1 per target over the configs both
+    measured (a config only one sitting has is left out)."""
+    import pandas as pd
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("gpu_arrival", ROOT / "benchmarks/gpu_arrival.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    knobs = {"family": ["basic"] * 3, "depth": [8, 18, 34], "width": [1.0] * 3}
+    knobs |= {"resolution": [32] * 3, "batch_size": [1] * 3}
+    one = pd.DataFrame(knobs | {"latency_ms": [1.0, 2.0, 4.0], "energy_j": [1.0, 1.0, 1.0]})
+    two = one.iloc[:2].assign(latency_ms=[1.5, 3.0], energy_j=[1.2, 1.4])
+    one["peak_mem_mb"] = two["peak_mem_mb"] = 10.0
+    got = mod.same_configs(two, one)
+    assert got.loc["latency_ms", "rows"] == 2 and got.loc["latency_ms", "median"] == 1.5
+    assert got.loc["energy_j", "median"] == pytest.approx(1.3)
+    assert got.loc["peak_mem_mb", "median"] == 1.0

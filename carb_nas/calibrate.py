@@ -53,7 +53,7 @@ from carb_nas.costmodel import (
     model_inputs,
 )
 from carb_nas.datasets import SCHEMA, load_dataset, read_table, write_table
-from carb_nas.errors import ConfigError, ModelError
+from carb_nas.errors import ConfigError, DeviceUnavailableError, ModelError
 from carb_nas.space import CONFIG_COLUMNS, RESNET_FAMILIES, frame_to_configs
 
 __all__ = [
@@ -165,12 +165,25 @@ def check_runnable(platform: str) -> tuple[str, str, str]:
             f"unknown device in platform {platform!r}: expected cpu or cuda as its first part, "
             f"got {device!r}. Pick a shipped platform: {', '.join(shipped)}."
         )
-    check_platform(device, runtime, precision)
-    if platform not in shipped:
+    if not device.startswith("cuda"):
+        check_platform(device, runtime, precision)
+    if platform not in shipped:  # before the GPU check: a name no GPU could calibrate either
         raise ConfigError(
             f"no default model to calibrate for {platform!r}: expected one of {shipped}, got "
             f"{platform!r}. Pick a shipped platform (carb-nas dataset list)."
         )
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():  # check_platform's own hint names --device
+            here = ", ".join(n for n in shipped if n.startswith("cpu/") and n.count("/") == 2)
+            raise DeviceUnavailableError(
+                f"this machine cannot run {platform}: expected an NVIDIA GPU visible to "
+                f"torch, got torch.cuda.is_available() == False (torch {torch.__version__}). "
+                f"Calibrate it on the GPU machine you deploy to (with a CUDA build of "
+                f"torch), or calibrate a CPU platform here: {here}."
+            )
+        check_platform(device, runtime, precision)
     if runtime == "onnxruntime":
         try:
             import onnxruntime  # noqa: F401

@@ -4,7 +4,7 @@ families and of CARB's ResNet space as fit, torch fp16 and fp32, with NVML energ
     PYTHONPATH=$PWD:$PWD/benchmarks python benchmarks/gpu_campaign.py draw --out SPECS.json.gz
     PYTHONPATH=$PWD:$PWD/benchmarks python benchmarks/gpu_campaign.py measure --out DIR
         --specs SPECS.json.gz [--minutes 7] [--precisions fp16,fp32] [--device cuda:0]
-        [--skip-in docs/passes/gpu-h200] [--first N]
+        [--skip-in docs/passes/gpu-h200] [--first N] [--reference-probe]
     PYTHONPATH=$PWD:$PWD/benchmarks python benchmarks/gpu_campaign.py export DIR [DIR ...]
         --name zoo-h200
 
@@ -138,10 +138,12 @@ def measure(
     energy_min_window_s: float = 0.5,
     idle_s: float = 2.0,
     skip_in: tuple[str | Path, ...] = (),
+    reference_probe: bool | None = None,
 ) -> dict[str, Any]:
     """Measure ``specs`` at each precision until ``minutes`` pass; return the tallies.
     ``skip_in``: earlier sittings' directories whose ok rows are not measured again (a later
-    sitting continues the draw, e.g. from docs/passes/gpu-h200)."""
+    sitting continues the draw, e.g. from docs/passes/gpu-h200). ``reference_probe``: the
+    Profiler's (True on a GPU: the launch probe in each row's ``reference_ms``)."""
     from carb_nas.errors import CarbNasError
     from carb_nas.measure import NoMeter, NVMLMeter, Profiler
     from carb_nas.space import Config
@@ -168,6 +170,7 @@ def measure(
             energy_min_window_s=energy_min_window_s,
             idle_s=idle_s,
             utilization_window_s=0.0,  # CARB's training-mode window: 1 s a row, not a feature
+            reference_probe=reference_probe,
         )
     first = profs[precisions[0]]
     period = first.counter_update_period_s
@@ -265,6 +268,11 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--energy-min-window-s", type=float, default=0.5)
     m.add_argument("--skip-in", action="append", default=[], help="an earlier sitting's directory")
     m.add_argument("--first", type=int, default=None, help="only the first N specs (repeat pass)")
+    m.add_argument(
+        "--reference-probe",
+        action="store_true",
+        help="time the launch probe in each row (reference_ms; opt-in on a GPU)",
+    )
     e = sub.add_parser("export")
     e.add_argument("parts", nargs="+")
     e.add_argument("--name", required=True)
@@ -294,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         args.device,
         energy_min_window_s=args.energy_min_window_s,
         skip_in=tuple(args.skip_in),
+        reference_probe=True if args.reference_probe else None,
     )
     smi(out, "after")
     print(

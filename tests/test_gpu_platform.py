@@ -190,7 +190,7 @@ def test_calibrating_a_gpu_platform_leaves_the_host_thread_count_alone(monkeypat
 def test_cuda_rows_carry_no_host_cpu_speed_probe(monkeypatch):
     """On the H200 host the CPU probe read 0.3-23 ms at random between CUDA runs (GPU sitting
     2): a CUDA profiler must not time it, a CPU one still does."""
-    from carb_nas.measure import Profiler, TorchRuntime
+    from carb_nas.measure import LAUNCH_WORKLOAD, Profiler, TorchRuntime
 
     monkeypatch.setattr(Profiler, "_device_name", lambda self: "FAKE GPU (scripted)")
     cpu = TorchRuntime("cpu", "fp32", 1)
@@ -199,3 +199,22 @@ def test_cuda_rows_carry_no_host_cpu_speed_probe(monkeypatch):
     gpu.kind = "cuda"  # the runtime a CUDA device gets, without a CUDA device
     prof = Profiler(runtime_obj=gpu, meter="none", idle_s=0)
     assert prof.kind == "cuda" and prof.reference_probe is False
+    assert "reference" not in prof.fingerprint
+    # asked for, a CUDA row times the launch probe instead, and its fingerprint says so
+    asked = Profiler(runtime_obj=gpu, meter="none", idle_s=0, reference_probe=True)
+    assert asked.reference_probe and asked.fingerprint["reference"] == LAUNCH_WORKLOAD
+
+
+def test_the_launch_probe_times_a_chain_of_tiny_kernels():
+    """The launch workload (a GPU's dispatch speed) runs on any device; here on the CPU, where
+    a chain of 16 tiny convs costs more than nothing and less than the conv probe's 64x28x28."""
+    from carb_nas.errors import ConfigError
+    from carb_nas.measure import LAUNCH_WORKLOAD, ReferenceProbe
+
+    probe = ReferenceProbe(burst=5, workload="launch")
+    probe.start()
+    probe.run_burst()
+    assert probe.workload == LAUNCH_WORKLOAD and len(probe.samples_s) == 5
+    assert all(0 < t < 1.0 for t in probe.samples_s)
+    with pytest.raises(ConfigError, match="expected 'conv'.*got 'gemm'"):
+        ReferenceProbe(workload="gemm")

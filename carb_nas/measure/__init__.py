@@ -86,7 +86,7 @@ from carb_nas.measure._quiet import (
     others_cpu_cores,
     wait_for_quiet,
 )
-from carb_nas.measure._reference import REFERENCE_WORKLOAD, ReferenceProbe
+from carb_nas.measure._reference import LAUNCH_WORKLOAD, REFERENCE_WORKLOAD, ReferenceProbe
 from carb_nas.measure._runtimes import (
     AGREEMENT,
     CALIBRATION,
@@ -111,6 +111,7 @@ from carb_nas.measure._runtimes import (
 
 __all__ = [
     "MIN_CPU_PER_WALL",
+    "LAUNCH_WORKLOAD",
     "REFERENCE_WORKLOAD",
     "ReferenceProbe",
     "lost_its_core",

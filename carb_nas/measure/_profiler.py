@@ -30,7 +30,7 @@ from carb_nas.measure._meters import (
 )
 from carb_nas.measure._protocol import Protocol, time_runs
 from carb_nas.measure._quiet import wait_for_quiet
-from carb_nas.measure._reference import ReferenceProbe
+from carb_nas.measure._reference import LAUNCH_WORKLOAD, ReferenceProbe
 from carb_nas.measure._runtimes import (
     CALIBRATION,
     OnnxRuntime,
@@ -187,7 +187,7 @@ class Profiler:
         quiet_threshold_cores: float = 0.5,
         fresh_process: bool = False,
         calibration: Any = None,
-        reference_probe: bool = True,
+        reference_probe: bool | None = None,
         utilization_window_s: float = 1.0,
     ) -> None:
         if fresh_process and calibration is not None and not isinstance(calibration, (str, Path)):
@@ -246,11 +246,14 @@ class Profiler:
         self.wait_quiet_s = wait_quiet_s
         self.quiet_threshold_cores = quiet_threshold_cores
         # the machine-speed probe among each row's runs (reference_ms); built on first use.
-        # CPU rows only: on the H200's 16-core VM host the probe (a CPU conv at torch's 16
-        # threads, between CUDA runs) read 0.3-23 ms at random, its two readings of one config
-        # were uncorrelated (r = -0.04), and dividing it out made the repeat MAPE 380 %
-        # instead of 11 % (docs/measurement.md, GPU sitting 2)
-        self.reference_probe = reference_probe and self.kind == "cpu"
+        # None: CPU rows only. On the H200's 16-core VM host the CPU conv probe read 0.3-23 ms
+        # at random between CUDA runs, its two readings of one config were uncorrelated
+        # (r = -0.04), and dividing it out made the repeat MAPE 380 % instead of 11 %
+        # (docs/measurement.md, GPU sitting 2); True on a GPU times the launch probe
+        # (LAUNCH_WORKLOAD, opt-in until a sitting shows it follows the latency's drift)
+        if reference_probe is None:
+            reference_probe = self.kind == "cpu"
+        self.reference_probe = bool(reference_probe) and self.kind in ("cpu", "cuda")
         self._probe: ReferenceProbe | None = None
         if lock_sm_clock_mhz is not None:
             if not isinstance(self.meter, NVMLMeter):
@@ -318,6 +321,8 @@ class Profiler:
         if self.fresh_process:  # absent: configs measured one after another in one process
             fp["fresh_process"] = True
         fp["locked_sm_clock_mhz"] = self.lock_sm_clock_mhz  # None: clocks as found
+        if self.kind == "cuda" and self.reference_probe:  # what a CUDA row's reference_ms is
+            fp["reference"] = LAUNCH_WORKLOAD
         if self.counter_update_period_s is not None:
             fp["energy_counter_update_period_s"] = self.counter_update_period_s
         if not isinstance(self.meter, NoMeter):
@@ -456,7 +461,10 @@ class Profiler:
         if self.wait_quiet_s > 0:
             wait_for_quiet(self.wait_quiet_s, self.quiet_threshold_cores)
         if self.reference_probe and self._probe is None:
-            self._probe = ReferenceProbe()
+            if self.kind == "cuda":
+                self._probe = ReferenceProbe(workload="launch", device=self.device)
+            else:
+                self._probe = ReferenceProbe()
         timing = time_runs(lambda: self.runtime.run_timed(prepared, x), self.protocol, self._probe)
         row.update(timing.as_row())
         if isinstance(self.meter, NVMLMeter):

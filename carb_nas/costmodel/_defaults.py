@@ -225,7 +225,9 @@ DEFAULT_MODULE_PARAMS: Mapping[str, Any] = MappingProxyType(
 #: 16.0 % -> 8.3 %, within 15 % 53 -> 84 % (6.9 %, 88 % with the kernel samples since stop 40;
 #: uncalibrated 96 -> 32 %: that VM ran 1.3x faster
 #: than the one zoo-zen4 was measured on). Before, zoo-epyc (Zen 3), not the Intel rows of
-#: zoo: stop 34, 32 networks on a Zen 4, 22.4 % -> 14.3 % (docs/costmodel.md)
+#: zoo: stop 34, 32 networks on a Zen 4, 22.4 % -> 14.3 % (docs/costmodel.md). On every CPU:
+#: on a Zen 3 (zoo-epyc's kind, stop 41) the same 32 networks came out 7.9 % with zoo-zen4's
+#: model against 7.3 % with zoo-epyc's, after one machine factor each
 DEFAULT_MODULE_DATASET: Mapping[str, str] = MappingProxyType({"cpu/torch/fp32": "zoo-zen4"})
 
 

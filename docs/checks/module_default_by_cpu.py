@@ -32,7 +32,8 @@ def report(name: str, y: np.ndarray, p: np.ndarray) -> np.ndarray:
     err = np.abs(p * factor / y - 1)
     print(f"{name}: MAPE raw {np.mean(np.abs(p / y - 1)) * 100:.1f} %, factor "
           f"{np.median(r):.2f}, calibrated {err.mean() * 100:.1f} %, within 10 % "
-          f"{np.mean(err <= 0.10) * 100:.0f} %, within 15 % {np.mean(err <= 0.15) * 100:.0f} %")  # fmt: skip
+          f"{np.mean(err <= 0.10) * 100:.0f} %, within 15 % "
+          f"{np.mean(err <= 0.15) * 100:.0f} %")  # fmt: skip
     return err
 
 

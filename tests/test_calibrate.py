@@ -120,7 +120,7 @@ def test_calibration_recovers_the_machine_factor_and_is_cached(torch_model, mode
     )  # fmt: skip
     # the budget stops it: 1 s per config, 12 s in all, the last 20 % (2.4 s) kept for
     # measuring again the configs the map fits worst
-    assert 9 <= cal.n_rows <= 10 and cal.n_rows < len(prof.profiled) <= 12
+    assert 9 <= cal.n_rows <= 11 and cal.n_rows < len(prof.profiled) <= 12
     assert all(e <= 12 for _, e, _ in seen) and seen[-1][0] == len(prof.profiled)
     # those second measurements are not the machine's repeatability (outliers by choice)
     assert cal.repeatability()["n"] == 0 and "repeatability" not in cal.summary()

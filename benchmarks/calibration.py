@@ -37,10 +37,10 @@ import numpy as np
 import pandas as pd
 from sklearn.metrics import mean_absolute_percentage_error
 
-from carb_nas.calibrate import MAX_PREDICTED_MS, calibrate_on_arrival
+from carb_nas.calibrate import MAX_PREDICTED_MS, calibrate_on_arrival, calibration_profiler
 from carb_nas.costmodel import calibrate, load_default_model, model_inputs
 from carb_nas.datasets import SCHEMA, load_dataset, reference_normalized
-from carb_nas.measure import Profiler, profile_passes, usable_cpus
+from carb_nas.measure import Profiler, profile_passes
 from carb_nas.space import CONFIG_COLUMNS, frame_to_configs
 
 PLATFORMS = ("cpu/torch/fp32", "cpu/onnxruntime/fp32")
@@ -58,17 +58,6 @@ def mape_pct(measured: np.ndarray, predicted: np.ndarray) -> float:
     return float(100 * mean_absolute_percentage_error(measured, predicted))
 
 
-def profiler_for(platform: str, model) -> Profiler:
-    device, runtime, precision = platform.split("/")
-    if device == "cpu":
-        threads = min(int((model.platform_ or {}).get("threads") or 1), usable_cpus())
-        return Profiler("cpu", runtime, precision, threads, "adaptive", meter="auto", idle_s=0.0)
-    # a GPU: the utilization window is telemetry no calibration uses (1 s a row)
-    return Profiler(
-        device, runtime, precision, None, "adaptive", meter="auto", utilization_window_s=0.0
-    )
-
-
 def run(
     platform: str,
     budget_s: float,
@@ -79,7 +68,7 @@ def run(
     rows_out: Path | None = None,
 ) -> tuple[float, float, float, float, float, float]:
     model = load_default_model(platform)
-    prof = profiler_for(platform, model)
+    prof = calibration_profiler(platform, model)  # the product's, as `carb-nas calibrate`
     try:
         val = validation_configs(model, platform, n, seed)
         first, first_ref, first_rows = measure(prof, val, validate_passes)

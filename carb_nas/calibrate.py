@@ -53,7 +53,7 @@ from carb_nas.costmodel import (
     model_inputs,
 )
 from carb_nas.datasets import SCHEMA, load_dataset, read_table, write_table
-from carb_nas.errors import ConfigError, DeviceUnavailableError, ModelError
+from carb_nas.errors import ConfigError, ModelError
 from carb_nas.space import CONFIG_COLUMNS, RESNET_FAMILIES, frame_to_configs
 
 __all__ = [
@@ -64,6 +64,7 @@ __all__ = [
     "Calibration",
     "calibrate_on_arrival",
     "calibrated_costs",
+    "calibration_profiler",
     "calibration_dir",
     "check_runnable",
     "split_platform",
@@ -171,25 +172,17 @@ def check_runnable(platform: str) -> tuple[str, str, str]:
             f"unknown device in platform {platform!r}: expected cpu or cuda as its first part, "
             f"got {device!r}. Pick a shipped platform: {', '.join(shipped)}."
         )
-    if not device.startswith("cuda"):
-        check_platform(device, runtime, precision)
+    if platform not in shipped and not device.startswith("cuda"):
+        check_platform(device, runtime, precision)  # says what is wrong with the name first
     if platform not in shipped:  # before the GPU check: a name no GPU could calibrate either
         raise ConfigError(
             f"no default model to calibrate for {platform!r}: expected one of {shipped}, got "
             f"{platform!r}. Pick a shipped platform (carb-nas dataset list)."
         )
-    if device.startswith("cuda"):
-        import torch
-
-        if not torch.cuda.is_available():  # check_platform's own hint names --device
-            here = ", ".join(n for n in shipped if n.startswith("cpu/") and n.count("/") == 2)
-            raise DeviceUnavailableError(
-                f"this machine cannot run {platform}: expected an NVIDIA GPU visible to "
-                f"torch, got torch.cuda.is_available() == False (torch {torch.__version__}). "
-                f"Calibrate it on the GPU machine you deploy to (with a CUDA build of "
-                f"torch), or calibrate a CPU platform here: {here}."
-            )
-        check_platform(device, runtime, precision)
+    here = ", ".join(n for n in shipped if n.startswith("cpu/") and n.count("/") == 2)
+    check_platform(  # calibrate has no --device: its way out is the GPU itself, or a CPU
+        device, runtime, precision, no_gpu_fix=f"or calibrate a CPU platform here: {here}"
+    )
     if runtime == "onnxruntime":
         try:
             import onnxruntime  # noqa: F401
@@ -458,7 +451,10 @@ def _save(cal: Calibration, source: Any, kept_rows: bool = False) -> None:
         (tmp / "calibration.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
 
 
-def _profiler_for(platform: str, source: Any, protocol: str = "adaptive") -> Any:
+def calibration_profiler(platform: str, source: Any, protocol: str = "adaptive") -> Any:
+    """The :class:`carb_nas.measure.Profiler` a calibration of ``platform`` measures with: the
+    thread count of ``source`` (the default model's rows; capped to this machine's CPUs, unset
+    on a GPU), no idle-power wait, no utilization window."""
     from carb_nas.measure import Profiler, usable_cpus
 
     device, runtime, precision = check_runnable(platform)
@@ -534,7 +530,7 @@ def calibrate_on_arrival(
             "carb_nas.costmodel.calibrate."
         )
     own = profiler is None
-    prof = profiler if profiler is not None else _profiler_for(platform, source)
+    prof = profiler if profiler is not None else calibration_profiler(platform, source)
     rounds: list[list[dict[str, Any]]] = [[]]
     again: dict[int, dict[str, Any]] = {}  # one pass: configs measured again (position -> row)
     first_budget_s = time_budget_s * (1 - REMEASURE_SHARE) if passes == 1 else time_budget_s
@@ -660,7 +656,7 @@ def load_calibration(
     source = source_model
     if prof is None:
         source = source if source is not None else load_default_model(platform, verbose=False)
-        prof = _profiler_for(platform, source)
+        prof = calibration_profiler(platform, source)
     try:
         here = machine_fingerprint(prof)
     finally:
@@ -824,7 +820,7 @@ def recalibrate(
         )
     source = source_model if source_model is not None else load_default_model(platform)
     own = profiler is None
-    prof = profiler if profiler is not None else _profiler_for(platform, source)
+    prof = profiler if profiler is not None else calibration_profiler(platform, source)
     try:
         here = machine_fingerprint(prof)
         old = load_calibration(platform, prof, source_model=source)

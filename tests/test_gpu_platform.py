@@ -178,12 +178,12 @@ def test_calibrating_a_gpu_platform_leaves_the_host_thread_count_alone(monkeypat
         measure, "Profiler", lambda *a, **k: (seen.setdefault("args", a), seen.update(kw=k))
     )
     source = type("M", (), {"platform_": {"threads": 16}})()
-    cal_mod._profiler_for("cuda/torch/fp16", source)
+    cal_mod.calibration_profiler("cuda/torch/fp16", source)
     assert seen["args"][:4] == ("cuda", "torch", "fp16", None)
     # CARB's training-mode utilization window costs 1 s a CUDA row and feeds no calibration
     assert seen["kw"]["utilization_window_s"] == 0
     del seen["args"]
-    cal_mod._profiler_for("cpu/torch/fp32", source)
+    cal_mod.calibration_profiler("cpu/torch/fp32", source)
     assert seen["args"][3] == min(16, measure.usable_cpus())
 
 

@@ -128,8 +128,12 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def check_platform(device: str, runtime: str, precision: str) -> str:
-    """Validate a platform; returns the device kind (``cpu`` or ``cuda``)."""
+def check_platform(
+    device: str, runtime: str, precision: str, *, no_gpu_fix: str = "or use --device cpu"
+) -> str:
+    """Validate a platform; returns the device kind (``cpu`` or ``cuda``). ``no_gpu_fix``
+    ends the fix of a CUDA device this machine lacks (a command without --device names
+    its own way out)."""
     kind = device.split(":")[0]
     if kind not in DEVICES or (kind == "cpu" and device != "cpu"):
         raise ConfigError(
@@ -159,8 +163,8 @@ def check_platform(device: str, runtime: str, precision: str) -> str:
             raise DeviceUnavailableError(
                 f"CUDA device unavailable: expected an NVIDIA GPU visible to torch for "
                 f"{device!r}, got torch.cuda.is_available() == False (torch "
-                f"{torch.__version__}). Run on a GPU machine with a CUDA build of torch, or "
-                "use --device cpu."
+                f"{torch.__version__}). Run on a GPU machine with a CUDA build of torch, "
+                f"{no_gpu_fix}."
             )
         index = int(device.split(":")[1]) if ":" in device else 0
         if index >= torch.cuda.device_count():

@@ -3,7 +3,8 @@
 For the default torch and ONNX Runtime CPU models: measure 20 configs of the shipped dataset
 on this machine (seeded, predicted under ``MAX_PREDICTED_MS``, never used for calibration),
 calibrate the model here with ``carb_nas.calibrate`` (half of ``--time-budget-s`` per model,
-60 s in all by default; its configs in ``--passes`` interleaved rounds, the fastest kept), then
+60 s in all by default; its configs in ``--passes`` interleaved rounds, the fastest kept,
+by default the product's ``calibrate.PASSES``), then
 measure the 20 configs a second time. Each validation measurement is itself the fastest of
 ``--validate-passes`` interleaved rounds (``carb_nas.measure.profile_passes``; 1: a single
 measurement). The reference latency of a validation config is the mean of its two measurements;
@@ -37,7 +38,12 @@ import numpy as np
 import pandas as pd
 from sklearn.metrics import mean_absolute_percentage_error
 
-from carb_nas.calibrate import MAX_PREDICTED_MS, calibrate_on_arrival, calibration_profiler
+from carb_nas.calibrate import (
+    MAX_PREDICTED_MS,
+    PASSES,
+    calibrate_on_arrival,
+    calibration_profiler,
+)
 from carb_nas.costmodel import calibrate, load_default_model, model_inputs
 from carb_nas.datasets import SCHEMA, load_dataset, reference_normalized
 from carb_nas.measure import Profiler, profile_passes
@@ -144,7 +150,9 @@ def main() -> None:
     parser.add_argument("--time-budget-s", type=float, default=60.0)
     parser.add_argument("--n-validate", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--passes", type=int, default=3, help="calibration rounds per config")
+    parser.add_argument(
+        "--passes", type=int, default=PASSES, help="calibration rounds per config (product's)"
+    )
     parser.add_argument("--validate-passes", type=int, default=3, help="rounds per validation")
     parser.add_argument("--platform", action="append", help="default: the two CPU platforms")
     parser.add_argument("--rows-out", type=Path, help="keep the measured rows here (CSV)")

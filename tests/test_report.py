@@ -873,3 +873,32 @@ def test_features_map_takes_the_weaker_penalties_only_from_many_rows():
         chosen[n] = cal.maps_["latency_ms"]["penalty"]
     assert chosen[MANY_ROWS - 5] == min(FEATURE_PENALTIES)
     assert chosen[MANY_ROWS + 10] == min(LOW_PENALTIES)
+
+
+def test_features_map_bends_by_compute_intensity_only_from_many_rows():
+    """A machine whose time per FLOP moves with FLOPs per byte (another bandwidth-to-compute
+    balance): from MANY_ROWS rows on the features map has log compute intensity as a column
+    and fits it; on fewer rows the column is not offered (it cost torch -> ORT few-shot R2 at
+    N = 10), and the saved map names the columns it used."""
+    from carb_nas.costmodel import model_inputs as _inputs
+    from carb_nas.costmodel._calibration import MANY_ROWS
+
+    b = _bent("onnxruntime", "fp32", 0.0, 0.0, 0.0)
+    intensity = _inputs(b)["compute_intensity"].to_numpy(float)
+    b["latency_ms"] = synthetic_rows()["latency_ms"] * intensity**-0.3
+    errors, used = {}, {}
+    for n in (MANY_ROWS - 5, MANY_ROWS + 10):
+        rows = b.sample(n, random_state=1)
+        cal = CalibratedModel(ExactSourceModel(), method="features")
+        cal.fit(_inputs(rows), rows[["latency_ms"]])
+        spec = cal.maps_["latency_ms"]
+        names = ["log_source", *cal.feature_names_]
+        used[n] = [names[c] for c in spec["columns"][1:]]
+        rest = b.drop(rows.index)
+        pred = cal.predict(_inputs(rest))["latency_ms"].to_numpy()
+        errors[n] = float(np.mean(np.abs(pred / rest["latency_ms"].to_numpy() - 1)))
+        again = CalibratedModel.from_dict(cal.to_dict(), ExactSourceModel())
+        assert np.allclose(again.predict(_inputs(rest))["latency_ms"].to_numpy(), pred)
+    assert "log_compute_intensity" not in used[MANY_ROWS - 5]
+    assert "log_compute_intensity" in used[MANY_ROWS + 10]
+    assert errors[MANY_ROWS + 10] < 0.01 < errors[MANY_ROWS - 5]

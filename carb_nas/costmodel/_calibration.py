@@ -51,6 +51,17 @@ CALIBRATION_FEATURES = (
 )
 
 
+MANY_ROWS_FEATURES = ("log_compute_intensity",)
+"""Columns the ``features`` and ``prior`` maps add from ``MANY_ROWS`` rows on. FLOPs per byte
+moved: a machine with another bandwidth-to-compute balance than the source's bends the time
+per FLOP by it. Calibrating on arrival on a Zen 3 (stop 42, 22-44 single-pass rows, 5 runs x
+torch and ORT fp32 replayed): validation latency MAPE 9.69 -> 7.28 % on average, lower in all
+10; the run measured after the choice 9.09 -> 7.81 %. Every other column tried beside it
+(parameters, activation, input and weight MB, layer and block counts) did not gain. It is not
+in ``CALIBRATION_FEATURES`` (the D-optimal design's and the transfer prior's columns): there,
+or in the maps at N = 10, it cost torch -> ORT fp32 few-shot R2 0.933 -> 0.89-0.92."""
+
+
 def calibration_features(X: pd.DataFrame, names: Sequence[str] | None = None) -> np.ndarray:
     """Columns ``names`` (default: all of ``CALIBRATION_FEATURES`` that X can give)."""
     if names is None:
@@ -65,8 +76,11 @@ def calibration_features(X: pd.DataFrame, names: Sequence[str] | None = None) ->
     return np.column_stack(cols)
 
 
-def calibration_feature_names(X: pd.DataFrame) -> list[str]:
-    return [n for n in CALIBRATION_FEATURES if n != "log_flops" or "flops" in X.columns]
+def calibration_feature_names(X: pd.DataFrame, many_rows: bool = False) -> list[str]:
+    """The ``CALIBRATION_FEATURES`` (and with ``many_rows`` the ``MANY_ROWS_FEATURES``) that
+    ``X`` can give: the architecture columns come with ``model_inputs``."""
+    names = CALIBRATION_FEATURES + (MANY_ROWS_FEATURES if many_rows else ())
+    return [n for n in names if n == "is_bottleneck" or n[4:] in X.columns]
 
 
 INFORMATIVE_KINDS = ("design", "spread")
@@ -432,7 +446,7 @@ class CalibratedModel:
                 "Measure a target the source model predicts."
             )
         base = self.source_predict(X)
-        self.feature_names_ = calibration_feature_names(X)
+        self.feature_names_ = calibration_feature_names(X, many_rows=True)
         feats = calibration_features(X, self.feature_names_)
         self.maps_: dict[str, dict[str, Any]] = {}
         for t in targets:
@@ -485,7 +499,14 @@ class CalibratedModel:
         mean, std = full.mean(axis=0), full.std(axis=0)
         std[std == 0] = 1.0
         candidates: dict[str, tuple[dict[str, Any], float]] = {}
-        penalties = (LOW_PENALTIES if n >= MANY_ROWS else ()) + FEATURE_PENALTIES
+        many = n >= MANY_ROWS
+        penalties = (LOW_PENALTIES if many else ()) + FEATURE_PENALTIES
+        # the linear columns of the features map (and the prior map's widest choice): the
+        # MANY_ROWS_FEATURES only from MANY_ROWS rows on
+        linear = [0] + [
+            1 + i for i, name in enumerate(self.feature_names_)
+            if many or name not in MANY_ROWS_FEATURES
+        ]  # fmt: skip
         coef, loo = penalized_fit(np.ones((n, 1)), r, 0.0)
         candidates["scale"] = (
             {"method": "scale", "intercept": float(coef[0])},
@@ -505,7 +526,7 @@ class CalibratedModel:
                 float(np.sqrt(np.mean(loo**2))),
             )
         if n >= 4:
-            design = np.column_stack([np.ones(n), (full - mean) / std])
+            design = np.column_stack([np.ones(n), ((full - mean) / std)[:, linear]])
             fits: list[tuple[dict[str, Any], float]] = []
             for lam in penalties:
                 coef, loo = penalized_fit(design, r, lam * n / 10)
@@ -514,6 +535,7 @@ class CalibratedModel:
                         {
                             "method": "features",
                             "intercept": float(coef[0]),
+                            "columns": linear,
                             "weights": [float(c) for c in coef[1:]],
                             "mean": mean.tolist(),
                             "std": std.tolist(),
@@ -538,7 +560,7 @@ class CalibratedModel:
             # / 0.931, 0.923 / 0.954 (benchmarks/transfer.py, 10 seeds)
             fits = []
             for cols, lam in itertools.product(
-                (self._prior_columns(), list(range(full.shape[1]))),
+                (self._prior_columns(), linear),
                 FEATURE_PENALTIES,
             ):
                 design = np.column_stack([np.ones(n), ((full - mean) / std)[:, cols], shape])
@@ -604,7 +626,7 @@ class CalibratedModel:
                 full = (np.column_stack([z, feats]) - np.asarray(spec["mean"])) / np.asarray(
                     spec["std"]
                 )
-                # a prior map names its columns (one saved before them used every column)
+                # a map names its columns (one saved before them used every column)
                 cols = spec.get("columns", list(range(full.shape[1])))
                 r = r + full[:, cols] @ np.asarray(spec["weights"])
                 if spec["method"] == "prior":

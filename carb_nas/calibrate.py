@@ -97,6 +97,11 @@ PASSES = 1
 REMEASURE_SHARE = 0.2
 REMEASURED = "worst fitted"  # protocol_params["remeasured"] of such a row
 NOISY_REPEATABILITY_PCT = 10.0  # above this, a note says single measurements cannot check closer
+# above this median CV of a config's timed runs, a note says the machine was noisy: the only
+# noise figure of a one-pass calibration (no config is measured twice in whole passes). On a
+# quiet Zen 3 the calibrations' medians were 1.2-4.6 %, 7-8 % in noisy patches; on a shared
+# Intel VM one conv timed 200 times in a row had a CV of 15-19 %
+NOISY_RUN_CV_PCT = 10.0
 INTERVAL_ALPHA = 0.1
 # fingerprint fields that describe the measuring process, not the machine
 _NOT_MACHINE = (
@@ -321,6 +326,14 @@ class Calibration:
             "max_pct": float(np.max(pct)) if len(pct) else math.nan,
         }
 
+    def run_cv_pct(self) -> float:
+        """The median CV of a config's timed runs over the ok rows, in % (NaN without any):
+        how noisy the machine was while each config was timed."""
+        ok = self.rows[self.rows["status"] == "ok"] if len(self.rows) else self.rows
+        cv = pd.to_numeric(ok.get("latency_cv", pd.Series(dtype=float)), errors="coerce")
+        cv = cv[np.isfinite(cv)]
+        return float(100 * cv.median()) if len(cv) else math.nan
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "platform": self.platform,
@@ -335,6 +348,7 @@ class Calibration:
             "loo_rmse_log": {t: m["loo_rmse_log"] for t, m in self.model.maps_.items()},
             "factors": self.factors(),
             "repeatability": self.repeatability(),
+            "run_cv_median_pct": self.run_cv_pct(),
             "notes": self.notes,
         }
 
@@ -355,6 +369,9 @@ class Calibration:
                 f"  repeatability: {rep['n']} configs measured twice differ by a median "
                 f"{rep['median_pct']:.1f}% (largest {rep['max_pct']:.1f}%)"
             )
+        run_cv = self.run_cv_pct()
+        if np.isfinite(run_cv):
+            lines.append(f"  timing noise: a config's runs varied by a median CV of {run_cv:.1f}%")
         if self.replaced:
             lines.append(f"  replaced {self.replaced}")
         lines += [f"  note: {n}" for n in self.notes]
@@ -607,6 +624,12 @@ def calibrate_on_arrival(
             "of the same configs: a single measurement cannot check any prediction closer "
             "than that here (a shared or throttled machine); validate with --passes 3, or "
             "calibrate again when it is quiet"
+        )
+    elif (run_cv := cal.run_cv_pct()) > NOISY_RUN_CV_PCT:
+        cal.notes.append(
+            f"this machine was noisy while calibrating: a config's timed runs varied by a "
+            f"median CV of {run_cv:.0f}% (quiet machines: under 5%), so the fitted map carries "
+            "that noise; calibrate again when it is quiet, or with --passes 3"
         )
     uncalibrated = [t for t in model.targets_ if t not in model.maps_]
     if uncalibrated:

@@ -226,6 +226,32 @@ class DriftingProfiler(FakeProfiler):
         return row
 
 
+class NoisyRunsProfiler(FakeProfiler):
+    """FAKE rows whose timed runs varied by ``cv`` (as latency_cv records it)."""
+
+    def __init__(self, model, cv, **kw):
+        super().__init__(model, 1.0, **kw)
+        self.cv = cv
+
+    def profile(self, config):
+        return {**super().profile(config), "latency_cv": self.cv}
+
+
+@pytest.mark.parametrize("cv", [0.02, 0.15])
+def test_one_pass_calibration_says_when_the_runs_were_noisy(torch_model, model_cache, clock, cv):
+    """With one pass no config is measured twice in whole passes, so the repeatability note
+    cannot fire: the median CV of each config's timed runs is the noise figure then."""
+    prof = NoisyRunsProfiler(torch_model, cv, clock=clock, seconds_per_config=1.0)
+    cal = calibrate_on_arrival(PLATFORM, 20, prof, source_model=torch_model)
+    assert cal.repeatability()["n"] == 0
+    assert cal.run_cv_pct() == pytest.approx(100 * cv)
+    assert f"median CV of {100 * cv:.1f}%" in cal.summary()
+    assert cal.to_dict()["run_cv_median_pct"] == pytest.approx(100 * cv)
+    noisy = [n for n in cal.notes if "noisy while calibrating" in n]
+    assert len(noisy) == (cv > cal_mod.NOISY_RUN_CV_PCT / 100)
+    assert not noisy or "median CV of 15%" in noisy[0]
+
+
 def test_calibration_interleaves_passes_and_keeps_the_fastest(torch_model, model_cache, clock):
     prof = DriftingProfiler(torch_model, 1.0, clock=clock, seconds_per_config=1.0)
     cal = calibrate_on_arrival(PLATFORM, 20, prof, source_model=torch_model, passes=3)

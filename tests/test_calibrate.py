@@ -226,6 +226,22 @@ class DriftingProfiler(FakeProfiler):
         return row
 
 
+def test_training_the_default_model_on_first_use_is_not_taken_from_the_budget(
+    torch_model, model_cache, clock, monkeypatch
+):
+    """`carb-nas calibrate` on a fresh machine trains the default model first (12-30 s): the
+    time budget is for choosing and measuring configs, so that does not eat it."""
+
+    def slow_first_use(platform, **kw):
+        clock.now += 100.0  # longer than the whole budget
+        return torch_model
+
+    monkeypatch.setattr(cal_mod, "load_default_model", slow_first_use)
+    prof = FakeProfiler(torch_model, clock=clock, seconds_per_config=1.0)
+    cal = calibrate_on_arrival(PLATFORM, 20, prof)
+    assert cal.n_rows >= 10 and cal.seconds <= 20
+
+
 class NoisyRunsProfiler(FakeProfiler):
     """FAKE rows whose timed runs varied by ``cv`` (as latency_cv records it)."""
 

@@ -60,6 +60,7 @@ from carb_nas.costmodel._calibration import (
     CALIBRATION_FEATURES,
     CALIBRATION_METHODS,
     INFORMATIVE_KINDS,
+    MANY_ROWS_FEATURES,
     MIN_PRIOR_CONFIGS,
     PRIOR_MAP_COLUMNS,
     CalibratedModel,
@@ -203,6 +204,7 @@ __all__ = [
     "informative_rows",
     "penalized_fit",
     "CALIBRATION_FEATURES",
+    "MANY_ROWS_FEATURES",
     "CALIBRATION_METHODS",
     # any module: per-operator models summed, corrected by the network cascade
     "KernelCostModel",

@@ -57,7 +57,8 @@ MANY_ROWS_FEATURES = ("log_compute_intensity",)
 moved: a machine with another bandwidth-to-compute balance than the source's bends the time
 per FLOP by it. Calibrating on arrival on a Zen 3 (stop 42, 22-44 single-pass rows, 5 runs x
 torch and ORT fp32 replayed): validation latency MAPE 9.69 -> 7.28 % on average, lower in all
-10; the run measured after the choice 9.09 -> 7.81 %; of 26 calibrations there, lower in 22.
+10; the two runs measured after the choice 9.09 -> 7.81 and 6.31 -> 6.12 %; of 28 calibrations
+there, lower in 23.
 Every other column tried beside it (parameters, activation, input and weight MB, layer and
 block counts, quadratic terms) did not gain. It is not in ``CALIBRATION_FEATURES`` (the
 D-optimal design's and the transfer prior's columns): there, or in the maps at N = 10, it

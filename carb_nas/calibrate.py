@@ -329,7 +329,7 @@ class Calibration:
     def run_cv_pct(self) -> float:
         """The median CV of a config's timed runs over the ok rows, in % (NaN without any):
         how noisy the machine was while each config was timed."""
-        ok = self.rows[self.rows["status"] == "ok"] if len(self.rows) else self.rows
+        ok = self.rows[self.rows["status"] == "ok"]
         cv = pd.to_numeric(ok.get("latency_cv", pd.Series(dtype=float)), errors="coerce")
         cv = cv[np.isfinite(cv)]
         return float(100 * cv.median()) if len(cv) else math.nan

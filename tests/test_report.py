@@ -527,6 +527,7 @@ def test_prior_map_picks_its_columns_by_loo_error():
     before it named its columns still predicts with every column."""
     from carb_nas.costmodel import PRIOR_MAP_COLUMNS, fit_transfer_prior
     from carb_nas.costmodel import model_inputs as _inputs
+    from carb_nas.costmodel._calibration import FEATURE_MIN_ROWS
 
     a = synthetic_rows()
     prior = fit_transfer_prior({"A:int8": (a, _bent("onnxruntime", "int8", 0.2, 0.1, 0.0))})
@@ -545,12 +546,19 @@ def test_prior_map_picks_its_columns_by_loo_error():
     cal_w = CalibratedModel(ExactSourceModel(), method="prior", prior=prior)
     rows = wide.sample(25, random_state=0)
     cal_w.fit(_inputs(rows), rows[["latency_ms"]])
-    n_cols = 1 + len(cal_w.feature_names_)
-    assert cal_w.maps_["latency_ms"]["columns"] == list(range(n_cols))
-    # an older saved map (no "columns", a weight per column) predicts with every column
+    names = ["log_source", *cal_w.feature_names_]
+    offered = [c for c, name in enumerate(names) if 25 >= FEATURE_MIN_ROWS.get(name, 0)]
+    assert "log_flops_sq" in names and names.index("log_flops_sq") not in offered
+    assert cal_w.maps_["latency_ms"]["columns"] == offered
+    # an older saved map (no "columns", a weight per column, no log_flops_sq) predicts with
+    # every column
     X = _inputs(wide)
     old = cal_w.to_dict()
-    del old["maps"]["latency_ms"]["columns"]
+    sq = names.index("log_flops_sq")
+    old["feature_names"].remove("log_flops_sq")
+    del old["log_flops_range"], old["maps"]["latency_ms"]["columns"]
+    for key in ("mean", "std"):
+        del old["maps"]["latency_ms"][key][sq]
     again = CalibratedModel.from_dict(json.loads(json.dumps(old)), ExactSourceModel())
     pd.testing.assert_frame_equal(cal_w.predict(X), again.predict(X))
     # and a two-column map applies only its two weights (dropping them changes the result)
@@ -902,3 +910,35 @@ def test_features_map_bends_by_compute_intensity_only_from_many_rows():
     assert "log_compute_intensity" not in used[MANY_ROWS - 5]
     assert "log_compute_intensity" in used[MANY_ROWS + 10]
     assert errors[MANY_ROWS + 10] < 0.01 < errors[MANY_ROWS - 5]
+
+
+def test_features_map_bends_by_the_square_of_log_flops_from_many_rows():
+    """A machine with more per-op overhead and a faster compute rate than the source: its
+    time per FLOP is curved in log FLOPs (small configs slower, large ones faster, the middle
+    alike). From SQUARE_ROWS rows on the features map has the square as a column and follows
+    the curve; below (with the other many-rows column), it cannot, and the column
+    round-trips through the saved map."""
+    from carb_nas.costmodel import model_inputs as _inputs
+    from carb_nas.costmodel._calibration import FLOPS_SQ_CENTER, SQUARE_ROWS
+
+    b = _bent("onnxruntime", "fp32", 0.0, 0.0, 0.0)
+    log_flops = np.log(_inputs(b)["flops"].to_numpy(float))
+    bend = 0.04 * (log_flops - FLOPS_SQ_CENTER) ** 2
+    b["latency_ms"] = synthetic_rows()["latency_ms"] * np.exp(bend - bend.mean())
+    errors, used = {}, {}
+    for n in (SQUARE_ROWS - 5, SQUARE_ROWS + 10):
+        rows = b.sample(n, random_state=2)
+        cal = CalibratedModel(ExactSourceModel(), method="features")
+        cal.fit(_inputs(rows), rows[["latency_ms"]])
+        names = ["log_source", *cal.feature_names_]
+        used[n] = [names[c] for c in cal.maps_["latency_ms"]["columns"][1:]]
+        rest = b.drop(rows.index)
+        pred = cal.predict(_inputs(rest))["latency_ms"].to_numpy()
+        errors[n] = float(np.mean(np.abs(pred / rest["latency_ms"].to_numpy() - 1)))
+        again = CalibratedModel.from_dict(cal.to_dict(), ExactSourceModel())
+        assert np.allclose(again.predict(_inputs(rest))["latency_ms"].to_numpy(), pred)
+    assert "log_flops_sq" not in used[SQUARE_ROWS - 5]
+    assert "log_compute_intensity" in used[SQUARE_ROWS - 5]
+    assert "log_flops_sq" in used[SQUARE_ROWS + 10]
+    # flat beyond the rows' FLOPs (log_flops_range): a little error at the ends
+    assert errors[SQUARE_ROWS + 10] < 0.02 < 0.1 < errors[SQUARE_ROWS - 5]

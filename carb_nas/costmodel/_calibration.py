@@ -52,27 +52,57 @@ CALIBRATION_FEATURES = (
 )
 
 
-MANY_ROWS_FEATURES = ("log_compute_intensity",)
-"""Columns the ``features`` and ``prior`` maps add from ``MANY_ROWS`` rows on. FLOPs per byte
-moved: a machine with another bandwidth-to-compute balance than the source's bends the time
-per FLOP by it. Calibrating on arrival on a Zen 3 (stop 42, 22-44 single-pass rows, 5 runs x
-torch and ORT fp32 replayed): validation latency MAPE 9.69 -> 7.28 % on average, lower in all
-10; the two runs measured after the choice 9.09 -> 7.81 and 6.31 -> 6.12 %; of 28 calibrations
-there, lower in 23.
-Every other column tried beside it (parameters, activation, input and weight MB, layer and
-block counts, quadratic terms) did not gain. It is not in ``CALIBRATION_FEATURES`` (the
-D-optimal design's and the transfer prior's columns): there, or in the maps at N = 10, it
-cost torch -> ORT fp32 few-shot R2 0.933 -> 0.89-0.92."""
+MANY_ROWS_FEATURES = ("log_compute_intensity", "log_flops_sq")
+"""Columns the ``features`` and ``prior`` maps add from many rows on (``FEATURE_MIN_ROWS``).
+
+``log_compute_intensity``, from ``MANY_ROWS`` (20) rows, FLOPs per byte moved: a machine with
+another bandwidth-to-compute balance than the source's bends the time per FLOP by it.
+Calibrating on arrival on a Zen 3 (stop 42, 22-44 single-pass rows, 5 runs x torch and ORT fp32
+replayed): validation latency MAPE 9.69 -> 7.28 % on average, lower in all 10; the two runs
+measured after the choice 9.09 -> 7.81 and 6.31 -> 6.12 %; of 28 calibrations there, lower in
+23. Every other column tried beside it (parameters, activation, input and weight MB, layer and
+block counts, quadratic terms on the 20 fixed validation configs) did not gain. It is not in
+``CALIBRATION_FEATURES`` (the D-optimal design's and the transfer prior's columns): there, or
+in the maps at N = 10, it cost torch -> ORT fp32 few-shot R2 0.933 -> 0.89-0.92.
+
+``log_flops_sq``, the square of log FLOPs about 1 GFLOP (:data:`FLOPS_SQ_CENTER`): a machine
+with another per-op overhead than the source's (against its compute rate) bends the time per
+FLOP one way for small configs, overhead-bound, and the other for large, compute-bound ones;
+the ratio of the two machines' curves is curved in log FLOPs, which the linear column alone
+cannot follow. Stop 43, on the same Zen 3 (docs/costmodel.md): on 40 validation configs
+measured for the purpose (not those the column was found on) 7.03 -> 5.13 % (torch 8.71 ->
+4.91; ORT 5.35 unchanged: 25 rows); replayed on the 29 earlier calibrations 8.05 -> 7.84 %.
+Only from ``SQUARE_ROWS`` (30) rows on: few-shot torch -> ORT fp32 at N = 25 (a runtime
+change on one machine, where the square carries nothing: neutral at N = 50 and 100) it
+overfits (R2 0.951 -> 0.945, one draw of ten 0.953 -> 0.891)."""
+
+FLOPS_SQ_CENTER = math.log(1e9)
+"""``log_flops_sq`` is ``(ln FLOPs - ln 1e9) ** 2``: centred within the spaces' range, so that
+it is not nearly collinear with ``log_flops`` (the maps standardize, but do not centre before
+squaring)."""
 
 
-def calibration_features(X: pd.DataFrame, names: Sequence[str] | None = None) -> np.ndarray:
-    """Columns ``names`` (default: all of ``CALIBRATION_FEATURES`` that X can give)."""
+def calibration_features(
+    X: pd.DataFrame,
+    names: Sequence[str] | None = None,
+    log_flops_range: Sequence[float] | None = None,
+) -> np.ndarray:
+    """Columns ``names`` (default: all of ``CALIBRATION_FEATURES`` that X can give).
+
+    ``log_flops_range``: the calibration rows' ``[min, max]`` of ln FLOPs; ``log_flops_sq``
+    squares ln FLOPs clipped to it (flat beyond the rows, where a square fitted on them would
+    run away: one of ten torch -> ORT fp32 draws at N = 25 fell from R2 0.953 to 0.891)."""
     if names is None:
         names = calibration_feature_names(X)
     cols = []
     for name in names:
         if name == "is_bottleneck":
             cols.append((X["family"].astype(str).to_numpy() == "bottleneck").astype(float))
+        elif name == "log_flops_sq":
+            v = np.log(np.maximum(pd.to_numeric(X["flops"]).to_numpy(float), 1e-12))
+            if log_flops_range is not None:
+                v = np.clip(v, log_flops_range[0], log_flops_range[1])
+            cols.append((v - FLOPS_SQ_CENTER) ** 2)
         else:
             v = pd.to_numeric(X[name[4:]]).to_numpy(float)
             cols.append(np.log(np.maximum(v, 1e-12)))
@@ -83,7 +113,12 @@ def calibration_feature_names(X: pd.DataFrame, many_rows: bool = False) -> list[
     """The ``CALIBRATION_FEATURES`` (and with ``many_rows`` the ``MANY_ROWS_FEATURES``) that
     ``X`` can give: the architecture columns come with ``model_inputs``."""
     names = CALIBRATION_FEATURES + (MANY_ROWS_FEATURES if many_rows else ())
-    return [n for n in names if n == "is_bottleneck" or n[4:] in X.columns]
+    return [n for n in names if n == "is_bottleneck" or _column_of(n) in X.columns]
+
+
+def _column_of(name: str) -> str:
+    """The column of ``X`` a calibration feature is computed from."""
+    return "flops" if name == "log_flops_sq" else name[4:]
 
 
 INFORMATIVE_KINDS = ("design", "spread")
@@ -341,6 +376,10 @@ FEATURE_PENALTIES = (0.3, 1.0, 3.0, 10.0, 30.0, 100.0)
 LOW_PENALTIES = (0.01, 0.03, 0.1)
 MANY_ROWS = 20
 
+SQUARE_ROWS = 30
+FEATURE_MIN_ROWS = {"log_compute_intensity": MANY_ROWS, "log_flops_sq": SQUARE_ROWS}
+"""The rows a map needs before it may take each of the ``MANY_ROWS_FEATURES``."""
+
 
 class CalibratedModel:
     """A source platform's cost model adapted to a target platform with a few measurements.
@@ -450,7 +489,11 @@ class CalibratedModel:
             )
         base = self.source_predict(X)
         self.feature_names_ = calibration_feature_names(X, many_rows=True)
-        feats = calibration_features(X, self.feature_names_)
+        self.log_flops_range_: list[float] | None = None
+        if "log_flops_sq" in self.feature_names_:
+            v = np.log(np.maximum(pd.to_numeric(X["flops"]).to_numpy(float), 1e-12))
+            self.log_flops_range_ = [float(v.min()), float(v.max())]
+        feats = calibration_features(X, self.feature_names_, self.log_flops_range_)
         self.maps_: dict[str, dict[str, Any]] = {}
         for t in targets:
             y = Y[t].to_numpy(float)
@@ -504,11 +547,11 @@ class CalibratedModel:
         candidates: dict[str, tuple[dict[str, Any], float]] = {}
         many = n >= MANY_ROWS
         penalties = (LOW_PENALTIES if many else ()) + FEATURE_PENALTIES
-        # the linear columns of the features map (and the prior map's widest choice): the
-        # MANY_ROWS_FEATURES only from MANY_ROWS rows on
+        # the linear columns of the features map (and the prior map's widest choice): each
+        # of the MANY_ROWS_FEATURES only from its FEATURE_MIN_ROWS on
         linear = [0] + [
             1 + i for i, name in enumerate(self.feature_names_)
-            if many or name not in MANY_ROWS_FEATURES
+            if n >= FEATURE_MIN_ROWS.get(name, 0)
         ]  # fmt: skip
         coef, loo = penalized_fit(np.ones((n, 1)), r, 0.0)
         candidates["scale"] = (
@@ -611,7 +654,7 @@ class CalibratedModel:
                 "got an unfitted CalibratedModel. Call calibrate(source_model, rows) first."
             )
         base = self.source_predict(X, alpha)
-        feats = calibration_features(X, self.feature_names_)
+        feats = calibration_features(X, self.feature_names_, self.log_flops_range_)
         out = {}
         for t in self.targets_:
             if t in self.maps_:
@@ -663,6 +706,7 @@ class CalibratedModel:
                 "targets": list(self.targets_),
                 "keep_uncalibrated": self.keep_uncalibrated,
                 "feature_names": list(self.feature_names_),
+                "log_flops_range": self.log_flops_range_,
                 "n_calibration_rows": self.n_calibration_rows_,
                 "maps": self.maps_,
                 "prior": None if self.prior is None else self.prior.to_dict(),
@@ -683,6 +727,7 @@ class CalibratedModel:
         model.calibrated_targets_ = list(model.maps_)
         model.targets_ = list(data["targets"])
         model.feature_names_ = list(data["feature_names"])
+        model.log_flops_range_ = data.get("log_flops_range")  # absent before log_flops_sq
         model.n_calibration_rows_ = int(data["n_calibration_rows"])
         return model
 

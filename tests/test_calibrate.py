@@ -95,6 +95,37 @@ def _grid(n=6):
     return load_space("cpu").grid().sample(n=n, random_state=1).reset_index(drop=True)
 
 
+def test_calibration_measures_with_the_heap_frozen_and_unfreezes_it(
+    torch_model, model_cache, clock
+):
+    """What lived before the measurements (a loaded default model) is frozen while they run,
+    so each config's gc.collect() scans only what it creates; unfrozen after, also when a
+    measurement raises."""
+    import gc
+
+    class Recording(FakeProfiler):
+        def profile(self, config):
+            frozen.append(gc.get_freeze_count())
+            return super().profile(config)
+
+    before = gc.get_freeze_count()
+    frozen: list[int] = []
+    prof = Recording(torch_model, 1.3, clock=clock, seconds_per_config=1.0)
+    calibrate_on_arrival(PLATFORM, 12, prof, source_model=torch_model, passes=1, save=False)
+    assert frozen and min(frozen) > before
+    assert gc.get_freeze_count() == before
+
+    class Failing(FakeProfiler):
+        def profile(self, config):
+            raise RuntimeError("the runtime died")
+
+    with pytest.raises(RuntimeError, match="the runtime died"):
+        calibrate_on_arrival(
+            PLATFORM, 12, Failing(torch_model, clock=clock), source_model=torch_model, save=False
+        )
+    assert gc.get_freeze_count() == before
+
+
 def test_choose_configs_spreads_over_the_knobs_and_honours_exclude(torch_model):
     order = choose_configs(torch_model, PLATFORM, n=40)
     assert len(order) == 40 and not order[list(CONFIG_COLUMNS)].duplicated().any()

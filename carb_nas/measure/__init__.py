@@ -68,6 +68,7 @@ from carb_nas.measure._profiler import (
     Profiler,
     cpu_identity,
     cpu_model_name,
+    frozen_heap,
     platform_string,
     profile_config,
 )
@@ -178,6 +179,7 @@ __all__ = [
     "check_runtime",
     "cpu_identity",
     "cpu_model_name",
+    "frozen_heap",
     "get_meter",
     "get_runtime",
     "measure_idle_power_w",

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from carb_nas.errors import ConfigError
+from carb_nas.measure._profiler import frozen_heap
 
 __all__ = ["check_passes", "fastest_of_passes", "pass_spread_pct", "profile_passes"]
 
@@ -87,13 +88,14 @@ def profile_passes(
     configs = list(configs)
     total = passes * len(configs)
     rounds: list[list[dict[str, Any]]] = []
-    for p in range(passes):
-        rows = []
-        for i, config in enumerate(configs):
-            if progress is not None:
-                progress(p * len(configs) + i, total, config)
-            rows.append(profiler.profile(config))
-        rounds.append(rows)
+    with frozen_heap():
+        for p in range(passes):
+            rows = []
+            for i, config in enumerate(configs):
+                if progress is not None:
+                    progress(p * len(configs) + i, total, config)
+                rows.append(profiler.profile(config))
+            rounds.append(rows)
     return fastest_of_passes(rounds) if passes > 1 else rounds[0]
 
 

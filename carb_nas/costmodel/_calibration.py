@@ -90,8 +90,8 @@ def calibration_features(
     """Columns ``names`` (default: all of ``CALIBRATION_FEATURES`` that X can give).
 
     ``log_flops_range``: the calibration rows' ``[min, max]`` of ln FLOPs; ``log_flops_sq``
-    squares ln FLOPs clipped to it (flat beyond the rows, where a square fitted on them would
-    run away: one of ten torch -> ORT fp32 draws at N = 25 fell from R2 0.953 to 0.891)."""
+    squares ln FLOPs clipped to it: flat beyond the rows, like the maps' corrections (``clip``),
+    where a square fitted on them would grow without bound."""
     if names is None:
         names = calibration_feature_names(X)
     cols = []
@@ -390,8 +390,9 @@ class CalibratedModel:
     - ``scale``: ``r = a`` -- one multiplicative factor (1 parameter);
     - ``loglinear``: ``r = a + b*log(source)`` -- a power law ``y = e^a * source^(1+b)``;
     - ``features``: ``r = a + w . [log source, log FLOPs, log batch, log resolution,
-      log width, log depth, is_bottleneck]`` (standardized; log FLOPs when X has ``flops``),
-      ridge-penalized, penalty picked by leave-one-out error;
+      log width, log depth, is_bottleneck]`` (standardized; log FLOPs when X has ``flops``;
+      from ``FEATURE_MIN_ROWS`` rows also the ``MANY_ROWS_FEATURES``, log compute intensity and
+      the square of log FLOPs), ridge-penalized, penalty picked by leave-one-out error;
     - ``prior`` (needs ``prior``, a ``TransferPrior``): the prior's shape ``s(x)`` (learned
       on other platform pairs) as one more column of a ridge map, ``r = a + w . [...] +
       b*s(x)``, ``[...]`` either the ``features`` columns or only ``PRIOR_MAP_COLUMNS`` (log

@@ -29,6 +29,7 @@ fingerprint is another machine's, or whose source model is not today's default, 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -558,51 +559,48 @@ def calibrate_on_arrival(
     # a config's cost: the median time of its profile() calls so far, so neither the set-up
     # nor the first call's one-off costs (imports, the runtime's first session) count
     durations: list[float] = []
-    try:
-        # a loaded default model made each config's gc.collect() 0.11-0.17 s (stop 43)
-        with frozen_heap():
-            fingerprint = machine_fingerprint(prof)
-            for config in configs:
-                elapsed = time.perf_counter() - t0
-                n = len(rounds[0])
-                per_config = float(np.median(durations)) if durations else 0.0
-                # room for this config and for the later rounds of every config so far, once
-                # the fit has its fewest rows (a short budget then gets fewer later rounds)
-                later = (passes - 1) * (n + 1) if n >= MIN_CALIBRATION_ROWS else 0
-                # the fewest rows first, whatever share is kept for measuring again
-                budget_s = first_budget_s if n >= MIN_CALIBRATION_ROWS else time_budget_s
-                if n and elapsed + per_config * (1 + later) > budget_s:
+    # a profiler made here is closed when measuring ends or fails; a loaded default model
+    # made each config's gc.collect() 0.11-0.17 s until the heap was frozen (stop 43)
+    with contextlib.closing(prof) if own else contextlib.nullcontext(), frozen_heap():
+        fingerprint = machine_fingerprint(prof)
+        for config in configs:
+            elapsed = time.perf_counter() - t0
+            n = len(rounds[0])
+            per_config = float(np.median(durations)) if durations else 0.0
+            # room for this config and for the later rounds of every config so far, once
+            # the fit has its fewest rows (a short budget then gets fewer later rounds)
+            later = (passes - 1) * (n + 1) if n >= MIN_CALIBRATION_ROWS else 0
+            # the fewest rows first, whatever share is kept for measuring again
+            budget_s = first_budget_s if n >= MIN_CALIBRATION_ROWS else time_budget_s
+            if n and elapsed + per_config * (1 + later) > budget_s:
+                break
+            if elapsed > budget_s:
+                break
+            started = time.perf_counter()
+            rounds[0].append(prof.profile(config))
+            durations.append(time.perf_counter() - started)
+            done += 1
+            if progress is not None:
+                progress(done, time.perf_counter() - t0, float(time_budget_s))
+        for _ in range(passes - 1):
+            rounds.append([])
+            for config, first_s in zip(configs[: len(rounds[0])], durations, strict=True):
+                # start a config only when it should end within the budget (its first
+                # round's time): the budget is the most a calibration takes
+                if time.perf_counter() - t0 + first_s > time_budget_s:
                     break
-                if elapsed > budget_s:
-                    break
-                started = time.perf_counter()
-                rounds[0].append(prof.profile(config))
-                durations.append(time.perf_counter() - started)
+                rounds[-1].append(prof.profile(config))
                 done += 1
                 if progress is not None:
                     progress(done, time.perf_counter() - t0, float(time_budget_s))
-            for _ in range(passes - 1):
-                rounds.append([])
-                for config, first_s in zip(configs[: len(rounds[0])], durations, strict=True):
-                    # start a config only when it should end within the budget (its first
-                    # round's time): the budget is the most a calibration takes
-                    if time.perf_counter() - t0 + first_s > time_budget_s:
-                        break
-                    rounds[-1].append(prof.profile(config))
-                    done += 1
-                    if progress is not None:
-                        progress(done, time.perf_counter() - t0, float(time_budget_s))
-            if passes == 1:
-                for i in _worst_fitted(source, rounds[0]):
-                    if time.perf_counter() - t0 + durations[i] > time_budget_s:
-                        continue  # a shorter one may still fit
-                    again[i] = prof.profile(configs[i])
-                    done += 1
-                    if progress is not None:
-                        progress(done, time.perf_counter() - t0, float(time_budget_s))
-    finally:
-        if own:
-            prof.close()
+        if passes == 1:
+            for i in _worst_fitted(source, rounds[0]):
+                if time.perf_counter() - t0 + durations[i] > time_budget_s:
+                    continue  # a shorter one may still fit
+                again[i] = prof.profile(configs[i])
+                done += 1
+                if progress is not None:
+                    progress(done, time.perf_counter() - t0, float(time_budget_s))
     kept = fastest_of_passes(rounds)
     for i, row in again.items():
         kept[i] = fastest_of_passes([[rounds[0][i]], [row]])[0]

@@ -883,6 +883,26 @@ def test_features_map_takes_the_weaker_penalties_only_from_many_rows():
     assert chosen[MANY_ROWS + 10] == min(LOW_PENALTIES)
 
 
+def _features_map_on(b, sizes, seed):
+    """Per size n: the columns the features map fitted on n rows of ``b`` used, and its mean
+    relative latency error on the other rows (the map reloaded from to_dict predicts alike)."""
+    from carb_nas.costmodel import model_inputs as _inputs
+
+    used, errors = {}, {}
+    for n in sizes:
+        rows = b.sample(n, random_state=seed)
+        cal = CalibratedModel(ExactSourceModel(), method="features")
+        cal.fit(_inputs(rows), rows[["latency_ms"]])
+        names = ["log_source", *cal.feature_names_]
+        used[n] = [names[c] for c in cal.maps_["latency_ms"]["columns"][1:]]
+        rest = b.drop(rows.index)
+        pred = cal.predict(_inputs(rest))["latency_ms"].to_numpy()
+        errors[n] = float(np.mean(np.abs(pred / rest["latency_ms"].to_numpy() - 1)))
+        again = CalibratedModel.from_dict(cal.to_dict(), ExactSourceModel())
+        assert np.allclose(again.predict(_inputs(rest))["latency_ms"].to_numpy(), pred)
+    return used, errors
+
+
 def test_features_map_bends_by_compute_intensity_only_from_many_rows():
     """A machine whose time per FLOP moves with FLOPs per byte (another bandwidth-to-compute
     balance): from MANY_ROWS rows on the features map has log compute intensity as a column
@@ -894,19 +914,7 @@ def test_features_map_bends_by_compute_intensity_only_from_many_rows():
     b = _bent("onnxruntime", "fp32", 0.0, 0.0, 0.0)
     intensity = _inputs(b)["compute_intensity"].to_numpy(float)
     b["latency_ms"] = synthetic_rows()["latency_ms"] * intensity**-0.3
-    errors, used = {}, {}
-    for n in (MANY_ROWS - 5, MANY_ROWS + 10):
-        rows = b.sample(n, random_state=1)
-        cal = CalibratedModel(ExactSourceModel(), method="features")
-        cal.fit(_inputs(rows), rows[["latency_ms"]])
-        spec = cal.maps_["latency_ms"]
-        names = ["log_source", *cal.feature_names_]
-        used[n] = [names[c] for c in spec["columns"][1:]]
-        rest = b.drop(rows.index)
-        pred = cal.predict(_inputs(rest))["latency_ms"].to_numpy()
-        errors[n] = float(np.mean(np.abs(pred / rest["latency_ms"].to_numpy() - 1)))
-        again = CalibratedModel.from_dict(cal.to_dict(), ExactSourceModel())
-        assert np.allclose(again.predict(_inputs(rest))["latency_ms"].to_numpy(), pred)
+    used, errors = _features_map_on(b, (MANY_ROWS - 5, MANY_ROWS + 10), seed=1)
     assert "log_compute_intensity" not in used[MANY_ROWS - 5]
     assert "log_compute_intensity" in used[MANY_ROWS + 10]
     assert errors[MANY_ROWS + 10] < 0.01 < errors[MANY_ROWS - 5]
@@ -925,18 +933,7 @@ def test_features_map_bends_by_the_square_of_log_flops_from_many_rows():
     log_flops = np.log(_inputs(b)["flops"].to_numpy(float))
     bend = 0.04 * (log_flops - FLOPS_SQ_CENTER) ** 2
     b["latency_ms"] = synthetic_rows()["latency_ms"] * np.exp(bend - bend.mean())
-    errors, used = {}, {}
-    for n in (SQUARE_ROWS - 5, SQUARE_ROWS + 10):
-        rows = b.sample(n, random_state=2)
-        cal = CalibratedModel(ExactSourceModel(), method="features")
-        cal.fit(_inputs(rows), rows[["latency_ms"]])
-        names = ["log_source", *cal.feature_names_]
-        used[n] = [names[c] for c in cal.maps_["latency_ms"]["columns"][1:]]
-        rest = b.drop(rows.index)
-        pred = cal.predict(_inputs(rest))["latency_ms"].to_numpy()
-        errors[n] = float(np.mean(np.abs(pred / rest["latency_ms"].to_numpy() - 1)))
-        again = CalibratedModel.from_dict(cal.to_dict(), ExactSourceModel())
-        assert np.allclose(again.predict(_inputs(rest))["latency_ms"].to_numpy(), pred)
+    used, errors = _features_map_on(b, (SQUARE_ROWS - 5, SQUARE_ROWS + 10), seed=2)
     assert "log_flops_sq" not in used[SQUARE_ROWS - 5]
     assert "log_compute_intensity" in used[SQUARE_ROWS - 5]
     assert "log_flops_sq" in used[SQUARE_ROWS + 10]

@@ -30,6 +30,7 @@ config.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -1095,66 +1096,61 @@ def _measure_queue(
     t_measure = time.perf_counter()
     # The store's trials and the imported libraries are long-lived: frozen, so the
     # per-config gc.collect() (hygiene) scans only what each measurement creates.
-    try:
-        with frozen_heap():
-            while max_configs is None or measured < max_configs:
-                popped = with_reconnect(_next_trial, study)
-                if popped is None:
-                    # another worker's trial runs: wait until it ends, or its heartbeat goes stale
-                    if not heartbeat or not _wait_for_running(study, heartbeat_s):
-                        break
-                    more = with_reconnect(_recover_stale, study, journal, configs, error_row)
-                    recovered += more[0]
-                    continue
-                trial, frozen = popped
-                key = trial.user_attrs.get("key")
-                row = trial.user_attrs.get("row")  # a retried stale trial that was measured
-                if row is not None:
-                    with_reconnect(study.tell, trial, _trial_value(row), skip_if_finished=True)
-                    done_keys.add(key)
-                    recovered += 1
-                    continue
-                beat = None
-                if heartbeat:
-                    # the first beat before the owner: Optuna never finds a trial stale that has
-                    # no beat, and another host's owned trial is left to beats, so a worker
-                    # killed between the two would hold its trial RUNNING for ever (an ownerless
-                    # one is failed after a minute by _recover_stale)
-                    # every call on the storage per trial rides out a database restart
-                    beat = with_reconnect(
-                        _start_heartbeat, storage, study_id, trial.number, heartbeat_s
-                    )
-                try:
-                    with_reconnect(trial.set_user_attr, "_owner", _owner())
-                except UpdateFinishedTrialError:
-                    if beat is not None:
-                        beat.stop_event.set()
-                    continue  # SQLite: another worker popped this trial too and finished it first
-                try:
-                    row = _clean_row(
-                        {**prof.profile(_trial_config(frozen, configs)), **_fields(trial)}
-                    )
-                finally:
-                    if beat is not None:
-                        beat.stop_event.set()
-                try:
-                    with_reconnect(trial.set_user_attr, "row", row)
-                    with_reconnect(study.tell, trial, _trial_value(row), skip_if_finished=True)
-                except UpdateFinishedTrialError:
-                    # SQLite has no row locks: two workers can pop the same trial. The other
-                    # one finished it first; its row is kept (export keeps one row per config).
-                    continue
+    # the bar, too, closes when the loop ends or raises (tqdm's own context manager)
+    with frozen_heap(), bar if bar is not None else contextlib.nullcontext():
+        while max_configs is None or measured < max_configs:
+            popped = with_reconnect(_next_trial, study)
+            if popped is None:
+                # another worker's trial runs: wait until it ends, or its heartbeat goes stale
+                if not heartbeat or not _wait_for_running(study, heartbeat_s):
+                    break
+                more = with_reconnect(_recover_stale, study, journal, configs, error_row)
+                recovered += more[0]
+                continue
+            trial, frozen = popped
+            key = trial.user_attrs.get("key")
+            row = trial.user_attrs.get("row")  # a retried stale trial that was measured
+            if row is not None:
+                with_reconnect(study.tell, trial, _trial_value(row), skip_if_finished=True)
                 done_keys.add(key)
-                measured += 1
-                ok += row["status"] == "ok"
-                failed += row["status"] != "ok"
-                descheduled += lost_its_core(row)
-                if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix_str(f"{row['status']} {key}", refresh=False)
-    finally:
-        if bar is not None:
-            bar.close()
+                recovered += 1
+                continue
+            beat = None
+            if heartbeat:
+                # the first beat before the owner: Optuna never finds a trial stale that has
+                # no beat, and another host's owned trial is left to beats, so a worker
+                # killed between the two would hold its trial RUNNING for ever (an ownerless
+                # one is failed after a minute by _recover_stale)
+                # every call on the storage per trial rides out a database restart
+                beat = with_reconnect(
+                    _start_heartbeat, storage, study_id, trial.number, heartbeat_s
+                )
+            try:
+                with_reconnect(trial.set_user_attr, "_owner", _owner())
+            except UpdateFinishedTrialError:
+                if beat is not None:
+                    beat.stop_event.set()
+                continue  # SQLite: another worker popped this trial too and finished it first
+            try:
+                row = _clean_row({**prof.profile(_trial_config(frozen, configs)), **_fields(trial)})
+            finally:
+                if beat is not None:
+                    beat.stop_event.set()
+            try:
+                with_reconnect(trial.set_user_attr, "row", row)
+                with_reconnect(study.tell, trial, _trial_value(row), skip_if_finished=True)
+            except UpdateFinishedTrialError:
+                # SQLite has no row locks: two workers can pop the same trial. The other
+                # one finished it first; its row is kept (export keeps one row per config).
+                continue
+            done_keys.add(key)
+            measured += 1
+            ok += row["status"] == "ok"
+            failed += row["status"] != "ok"
+            descheduled += lost_its_core(row)
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix_str(f"{row['status']} {key}", refresh=False)
     return {
         "done": len(done_keys),
         "measured_now": measured,

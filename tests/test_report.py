@@ -521,6 +521,43 @@ def test_transfer_prior_learned_on_other_pairs_helps_a_shared_shape():
     pd.testing.assert_frame_equal(cal.predict(_inputs(target)), again.predict(_inputs(target)))
 
 
+def test_transfer_prior_takes_the_calibrated_platforms_level_from_another_machine():
+    """A pair whose B measured the calibrated platform (on another machine, here twice as
+    slow) also gives B's level over the features, averaged with the residual shape; a pair of
+    another platform does not; the level survives JSON."""
+    from carb_nas.costmodel import (
+        CALIBRATION_FEATURES,
+        TransferPrior,
+        calibration_features,
+        fit_transfer_prior,
+    )
+    from carb_nas.costmodel import model_inputs as _inputs
+
+    a = synthetic_rows()
+    a_there = a.assign(latency_ms=2.0 * a["latency_ms"])
+    b_there = _bent("onnxruntime", "fp32", -0.5, -0.2, 0.15)
+    b_there["latency_ms"] *= 2.0
+    pairs = {"there": (a_there, b_there)}
+    plain = fit_transfer_prior(pairs)
+    other = fit_transfer_prior(pairs, platform="synthetic/onnxruntime/int8")
+    level = fit_transfer_prior(pairs, platform="synthetic/onnxruntime/fp32")
+    assert "level_model" not in plain.shapes["latency_ms"]["there"]
+    assert "level_model" not in other.shapes["latency_ms"]["there"]
+    assert level.shapes["latency_ms"]["there"]["level_n"] == len(b_there)
+    assert level.pairs == ["there"]
+    # on B's configs, with this machine's A as the source: the shape is the mean of the
+    # residual shape and the level, and the level follows log y_B - log source
+    z = np.log(a["latency_ms"].to_numpy())
+    g = np.column_stack([z, calibration_features(_inputs(b_there), CALIBRATION_FEATURES)])
+    residual, both = plain.shape("latency_ms", g), level.shape("latency_ms", g)
+    assert not np.allclose(residual, both)
+    truth = np.log(b_there["latency_ms"].to_numpy()) - z
+    level_part = 2 * both - residual
+    assert np.std(level_part - truth) < 0.5 * np.std(truth), (np.std(level_part - truth),)
+    again = TransferPrior.from_dict(json.loads(json.dumps(level.to_dict())))
+    np.testing.assert_allclose(again.shape("latency_ms", g), both)
+
+
 def test_prior_map_picks_its_columns_by_loo_error():
     """The prior map's linear columns: log source and log FLOPs only where the target's own
     bend lies in them, every column where it also bends by width and depth; a map saved

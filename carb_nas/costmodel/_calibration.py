@@ -258,32 +258,50 @@ class TransferPrior:
     Since the prior map picks its linear columns (``PRIOR_MAP_COLUMNS`` or all, by LOO
     error), ORT fp32 reaches 0.907 +- 0.016 at N = 10 and 0.922 +- 0.004 at N = 25
     (``benchmarks/transfer.py``; ORT int8 unchanged).
+
+    A pair whose B is the calibrated platform itself, measured on another machine
+    (``fit_transfer_prior(..., platform=...)``), also gives B's *level*: a booster of ``log
+    y_B`` over the ``CALIBRATION_FEATURES`` alone, which the shape turns into ``level(x) -
+    log source`` and averages with the pairs' residual shapes. The residual shape of such a
+    pair reads ``log y_A`` of *its* machine, so at this machine's source predictions it is read
+    off its training range; the level needs the architecture only, and the machines' speed
+    difference is one constant, which the map's intercept takes. torch -> ORT fp32 with the
+    Zen 4 pair (stop 44, same draws): N = 10 0.933 +- 0.022 -> 0.955 +- 0.007, N = 25 0.951
+    -> 0.964 +- 0.002, ceiling (N = 200) 0.953 -> 0.965; the other way round (the Zen 4 as B,
+    the shipped machine's pair as prior) 0.899 -> 0.932 and 0.915 -> 0.946; memory within
+    0.001; ORT int8 unchanged (no int8 pair from another machine).
     """
 
     def __init__(self, shapes: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> None:
-        # shapes[target][pair] = {"model": LightGBM text, "n": shared configs}
+        # shapes[target][pair] = {"model": LightGBM text, "n": shared configs}, and for a pair
+        # whose B is the calibrated platform on another machine {"level_model", "level_n"}
         self.shapes = {t: {p: dict(s) for p, s in per.items()} for t, per in shapes.items()}
-        self._boosters: dict[tuple[str, str], Any] = {}
+        self._boosters: dict[tuple[str, str, str], Any] = {}
 
     @property
     def pairs(self) -> list[str]:
         return sorted({p for per in self.shapes.values() for p in per})
 
     def shape(self, target: str, g: np.ndarray) -> np.ndarray | None:
-        """The mean shape of the pairs at ``g`` (rows of ``[log source, features]``), or None
-        when no pair measured ``target``."""
+        """The mean of the pairs' shapes (and levels) at ``g`` (rows of ``[log source,
+        features]``), or None when no pair measured ``target``."""
         per = self.shapes.get(target)
         if not per:
             return None
+        parts = []
+        for pair, spec in per.items():
+            parts.append(self._booster(target, pair, "model").predict(g))
+            if "level_model" in spec:  # B's own level, on the features alone
+                parts.append(self._booster(target, pair, "level_model").predict(g[:, 1:]) - g[:, 0])
+        return np.mean(parts, axis=0)
+
+    def _booster(self, target: str, pair: str, field: str) -> Any:
         import lightgbm as lgb
 
-        out = np.zeros(len(g))
-        for pair, spec in per.items():
-            key = (target, pair)
-            if key not in self._boosters:
-                self._boosters[key] = lgb.Booster(model_str=spec["model"])
-            out += self._boosters[key].predict(g)
-        return out / len(per)
+        key = (target, pair, field)
+        if key not in self._boosters:
+            self._boosters[key] = lgb.Booster(model_str=self.shapes[target][pair][field])
+        return self._boosters[key]
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": "transfer_prior", "features": ["log_source", *CALIBRATION_FEATURES],
@@ -309,6 +327,7 @@ def fit_transfer_prior(
     pairs: Mapping[str, tuple[Any, Any]],
     targets: Sequence[str] = ("latency_ms",),
     seed: int = 0,
+    platform: str | None = None,
 ) -> TransferPrior:
     """Learn a ``TransferPrior`` from measured platform pairs ``{"name": (rows_A, rows_B)}``.
 
@@ -318,6 +337,12 @@ def fit_transfer_prior(
     ``targets``. Leave the platform you calibrate to out of ``pairs``: the prior is meant to
     carry knowledge from elsewhere (``carb-nas transfer --prior`` does: see
     ``carb_nas.reports.prior_pairs``). Figures: ``TransferPrior``.
+
+    ``platform``: the platform the prior will calibrate to (``device/runtime/precision``, e.g.
+    ``"cpu/onnxruntime/fp32"``). A pair whose B rows measured that platform (on another
+    machine: B's own rows would not be a prior) also gives B's *level*: a booster of ``log
+    y_B`` over the ``CALIBRATION_FEATURES`` alone, every row of B, which ``shape`` turns into
+    ``level(x) - log source`` and averages with the residual shapes (see ``TransferPrior``).
     """
     import lightgbm as lgb
 
@@ -352,10 +377,19 @@ def fit_transfer_prior(
             booster = lgb.LGBMRegressor(random_state=seed, n_jobs=1, verbose=-1,
                                         **PRIOR_SHAPE_PARAMS)  # fmt: skip
             booster.fit(g, r)
-            shapes.setdefault(t, {})[str(name)] = {
+            spec = shapes.setdefault(t, {})[str(name)] = {
                 "model": booster.booster_.model_to_string(),
                 "n": int(ok.sum()),
             }
+            if platform is not None and set(b["platform"].astype(str)) == {str(platform)}:
+                yb_all = b[t].to_numpy(float)
+                keep_b = np.isfinite(yb_all) & (yb_all > 0)
+                level = lgb.LGBMRegressor(random_state=seed, n_jobs=1, verbose=-1,
+                                          **PRIOR_SHAPE_PARAMS)  # fmt: skip
+                feats_b = calibration_features(model_inputs(b[keep_b]), CALIBRATION_FEATURES)
+                level.fit(feats_b, np.log(yb_all[keep_b]))
+                spec["level_model"] = level.booster_.model_to_string()
+                spec["level_n"] = int(keep_b.sum())
             fitted += 1
         if not fitted:
             raise ModelError(

@@ -219,7 +219,8 @@ def _few_shot(
     prior: TransferPrior | None = None
     if pairs:
         say(f"learning the transfer prior on {len(pairs)} other platform pair(s)")
-        prior = fit_transfer_prior(pairs, targets, seed=seed)
+        # B's platform: a pair that measured it on another machine also gives its level
+        prior = fit_transfer_prior(pairs, targets, seed=seed, platform=b["variant"].iloc[0])
         notes.append(
             f"transfer prior learned on {', '.join(prior.pairs)} (targets "
             f"{sorted(prior.shapes)}); 'calibrated without prior' is the same draw without it"

@@ -68,6 +68,7 @@ __all__ = [
     "calibration_profiler",
     "calibration_dir",
     "check_runnable",
+    "check_time_budget_s",
     "split_platform",
     "choose_configs",
     "load_calibrated_model",
@@ -494,6 +495,20 @@ def calibration_profiler(platform: str, source: Any, protocol: str = "adaptive")
     )
 
 
+def check_time_budget_s(time_budget_s: Any, fix: str = "") -> float:
+    """A calibration's time budget as seconds: finite and at least ``MIN_TIME_BUDGET_S``
+    (profiler set-up plus one config). ConfigError otherwise; ``fix`` adds another way out."""
+    number = isinstance(time_budget_s, (int, float)) and not isinstance(time_budget_s, bool)
+    if number and math.isfinite(time_budget_s) and time_budget_s >= MIN_TIME_BUDGET_S:
+        return float(time_budget_s)
+    short = number and time_budget_s < MIN_TIME_BUDGET_S
+    what = "time budget too short to measure anything" if short else "invalid --time-budget-s"
+    raise ConfigError(
+        f"{what}: expected a finite number of seconds >= {MIN_TIME_BUDGET_S:g} (profiler "
+        f"set-up plus one config), got {time_budget_s!r}. Use e.g. --time-budget-s 60{fix}."
+    )
+
+
 def calibrate_on_arrival(
     platform: str = "cpu/torch/fp32",
     time_budget_s: float = 60.0,
@@ -519,16 +534,7 @@ def calibrate_on_arrival(
     from carb_nas.measure import check_passes, fastest_of_passes, frozen_heap
 
     passes = check_passes(passes)
-    if not (
-        isinstance(time_budget_s, (int, float))
-        and math.isfinite(time_budget_s)
-        and time_budget_s >= MIN_TIME_BUDGET_S
-    ):
-        raise ConfigError(
-            f"time budget too short to measure anything: expected --time-budget-s >= "
-            f"{MIN_TIME_BUDGET_S:g} (profiler set-up plus one config, finite), got "
-            f"{time_budget_s!r}. Use e.g. --time-budget-s 60."
-        )
+    check_time_budget_s(time_budget_s)
     if profiler is None:
         check_runnable(platform)
     else:

@@ -402,7 +402,8 @@ def test_calibration_of_another_source_model_is_refused(torch_model, ort_model, 
     "args, needle",
     [
         (["calibrate", "cpu/torch/fp32", "--time-budget-s", "2"], "time budget too short"),
-        (["calibrate", "cpu/torch/fp32", "--time-budget-s", "nan"], "time budget too short"),
+        (["calibrate", "cpu/torch/fp32", "--time-budget-s", "nan"], "invalid --time-budget-s"),
+        (["calibrate", "cpu/torch/fp32", "--time-budget-s", "inf"], "a finite number of seconds"),
         (["calibrate", "cpu/torch/fp16"], "unsupported precision"),
         (["calibrate", "cuda/torch/fp16"], "or calibrate a CPU platform here: cpu/"),
         (["calibrate", "cuda/torch/bf16"], "no default model to calibrate for 'cuda/torch/bf16'"),
@@ -510,7 +511,9 @@ def test_cli_search_calibration_budget_too_short(model_cache, monkeypatch):
     monkeypatch.setenv("CARB_NAS_CALIBRATE", "1")
     res = CliRunner().invoke(cli, ["search", "--time-budget-s", "1"])
     assert res.exit_code == 1 and "time budget too short" in res.stderr
-    assert len(res.stderr.strip().splitlines()) == 1
+    assert "or --no-calibrate" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    res = CliRunner().invoke(cli, ["search", "--time-budget-s", "inf"])
+    assert res.exit_code == 1 and "invalid --time-budget-s" in res.stderr
 
 
 def test_validate_reports_median_ratio_and_warns_outside_intervals(torch_model):

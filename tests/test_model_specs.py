@@ -128,6 +128,9 @@ BAD = {
         ["rejects input shape (1,3,16,16)"],
     ),
     "bad input shape": (["--input-shape", "1,3,-2"], ["invalid input shape"]),
+    # a blank or non-numeric part is a typo, never dropped (it read as (1, 3) before)
+    "input shape with a typo": (["--input-shape", "1,3,x"], ["invalid input shape", "'1,3,x'"]),
+    "input shape with a blank part": (["--input-shape", "1,,8,8"], ["invalid input shape"]),
     "no input shape": (["--input-shape", None], ["missing --input-shape"]),
 }
 

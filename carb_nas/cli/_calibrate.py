@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -102,19 +101,12 @@ def calibrate_command(
     then uses it. The summary says how far this machine repeats itself. A recalibration says
     what it replaces.
     """
-    from carb_nas.calibrate import MIN_TIME_BUDGET_S, check_runnable, split_platform
+    from carb_nas.calibrate import check_runnable, check_time_budget_s, split_platform
     from carb_nas.datasets import refuse_published
 
     refuse_published(platform, "calibrate", "a platform this machine can measure")
     split_platform(platform)
-    if not (math.isfinite(time_budget_s) and time_budget_s >= MIN_TIME_BUDGET_S):
-        from carb_nas.errors import ConfigError
-
-        raise ConfigError(
-            f"time budget too short to measure anything: expected --time-budget-s >= "
-            f"{MIN_TIME_BUDGET_S:g} (profiler set-up plus one config), got {time_budget_s:g}. "
-            "Use e.g. --time-budget-s 60."
-        )
+    check_time_budget_s(time_budget_s)
     if passes is not None:
         from carb_nas.measure import check_passes
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import warnings
 from pathlib import Path
 from typing import Any
@@ -400,14 +399,9 @@ def search_command(
         )
     calibrating = embedded and do_calibrate
     if calibrating:
-        from carb_nas.calibrate import MIN_TIME_BUDGET_S
+        from carb_nas.calibrate import check_time_budget_s
 
-        if not (math.isfinite(time_budget_s) and time_budget_s >= MIN_TIME_BUDGET_S):
-            raise ConfigError(
-                f"time budget too short to measure anything: expected --time-budget-s >= "
-                f"{MIN_TIME_BUDGET_S:g}, got {time_budget_s:g}. Use e.g. --time-budget-s 60, "
-                "or --no-calibrate."
-            )
+        check_time_budget_s(time_budget_s, fix=", or --no-calibrate")
     if report_dir is not None:
         check_writable_dir(report_dir)
     load_quality(quality)  # import errors before any work

@@ -31,8 +31,8 @@ def parse_input_shape(value: str | Sequence[int]) -> tuple[int, ...]:
     """``"1,3,224,224"`` (or a sequence of ints) as a tuple of positive sizes; the first is
     the batch size. ConfigError otherwise."""
     text = value if isinstance(value, str) else ",".join(map(str, value))
-    try:
-        shape = tuple(int(s) for s in text.replace("x", ",").split(",") if s.strip())
+    try:  # every part a size: "1,3,x" or "1,,3" is a typo, not the shape (1, 3)
+        shape = tuple(int(s) for s in text.replace("x", ",").split(","))
     except ValueError:
         shape = ()
     if len(shape) < 2 or any(s <= 0 for s in shape) or math.prod(shape) > 2**40:

@@ -720,10 +720,42 @@ def test_greedy_pick_takes_only_predictions_beyond_the_front_and_spreads():
         ]
     )
     feasible = np.array([True, True, True, True, False])
-    picks = _greedy_beyond_front(F_hat, feasible, front, k=5)
-    assert picks.tolist() == [0, 2]  # the near twin of a pick and the dominated one never
-    assert _greedy_beyond_front(F_hat, feasible, front, k=1).tolist() == [0]
-    assert len(_greedy_beyond_front(F_hat, np.zeros(5, dtype=bool), front, k=5)) == 0
+    for rng in (None, np.random.default_rng(0)):  # by the largest shift, or by volume
+        picks = _greedy_beyond_front(F_hat, feasible, front, k=5, rng=rng)
+        assert picks.tolist() == [0, 2]  # the near twin of a pick and the dominated one never
+        assert _greedy_beyond_front(F_hat, feasible, front, k=1, rng=rng).tolist() == [0]
+        assert len(_greedy_beyond_front(F_hat, np.zeros(5, dtype=bool), front, k=5)) == 0
+
+
+def test_greedy_pick_by_volume_follows_the_exact_hypervolume_gain():
+    """With an rng, each pick is a candidate whose exact hypervolume gain (pymoo's HV, in the
+    front-normalized objectives, reference 1.1) given the picks before it is the largest, up
+    to the estimate's sampling error; the largest epsilon shift would choose otherwise here."""
+    from pymoo.indicators.hv import HV
+
+    from carb_nas.search._pymoo import _epsilon_shift, _greedy_beyond_front
+
+    rng = np.random.default_rng(0)
+    front = rng.random((40, 3))
+    front /= np.linalg.norm(front, axis=1, keepdims=True)  # a convex front on the sphere
+    cand = rng.random((60, 3))
+    cand /= np.linalg.norm(cand, axis=1, keepdims=True) / rng.uniform(0.85, 1.0, (60, 1))
+    hv = HV(ref_point=np.full(3, 1.1))
+    lo, scale = front.min(axis=0), front.max(axis=0) - front.min(axis=0)
+
+    def gain(points, c):
+        return hv((np.vstack([points, c]) - lo) / scale) - hv((points - lo) / scale)
+
+    picks = _greedy_beyond_front(cand, np.ones(60, bool), front, k=3, rng=np.random.default_rng(0))
+    assert len(picks) == 3
+    grown = front
+    for i in picks:
+        gains = np.array([gain(grown, c) for c in cand])
+        assert np.median(gains) < 0.5 * gains.max()  # most candidates add far less
+        assert gains[i] >= 0.9 * gains.max(), (i, int(np.argmax(gains)))
+        grown = np.vstack([grown, cand[i]])
+    shift = _epsilon_shift(((cand - lo) / scale).astype(np.float32), (front - lo) / scale)
+    assert int(np.argmax(shift)) != picks[0]
 
 
 def _medium_space() -> Space:

@@ -544,7 +544,7 @@ def test_transfer_prior_takes_the_calibrated_platforms_level_from_another_machin
     assert "level_model" not in plain.shapes["latency_ms"]["there"]
     assert "level_model" not in other.shapes["latency_ms"]["there"]
     assert level.shapes["latency_ms"]["there"]["level_n"] == len(b_there)
-    assert level.pairs == ["there"]
+    assert level.pairs == ["there"] and level.level_pairs == ["there"] and not plain.level_pairs
     # on B's configs, with this machine's A as the source: the shape is the mean of the
     # residual shape and the level, and the level follows log y_B - log source
     z = np.log(a["latency_ms"].to_numpy())

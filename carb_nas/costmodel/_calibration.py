@@ -282,6 +282,12 @@ class TransferPrior:
     def pairs(self) -> list[str]:
         return sorted({p for per in self.shapes.values() for p in per})
 
+    @property
+    def level_pairs(self) -> list[str]:
+        """The pairs that also give the calibrated platform's level (for some target)."""
+        return sorted({p for per in self.shapes.values() for p, s in per.items()
+                       if "level_model" in s})  # fmt: skip
+
     def shape(self, target: str, g: np.ndarray) -> np.ndarray | None:
         """The mean of the pairs' shapes (and levels) at ``g`` (rows of ``[log source,
         features]``), or None when no pair measured ``target``."""

@@ -221,9 +221,16 @@ def _few_shot(
         say(f"learning the transfer prior on {len(pairs)} other platform pair(s)")
         # B's platform: a pair that measured it on another machine also gives its level
         prior = fit_transfer_prior(pairs, targets, seed=seed, platform=b["variant"].iloc[0])
+        levels = prior.level_pairs
         notes.append(
             f"transfer prior learned on {', '.join(prior.pairs)} (targets "
-            f"{sorted(prior.shapes)}); 'calibrated without prior' is the same draw without it"
+            f"{sorted(prior.shapes)}"
+            + (
+                f"; B's level from {', '.join(levels)}, B's platform measured there"
+                if levels
+                else ""
+            )
+            + "); 'calibrated without prior' is the same draw without it"
         )
     kinds = ("source_only", "calibrated", "target_only", "target_only_linear") + (
         ("calibrated_without_prior",) if prior is not None else ()
@@ -295,6 +302,7 @@ def _few_shot(
         "source_model": source_desc,
         "source_platform": f"{runtime_a}/{precision_a}",
         "prior_pairs": [] if prior is None else prior.pairs,
+        "prior_level_pairs": [] if prior is None else prior.level_pairs,
         "selection": "informative_rows: greedy D-optimal design for the features map (log "
         "source prediction and CALIBRATION_FEATURES), a seeded random start per draw",
         "evaluation": "R2 on every usable row of B not drawn for calibration",

@@ -436,7 +436,10 @@ def _greedy_beyond_front(
         return idx[np.asarray(_epsilon_greedy(Z, shift, k), dtype=np.int64)]
     low = np.minimum(Z.min(axis=0), 0.0)
     S = (low + rng.random((HV_SAMPLES, Z.shape[1])) * (HV_REFERENCE - low)).astype(np.float32)
-    S = S[~_weakly_dominates(Zf, S).any(axis=0)]
+    free = np.ones(len(S), dtype=bool)
+    for start in range(0, len(Zf), 1024):  # blocks of the front: bounded memory on any front
+        free &= ~_weakly_dominates(Zf[start : start + 1024], S).any(axis=0)
+    S = S[free]
     D = _weakly_dominates(Z, S)  # candidate x sample: the volume each would take
     gain = D.sum(axis=1)
     picks: list[int] = []

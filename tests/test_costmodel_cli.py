@@ -169,6 +169,20 @@ def test_predict_configs_csv_and_space(trained, tmp_path):
     assert len(pd.read_csv(tmp_path / "q.csv")) == 4
 
 
+def test_predict_a_configs_table_short_of_a_knob_names_it(trained, tmp_path):
+    """A configs table without batch_size reads as a table of model inputs; its error names
+    the missing config column, not the model's feature schema, and nothing is written."""
+    d, data, _ = trained
+    cfg = pd.read_csv(data)[["family", "depth", "width", "resolution"]].head(3)
+    cfg.to_csv(tmp_path / "c.csv", index=False)
+    out = tmp_path / "p.csv"
+    res = run("predict", str(d / "model"), str(tmp_path / "c.csv"), "-o", str(out))
+    assert res.exit_code == 1 and not out.exists(), res.output
+    line = res.stderr.strip().splitlines()
+    assert len(line) == 1 and "missing column(s) ['batch_size']" in line[0], res.stderr
+    assert "schema" not in line[0]
+
+
 def test_generic_table_with_named_target(tmp_path):
     rng = np.random.default_rng(2)
     n = 150

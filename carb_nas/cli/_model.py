@@ -710,7 +710,7 @@ def predict_cmd(
     --input-shape 1,3,224,224 (traced on the meta device, nothing is run)."""
     from carb_nas.costmodel import model_inputs
     from carb_nas.datasets import read_configs, read_table, write_table
-    from carb_nas.errors import ConfigError
+    from carb_nas.errors import ConfigError, ModelError
     from carb_nas.scoring import (
         deployed_level,
         predict_frame,
@@ -812,7 +812,14 @@ def predict_cmd(
     else:
         cost_model = load_model(model, "MODEL")
     if generic:
-        pred = cost_model.predict(X, alpha=alpha)
+        try:
+            pred = cost_model.predict(X, alpha=alpha)
+        except ModelError:
+            schema = getattr(cost_model, "schema_", None)
+            knobs = {*getattr(schema, "numeric", ()), *getattr(schema, "categorical", {})}
+            if "family" in frame.columns and set(REQUIRED_COLUMNS) <= knobs:
+                read_configs(p)  # a configs table short of a knob: its loader says which
+            raise
     else:
         unseen_names = unseen_families(cost_model, frame["family"].unique())
         if unseen_names:

@@ -126,6 +126,22 @@ def test_calibration_measures_with_the_heap_frozen_and_unfreezes_it(
     assert gc.get_freeze_count() == before
 
 
+def test_a_frozen_heap_inside_another_leaves_the_outer_frozen():
+    """gc.unfreeze thaws everything: an inner frozen_heap (a loop of measurements inside
+    another) must not, or the outer loop scans the whole heap again."""
+    import gc
+
+    from carb_nas.measure import frozen_heap
+
+    before = gc.get_freeze_count()
+    with frozen_heap():
+        outer = gc.get_freeze_count()
+        with frozen_heap():
+            pass
+        assert gc.get_freeze_count() == outer > before
+    assert gc.get_freeze_count() == before
+
+
 def test_choose_configs_spreads_over_the_knobs_and_honours_exclude(torch_model):
     order = choose_configs(torch_model, PLATFORM, n=40)
     assert len(order) == 40 and not order[list(CONFIG_COLUMNS)].duplicated().any()

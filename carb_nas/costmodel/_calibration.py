@@ -99,7 +99,7 @@ def calibration_features(
         if name == "is_bottleneck":
             cols.append((X["family"].astype(str).to_numpy() == "bottleneck").astype(float))
         elif name == "log_flops_sq":
-            v = np.log(np.maximum(pd.to_numeric(X["flops"]).to_numpy(float), 1e-12))
+            v = _log_flops(X)
             if log_flops_range is not None:
                 v = np.clip(v, log_flops_range[0], log_flops_range[1])
             cols.append((v - FLOPS_SQ_CENTER) ** 2)
@@ -114,6 +114,10 @@ def calibration_feature_names(X: pd.DataFrame, many_rows: bool = False) -> list[
     ``X`` can give: the architecture columns come with ``model_inputs``."""
     names = CALIBRATION_FEATURES + (MANY_ROWS_FEATURES if many_rows else ())
     return [n for n in names if n == "is_bottleneck" or _column_of(n) in X.columns]
+
+
+def _log_flops(X: pd.DataFrame) -> np.ndarray:
+    return np.log(np.maximum(pd.to_numeric(X["flops"]).to_numpy(float), 1e-12))
 
 
 def _column_of(name: str) -> str:
@@ -532,7 +536,7 @@ class CalibratedModel:
         self.feature_names_ = calibration_feature_names(X, many_rows=True)
         self.log_flops_range_: list[float] | None = None
         if "log_flops_sq" in self.feature_names_:
-            v = np.log(np.maximum(pd.to_numeric(X["flops"]).to_numpy(float), 1e-12))
+            v = _log_flops(X)
             self.log_flops_range_ = [float(v.min()), float(v.max())]
         feats = calibration_features(X, self.feature_names_, self.log_flops_range_)
         self.maps_: dict[str, dict[str, Any]] = {}

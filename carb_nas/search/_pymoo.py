@@ -455,8 +455,7 @@ def _greedy_beyond_front(
         gain[i] = -1
     if len(picks) < k:  # no sampled volume left: the largest shifts, the picks counted in
         for i in picks:
-            _lower_shift(shift, Z, i)
-            shift[i] = -np.inf
+            _count_in(shift, Z, i)
         picks += _epsilon_greedy(Z, shift, k - len(picks))
     return idx[np.asarray(picks, dtype=np.int64)]
 
@@ -485,12 +484,13 @@ def _weakly_dominates(P: np.ndarray, Q: np.ndarray) -> np.ndarray:
     return out
 
 
-def _lower_shift(shift: np.ndarray, Z: np.ndarray, i: int) -> None:
-    """``shift`` once row ``i`` of ``Z`` counts as a front member."""
+def _count_in(shift: np.ndarray, Z: np.ndarray, i: int) -> None:
+    """``shift`` once row ``i`` of ``Z`` counts as a front member (never picked again)."""
     need = Z[i, 0] - Z[:, 0]
     for c in range(1, Z.shape[1]):
         np.maximum(need, Z[i, c] - Z[:, c], out=need)
     np.minimum(shift, need, out=shift)
+    shift[i] = -np.inf
 
 
 def _epsilon_greedy(Z: np.ndarray, shift: np.ndarray, k: int) -> list[int]:
@@ -501,6 +501,5 @@ def _epsilon_greedy(Z: np.ndarray, shift: np.ndarray, k: int) -> list[int]:
         if not shift[i] > 0:
             break
         picks.append(i)
-        _lower_shift(shift, Z, i)
-        shift[i] = -np.inf
+        _count_in(shift, Z, i)
     return picks

@@ -372,7 +372,9 @@ def search_command(
 
     With no arguments: the default CPU models calibrated to this machine (calibrating first,
     about a minute, when it has no calibration yet; --no-calibrate skips), the `cpu` space,
-    the default budget, and the final Pareto set profiled on this machine.
+    the default budget, and the final Pareto set profiled on this machine. Without --model,
+    a SPACE of families the default ResNet model never saw (zoo, mobilenet_v2) is searched
+    with the kernel-level module model, scaled by this machine's calibration, not re-scored.
     """
     from click.core import ParameterSource
 
@@ -420,10 +422,16 @@ def search_command(
         rescore = _shipped(DEFAULT_RESCORE)
     else:
         rescore = None
-    _check_space_model(space_obj, model, "search model")  # before a minute of calibration
+    families = _families_beyond(space_obj, model) if embedded else []
+    if not families:
+        _check_space_model(space_obj, model, "search model")  # before a minute of calibration
     calibrated = False
     source_model, source_rescore = model, rescore
-    if calibrating:
+    if families:  # the module model predicts every built-in family; no ORT model does
+        model = _module_default(model, calibrating, time_budget_s)
+        rescore = rescore if rescore_spec is not None else None  # the user's, else none
+        calibrated = calibrating
+    elif calibrating:
         model, rescore = _calibrated_defaults(model, rescore, time_budget_s)
         calibrated = True
     check_budgets(parsed, model, role="search model")
@@ -434,7 +442,22 @@ def search_command(
     )
     if do_validate is None:
         do_validate = embedded
-    if embedded:
+    if families:
+        factors = ", ".join(f"{t} x{f:.2f}" for t, f in model.factors.items())
+        info(
+            f"embedded default for families the {DEFAULT_MODEL} model never saw "
+            f"({', '.join(families)}): the kernel-level {DEFAULT_MODEL} module model "
+            f"({_origin(model)}), "
+            + (f"calibrated to this machine ({factors})" if calibrated else "not calibrated")
+            + (
+                f"; re-scored with {rescore_spec}"
+                if rescore is not None
+                else f"; not re-scored ({DEFAULT_RESCORE} is a ResNet model)"
+            )
+            + "; budgets "
+            + " ".join(f"{k}={v:g}" for k, v in parsed.items())
+        )
+    elif embedded:
         origin = _origin(source_model)
         line = f"embedded default: the {DEFAULT_MODEL} model ({origin})"
         if rescore is not None:
@@ -523,6 +546,29 @@ def _calibrated_defaults(model: Any, rescore: Any, time_budget_s: float) -> tupl
         )
     calibrated = {p: c.model for p, c in cals.items() if c is not None}
     return calibrated[DEFAULT_MODEL], calibrated.get(DEFAULT_RESCORE, rescore)
+
+
+def _families_beyond(space: Any, model: Any) -> list[str]:
+    """The families of ``space`` that the default ``model`` was never trained on."""
+    from carb_nas.scoring import unseen_families
+
+    return unseen_families(model, space.values("family"))
+
+
+def _module_default(model: Any, calibrating: bool, time_budget_s: float) -> Any:
+    """The default platform's kernel-level module model over configs, for a space of families
+    the default ``model`` never saw; with ``calibrating`` scaled by this machine's factors
+    from its calibration of the default platform (made first when missing)."""
+    from carb_nas.costmodel import ConfigModuleModel, load_default_module_model
+
+    module = load_default_module_model(DEFAULT_MODEL)
+    factors: dict[str, float] = {}
+    if calibrating:
+        from carb_nas.calibrate import machine_factors
+
+        _calibrated_defaults(model, None, time_budget_s)  # cached, or measured now
+        factors = machine_factors(DEFAULT_MODEL, predictor=module)
+    return ConfigModuleModel(module, factors, name=f"{DEFAULT_MODEL} module model")
 
 
 def _validate_front(

@@ -79,6 +79,7 @@ from carb_nas.costmodel._common import (
     frame_sha256,
     relative_nnls,
 )
+from carb_nas.costmodel._configs import ConfigModuleModel
 from carb_nas.costmodel._defaults import (
     CACHE_ENV,
     DEFAULT_MODEL_PARAMS,
@@ -209,6 +210,7 @@ __all__ = [
     # any module: per-operator models summed, corrected by the network cascade
     "KernelCostModel",
     "ModuleCostModel",
+    "ConfigModuleModel",
     "network_tables",
     "anchored_ops",
     "leave_one_family_out",

@@ -1,0 +1,89 @@
+"""The kernel-level module model asked what a search asks a :class:`CostModel`.
+
+A search, a screen and a validation score *configs* (frames of ``model_inputs``) through
+``model.predict(X, alpha=...)``. A :class:`ModuleCostModel` predicts *networks* (a traced
+module, a :class:`~carb_nas.models.ModelSpec`). :class:`ConfigModuleModel` puts the second
+behind the first's interface: every row of ``X`` is a built-in family's config, built on the
+meta device and predicted by the per-operator models and their network correction, then
+multiplied by this machine's factors (``carb_nas.calibrate.machine_factors``) when given.
+
+Why: on 44 configs of the zoo space that no shipped dataset holds, measured on a Zen 3 (stop
+45, docs/costmodel.md), latency MAPE was 24.2 % with the calibrated ResNet-only default model,
+14.1-14.3 % with a config-level model of a shipped zoo dataset calibrated on 125-142 rows, and
+10.1 % (68 % within +-10 %) with this one and one machine factor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from carb_nas.errors import ModelError
+from carb_nas.space import CONFIG_COLUMNS, frame_to_configs
+
+__all__ = ["ConfigModuleModel"]
+
+
+class ConfigModuleModel:
+    """``module_model`` (a fitted ModuleCostModel) predicting config frames.
+
+    ``factors``: per target, this machine's measured / predicted ratio (default none: the
+    machine the model was trained on); predictions and their intervals are multiplied by it.
+    ``name``: what summaries call it (``default_name_``).
+    """
+
+    def __init__(
+        self,
+        module_model: Any,
+        factors: Mapping[str, float] | None = None,
+        name: str | None = None,
+    ) -> None:
+        targets = getattr(module_model, "targets_", None)
+        if not callable(getattr(module_model, "predict_spec", None)) or not targets:
+            raise ModelError(
+                f"unusable module model: expected a fitted carb_nas.costmodel.ModuleCostModel, "
+                f"got {type(module_model).__name__}. Load one with "
+                "costmodel.load_default_module_model(platform)."
+            )
+        bad = {t: f for t, f in (factors or {}).items() if not (np.isfinite(f) and f > 0)}
+        if bad:
+            raise ModelError(
+                f"invalid machine factors: expected positive finite ratios, got {bad}. "
+                "Calibrate again (carb-nas calibrate PLATFORM)."
+            )
+        self.module_model = module_model
+        self.factors = {t: float(f) for t, f in (factors or {}).items() if t in targets}
+        self.targets_ = list(targets)
+        self.feature_names_in_ = list(CONFIG_COLUMNS)  # what predict reads of model_inputs
+        self.platform_ = dict(getattr(module_model, "platform_", None) or {})
+        self.default_origin_ = getattr(module_model, "default_origin_", None)
+        self.default_name_ = name
+
+    def predict(self, X: pd.DataFrame, alpha: float | None = None) -> pd.DataFrame:
+        """Per row of ``X`` (config columns, e.g. ``model_inputs(frame)``): ``<target>`` and,
+        with ``alpha``, ``<target>_lower`` / ``_upper``, in ``X``'s order."""
+        from carb_nas.models import ModelSpec
+
+        missing = [c for c in CONFIG_COLUMNS if c not in X.columns]
+        if missing:
+            raise ModelError(
+                f"the module model predicts configs: expected the config columns "
+                f"{list(CONFIG_COLUMNS)}, got a frame without {missing}. Pass "
+                "costmodel.model_inputs(configs)."
+            )
+        columns = [
+            c for t in self.targets_ for c in ((t, f"{t}_lower", f"{t}_upper") if alpha else (t,))
+        ]
+        rows = []
+        for config in frame_to_configs(X[list(CONFIG_COLUMNS)]):
+            pred, _ = self.module_model.predict_spec(ModelSpec.from_config(config), alpha)
+            rows.append(pred.iloc[0])
+        out = pd.DataFrame(rows, columns=columns).reset_index(drop=True).astype(float)
+        for target, factor in self.factors.items():
+            for c in (target, f"{target}_lower", f"{target}_upper"):
+                if c in out:
+                    out[c] *= factor
+        return out

@@ -1,0 +1,108 @@
+"""`carb-nas search` over the built-in families' spaces: the module model behind the search."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from carb_nas.cli import cli
+from carb_nas.costmodel import ConfigModuleModel, load_default_module_model, model_inputs
+from carb_nas.errors import ModelError
+from carb_nas.models import ModelSpec
+from carb_nas.space import CONFIG_COLUMNS, frame_to_configs
+
+CONFIGS = pd.DataFrame(
+    {
+        "family": ["mobilenet_v3_small", "vgg", "basic"],
+        "depth": [6, 11, 10],
+        "width": [0.25, 0.25, 0.5],
+        "resolution": [32, 32, 64],
+        "batch_size": [2, 1, 4],
+        "precision": ["fp32"] * 3,
+        "runtime": ["torch"] * 3,
+    }
+)
+SPACE = (
+    '[knobs]\nfamily = ["mobilenet_v3_small", "vgg"]\nwidth = [0.25]\nresolution = [32]\n'
+    "batch_size = [1, 2]\n[family.mobilenet_v3_small]\ndepth = [6, 11]\n[family.vgg]\n"
+    "depth = [11]\n"
+)
+KEY = ["family", "depth", "width", "resolution", "batch_size"]
+
+
+@pytest.fixture(scope="module")
+def module_model():
+    return load_default_module_model(verbose=False)  # shipped: loaded, not trained
+
+
+def test_config_module_model_predicts_each_config_as_its_spec_times_the_factors(module_model):
+    model = ConfigModuleModel(module_model, {"latency_ms": 0.5}, name="m")
+    got = model.predict(model_inputs(CONFIGS), alpha=0.1)
+    assert list(got.columns) == [
+        "peak_mem_mb", "peak_mem_mb_lower", "peak_mem_mb_upper",
+        "latency_ms", "latency_ms_lower", "latency_ms_upper",
+    ]  # fmt: skip
+    for i, config in enumerate(frame_to_configs(CONFIGS[list(CONFIG_COLUMNS)])):
+        own, _ = module_model.predict_spec(ModelSpec.from_config(config), 0.1)
+        assert got["latency_ms"][i] == pytest.approx(0.5 * own["latency_ms"][0])
+        assert got["latency_ms_upper"][i] == pytest.approx(0.5 * own["latency_ms_upper"][0])
+        assert got["peak_mem_mb"][i] == pytest.approx(own["peak_mem_mb"][0])  # no factor
+    assert (got["latency_ms_lower"] < got["latency_ms"]).all()
+    plain = ConfigModuleModel(module_model).predict(model_inputs(CONFIGS))
+    assert list(plain.columns) == ["peak_mem_mb", "latency_ms"]
+    assert np.allclose(plain["latency_ms"], 2 * got["latency_ms"])
+    assert model.default_name_ == "m" and model.platform_["platform"] == "cpu/torch/fp32"
+
+
+def test_config_module_model_bad_input(module_model):
+    with pytest.raises(ModelError, match="expected a fitted carb_nas.costmodel.ModuleCostModel"):
+        ConfigModuleModel(object())
+    with pytest.raises(ModelError, match="invalid machine factors.*latency_ms"):
+        ConfigModuleModel(module_model, {"latency_ms": float("nan")})
+    with pytest.raises(ModelError, match=r"without \['batch_size'\]"):
+        ConfigModuleModel(module_model).predict(CONFIGS.drop(columns="batch_size"))
+
+
+def test_cli_search_of_a_family_space_uses_the_module_model(module_model, tmp_path):
+    space = tmp_path / "fam.toml"
+    space.write_text(SPACE)
+    args = ["search", str(space), "--trials", "6", "--budget", "latency_ms=1000", "--json"]
+    res = CliRunner().invoke(cli, [*args, "--no-validate"])
+    assert res.exit_code == 0, res.output
+    assert "the kernel-level cpu/torch/fp32 module model" in res.stderr
+    assert "not calibrated" in res.stderr and "not re-scored" in res.stderr
+    assert "never saw family" not in res.stderr.replace("model never saw (", "")
+    pareto = pd.DataFrame(json.loads(res.stdout)["pareto"])
+    assert set(pareto["family"]) <= {"mobilenet_v3_small", "vgg"} and len(pareto)
+    frame = pareto[KEY].assign(precision="fp32", runtime="torch")
+    want = ConfigModuleModel(module_model).predict(model_inputs(frame))
+    assert np.allclose(pareto["latency_ms"], want["latency_ms"])
+
+
+def test_cli_search_of_a_family_space_scales_by_this_machines_factors(
+    module_model, tmp_path, monkeypatch
+):
+    import carb_nas.calibrate as cal_mod
+    import carb_nas.cli._search as cli_search
+
+    space = tmp_path / "fam.toml"
+    space.write_text(SPACE)
+    calibrated = []
+    monkeypatch.setattr(
+        cli_search, "_calibrated_defaults", lambda m, r, s: calibrated.append(s) or (m, r)
+    )
+    monkeypatch.setattr(cal_mod, "machine_factors", lambda p, predictor=None: {"latency_ms": 2.0})
+    monkeypatch.setenv("CARB_NAS_CALIBRATE", "1")
+    args = ["search", str(space), "--trials", "6", "--budget", "latency_ms=1000", "--json",
+            "--no-validate", "--time-budget-s", "30"]  # fmt: skip
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    assert calibrated == [30.0] and "calibrated to this machine (latency_ms x2.00)" in res.stderr
+    pareto = pd.DataFrame(json.loads(res.stdout)["pareto"])
+    frame = pareto[KEY].assign(precision="fp32", runtime="torch")
+    want = ConfigModuleModel(module_model).predict(model_inputs(frame))
+    assert np.allclose(pareto["latency_ms"], 2.0 * want["latency_ms"])

@@ -3,9 +3,11 @@
 ``search_spaces/mobilenet_v2.toml`` declares MobileNetV2's depth (inverted-residual blocks),
 width multiplier, resolution and batch size; NSGA-II searches it with the PyTorch-CPU cost
 model as the surrogate for the budget-feasible Pareto set of per-image latency, peak memory
-and the capacity proxy (log params + log FLOPs per image; not accuracy). The shipped cost
-models were trained on ResNets only, so the predicted costs of MobileNets are rough until a
-model is trained on them (a warning says so).
+and the capacity proxy (log params + log FLOPs per image; not accuracy). The surrogate is what
+the platform name ``cpu/torch/fp32`` means for families other than ResNet's
+(``costmodel.load_config_model``): its kernel-level module model, each config traced on the
+meta device (about 25 ms each); pass ``factors=calibrate.machine_factors("cpu/torch/fp32")``
+for this machine's costs once `carb-nas calibrate cpu/torch/fp32` has run.
 
     python examples/family_search.py [--space mobilenet_v2] [--trials 200]
 
@@ -17,8 +19,9 @@ from __future__ import annotations
 import argparse
 import warnings
 
-from carb_nas.costmodel import load_default_model
+from carb_nas.costmodel import load_config_model
 from carb_nas.search import search
+from carb_nas.space import load_space
 
 BUDGETS = {"latency_ms": 30.0, "peak_mem_mb": 200.0}
 
@@ -30,7 +33,7 @@ def main() -> None:
     ap.add_argument("--pop-size", type=int, default=32)
     args = ap.parse_args()
 
-    model = load_default_model("cpu/torch/fp32")
+    model = load_config_model("cpu/torch/fp32", load_space(args.space).values("family"))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         r = search(

@@ -5,8 +5,10 @@ Stage 1 ranks every candidate of ``search_spaces/zoo.toml`` by the PyTorch-CPU m
 predicted latency; stage 2 re-scores the top K with the ONNX Runtime CPU model, keeps those
 within the budgets and reduces them to a Pareto set (latency per image vs peak memory).
 Configs of the non-ResNet families are featurized by tracing their modules on the meta device
-(cached per config); the shipped cost models were trained on ResNets only, so their numbers
-for the other families are rough until a model is trained on them (a warning says so).
+(cached per config). The PyTorch model is what ``cpu/torch/fp32`` means for them
+(``costmodel.load_config_model``: its kernel-level module model, every built-in family); the
+ONNX Runtime model was trained on ResNets only, so its numbers for the other families are
+rough until a model is trained on them (a warning says so).
 
     python examples/mixed_family_screening.py [--space zoo] [--top-k 40]
 
@@ -19,7 +21,7 @@ import argparse
 import time
 import warnings
 
-from carb_nas.costmodel import load_default_model
+from carb_nas.costmodel import load_config_model, load_default_model
 from carb_nas.screen import screen
 from carb_nas.space import load_space
 
@@ -35,7 +37,7 @@ def main() -> None:
     args = ap.parse_args()
 
     space = load_space(args.space)
-    source = load_default_model(PLATFORMS["source"])
+    source = load_config_model(PLATFORMS["source"], space.values("family"))
     target = load_default_model(PLATFORMS["target"])
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:

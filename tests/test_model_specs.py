@@ -67,16 +67,26 @@ def test_predict_costs_of_a_resnet_config_is_seen() -> None:
     assert not costs.unseen and costs["latency_ms"] > 0
 
 
-def test_predict_a_family_space_warns_and_predicts(tmp_path) -> None:
+def test_predict_a_family_space_uses_the_platforms_module_model(tmp_path) -> None:
+    from carb_nas.costmodel import load_default_module_model
+
     space = tmp_path / "mixed.toml"
     space.write_text('[knobs]\nfamily = ["basic", "mobilenet_v2"]\nwidth = [0.5]\n'
                      "resolution = [32]\nbatch_size = [1, 4]\n[family.basic]\ndepth = [10]\n"
                      "[family.mobilenet_v2]\ndepth = [9]\n")  # fmt: skip
     res = CliRunner().invoke(cli, ["predict", PLATFORM, str(space), "--json"])
     assert res.exit_code == 0, res.output
-    assert "warning: the model" in res.stderr and "never saw family ['mobilenet_v2']" in res.stderr
+    # before stop 45: the ResNet config model, "never saw family ['mobilenet_v2']"
+    assert "warning" not in res.stderr and "module model for families" in res.stderr
     doc = json.loads(res.stdout)
-    assert doc["n_rows"] == 4 and all(r["latency_ms"] > 0 for r in doc["predictions"])
+    assert doc["n_rows"] == 4
+    module = load_default_module_model(verbose=False)
+    for r in doc["predictions"]:  # every row, the ResNets too: one model per table
+        config = Config(r["family"], r["depth"], r["width"], r["resolution"], r["batch_size"])
+        own, _ = module.predict_spec(ModelSpec.from_config(config), None)
+        assert r["latency_ms"] == pytest.approx(own["latency_ms"][0])
+    res = CliRunner().invoke(cli, ["predict", "cpu/onnxruntime/fp32", str(space), "--json"])
+    assert res.exit_code == 0 and "never saw family ['mobilenet_v2']" in res.stderr  # no module
 
 
 def test_cli_predict_model_spec() -> None:
@@ -239,7 +249,10 @@ def test_cli_search_over_a_family_space(tmp_path) -> None:
     res = CliRunner().invoke(cli, ["search", str(space), "--model", PLATFORM, "--trials", "6",
                                    "--budget", "latency_ms=1000", "--json"])  # fmt: skip
     assert res.exit_code == 0, res.output
-    assert "never saw family ['mobilenet_v3_small', 'vgg']" in res.stderr
+    # the platform name's module model scores them (before stop 45: its ResNet model, warning)
+    assert "ResNet config model never saw (mobilenet_v3_small, vgg)" in res.stderr
+    assert "kernel-level cpu/torch/fp32 module model" in res.stderr
+    assert "warning" not in res.stderr
     doc = json.loads(res.stdout)
     assert doc["pareto"] and {r["family"] for r in doc["pareto"]} <= {"mobilenet_v3_small", "vgg"}
 

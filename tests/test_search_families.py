@@ -106,3 +106,31 @@ def test_cli_search_of_a_family_space_scales_by_this_machines_factors(
     frame = pareto[KEY].assign(precision="fp32", runtime="torch")
     want = ConfigModuleModel(module_model).predict(model_inputs(frame))
     assert np.allclose(pareto["latency_ms"], 2.0 * want["latency_ms"])
+
+
+def test_cli_validate_of_family_configs_scores_the_module_models_predictions(
+    module_model, tmp_path, monkeypatch
+):
+    import carb_nas.measure
+    from tests.test_calibrate import FakeProfiler
+
+    # the machine runs 1.3x the module model's latency (a FAKE profiler says so)
+    fake = FakeProfiler(ConfigModuleModel(module_model), 1.3)
+    monkeypatch.setattr(carb_nas.measure, "Profiler", lambda *a, **k: fake)
+    pareto = tmp_path / "p.csv"
+    CONFIGS.iloc[:2].to_csv(pareto, index=False)
+    before = pareto.read_bytes()
+    res = CliRunner().invoke(cli, ["validate", str(pareto), "--model", "cpu/torch/fp32", "--json"])
+    assert res.exit_code == 0, res.output
+    assert "module model for families its ResNet config model never saw" in res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["ratios"]["latency_ms"]["median"] == pytest.approx(1.3, rel=1e-6)
+    assert doc["ratios"]["peak_mem_mb"]["median"] == pytest.approx(1.0, rel=1e-6)
+    # its rows are not a ResNet config model's calibration: one line, nothing measured
+    n = len(fake.profiled)
+    res = CliRunner().invoke(
+        cli, ["validate", str(pareto), "--model", "cpu/torch/fp32", "--recalibrate"]
+    )
+    lines = res.stderr.strip().splitlines()
+    assert res.exit_code == 1 and len(lines) == 1 and "Drop --recalibrate" in lines[0]
+    assert len(fake.profiled) == n and pareto.read_bytes() == before

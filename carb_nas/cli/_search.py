@@ -380,6 +380,7 @@ def search_command(
 
     from carb_nas._io import check_writable_dir
     from carb_nas.budgets import check_budgets, check_confidence, parse_budgets
+    from carb_nas.costmodel import families_for_module_model
     from carb_nas.datasets import write_table
     from carb_nas.search import check_objectives, check_search_args, load_quality, search
     from carb_nas.space import load_space
@@ -415,23 +416,26 @@ def search_command(
 
         check_model(model_spec or DEFAULT_MODEL, "--model")
         check_model(rescore_spec, "--rescore")
-    model = load_model(model_spec or DEFAULT_MODEL)
-    if rescore_spec is not None:
-        rescore = load_model(rescore_spec, "--rescore")
-    elif embedded:
-        rescore = _shipped(DEFAULT_RESCORE)
-    else:
-        rescore = None
-    families = _families_beyond(space_obj, model) if embedded else []
-    if not families:
-        _check_space_model(space_obj, model, "search model")  # before a minute of calibration
+    # a platform name's module model scores families its ResNet config model never saw
+    families = families_for_module_model(model_spec or DEFAULT_MODEL, space_obj.values("family"))
     calibrated = False
-    source_model, source_rescore = model, rescore
-    if families:  # the module model predicts every built-in family; no ORT model does
-        model = _module_default(model, calibrating, time_budget_s)
-        rescore = rescore if rescore_spec is not None else None  # the user's, else none
+    if families:  # no ONNX Runtime model knows them: re-scored only with the user's --rescore
+        model = source_model = _module_default(model_spec, calibrating, time_budget_s)
+        rescore = source_rescore = (
+            load_model(rescore_spec, "--rescore") if rescore_spec is not None else None
+        )
         calibrated = calibrating
-    elif calibrating:
+    else:
+        model = load_model(model_spec or DEFAULT_MODEL)
+        if rescore_spec is not None:
+            rescore = load_model(rescore_spec, "--rescore")
+        elif embedded:
+            rescore = _shipped(DEFAULT_RESCORE)
+        else:
+            rescore = None
+        _check_space_model(space_obj, model, "search model")  # before a minute of calibration
+        source_model, source_rescore = model, rescore
+    if calibrating and not families:
         model, rescore = _calibrated_defaults(model, rescore, time_budget_s)
         calibrated = True
     check_budgets(parsed, model, role="search model")
@@ -445,9 +449,10 @@ def search_command(
     if families:
         factors = ", ".join(f"{t} x{f:.2f}" for t, f in model.factors.items())
         info(
-            f"embedded default for families the {DEFAULT_MODEL} model never saw "
-            f"({', '.join(families)}): the kernel-level {DEFAULT_MODEL} module model "
-            f"({_origin(model)}), "
+            ("embedded default" if embedded else f"--model {model_spec}")
+            + f" for families the {model_spec or DEFAULT_MODEL} ResNet config model never saw "
+            f"({', '.join(families)}): the kernel-level {model_spec or DEFAULT_MODEL} module "
+            f"model ({_origin(model)}), "
             + (f"calibrated to this machine ({factors})" if calibrated else "not calibrated")
             + (
                 f"; re-scored with {rescore_spec}"
@@ -548,27 +553,22 @@ def _calibrated_defaults(model: Any, rescore: Any, time_budget_s: float) -> tupl
     return calibrated[DEFAULT_MODEL], calibrated.get(DEFAULT_RESCORE, rescore)
 
 
-def _families_beyond(space: Any, model: Any) -> list[str]:
-    """The families of ``space`` that the default ``model`` was never trained on."""
-    from carb_nas.scoring import unseen_families
+def _module_default(model_spec: str | None, calibrating: bool, time_budget_s: float) -> Any:
+    """The platform's kernel-level module model over configs (``model_spec``, default the
+    default platform), for a space of families its ResNet config model never saw; with
+    ``calibrating`` (the embedded default) scaled by this machine's factors from its
+    calibration of the default platform (made first when missing)."""
+    from carb_nas.costmodel import ConfigModuleModel, load_predictor
 
-    return unseen_families(model, space.values("family"))
-
-
-def _module_default(model: Any, calibrating: bool, time_budget_s: float) -> Any:
-    """The default platform's kernel-level module model over configs, for a space of families
-    the default ``model`` never saw; with ``calibrating`` scaled by this machine's factors
-    from its calibration of the default platform (made first when missing)."""
-    from carb_nas.costmodel import ConfigModuleModel, load_default_module_model
-
-    module = load_default_module_model(DEFAULT_MODEL)
+    platform = model_spec or DEFAULT_MODEL
+    module = load_predictor(platform, "--model")  # a platform name with a module model
     factors: dict[str, float] = {}
     if calibrating:
         from carb_nas.calibrate import machine_factors
 
-        _calibrated_defaults(model, None, time_budget_s)  # cached, or measured now
+        _calibrated_defaults(load_model(DEFAULT_MODEL), None, time_budget_s)  # or cached
         factors = machine_factors(DEFAULT_MODEL, predictor=module)
-    return ConfigModuleModel(module, factors, name=f"{DEFAULT_MODEL} module model")
+    return ConfigModuleModel(module, factors, name=f"{platform} module model")
 
 
 def _validate_front(
@@ -624,7 +624,8 @@ def _validate_front(
 @model_option(
     dest="model_spec",
     required=True,
-    help="The cost model whose predictions are validated (directory or platform).",
+    help="The cost model whose predictions are validated (directory or platform; "
+    "cpu/torch/fp32 scores families other than ResNet's with its module model).",
 )
 @click.option(
     "--budget",
@@ -747,6 +748,7 @@ def validate_command(
     """
     from carb_nas._io import check_writable_dir
     from carb_nas.budgets import check_budgets, check_confidence, parse_budgets
+    from carb_nas.costmodel import families_for_module_model, load_config_model
     from carb_nas.datasets import check_appendable
     from carb_nas.measure import check_platform, check_runtime, platform_string
     from carb_nas.scoring import candidate_frame
@@ -818,8 +820,27 @@ def validate_command(
         check_writable_dir(report_dir)
     frame = candidate_frame(pareto)
     check_calibration(calibration, precision, frame)
-    model = source = load_model(model_spec)
-    if calibrated:
+    families = families_for_module_model(model_spec, frame["family"].unique())
+    if families and recalibrate:
+        raise ConfigError(
+            f"--recalibrate folds rows into the calibration of {model_spec}'s ResNet config "
+            f"model: expected configs of its families (basic, bottleneck), got "
+            f"{', '.join(families)}, which its module model scores. Drop --recalibrate "
+            f"(`carb-nas calibrate {model_spec}` sets this machine's factor)."
+        )
+    if families:  # the platform's module model, as predict_costs scores such a network
+        from carb_nas.calibrate import machine_factors
+
+        factors = machine_factors(model_spec) if calibrated else {}
+        model = source = load_config_model(model_spec, families, "--model", factors)
+        info(
+            f"model {model_spec}: the kernel-level module model for families its ResNet "
+            f"config model never saw ({', '.join(families)})"
+            + (f", x{factors.get('latency_ms', 1.0):.2f} for this machine" if calibrated else "")
+        )
+    else:
+        model = source = load_model(model_spec)
+    if calibrated and not families:
         from carb_nas.cli._calibrate import calibrated_model
 
         model = calibrated_model(model_spec, "validating")

@@ -106,7 +106,13 @@ def fit_score(
     data = prepare_table(rows, "pool rows")
     # "physical": the default models' recipe (physical offsets) at the fast preset's sizes
     offsets = physical_offsets(data["X"], data["targets"]) if learner == "physical" else None
-    model = CostModel(preset="fast", target_offsets=offsets or None, random_state=seed, n_jobs=1)
+    model = CostModel(  # a family no chosen row has yet is predicted as missing (zoo pools)
+        preset="fast",
+        target_offsets=offsets or None,
+        random_state=seed,
+        n_jobs=1,
+        handle_unknown="ignore",
+    )
     model.fit(data["X"], data["Y"], platform=data["platform"])
     pred = model.predict(test["X"])
     out = {}

@@ -39,6 +39,7 @@ N`` runs it in a campaign, retraining between rounds.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -46,7 +47,7 @@ import pandas as pd
 
 from carb_nas.costmodel import PHYSICAL_OFFSETS, model_inputs, physical_offsets, relative_nnls
 from carb_nas.errors import ConfigError
-from carb_nas.space import CONFIG_COLUMNS
+from carb_nas.space import CONFIG_COLUMNS, RESNET_FAMILIES
 
 __all__ = [
     "ACTIVE_REASONS",
@@ -76,11 +77,17 @@ def config_keys(frame: pd.DataFrame) -> list[tuple]:
     return [tuple(r) for r in frame[list(CONFIG_COLUMNS)].astype(str).itertuples(index=False)]
 
 
-def coverage_matrix(frame: pd.DataFrame, pred: pd.DataFrame | None = None) -> np.ndarray:
+def coverage_matrix(
+    frame: pd.DataFrame,
+    pred: pd.DataFrame | None = None,
+    families: Sequence[str] = RESNET_FAMILIES,
+) -> np.ndarray:
     """The coordinates coverage is measured in, one row per config (not yet standardized):
-    log knobs, ``is_bottleneck`` and, with ``pred``, the log of each predicted target."""
+    log knobs, one 0/1 column per family of ``families`` but the first (the ResNet space's:
+    ``is_bottleneck``; pass every family of the candidates and measured configs, the same
+    for both) and, with ``pred``, the log of each predicted target."""
     cols = [np.log(frame[k].to_numpy(float)) for k in _KNOBS]
-    cols.append((frame["family"].astype(str) == "bottleneck").to_numpy(float))
+    cols += _family_columns(frame["family"], families)
     if pred is not None:
         for t in ("latency_ms", "peak_mem_mb"):
             if t in pred:
@@ -102,10 +109,22 @@ def _predict(model: Any, frame: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]
     return pred, width
 
 
+def _family_columns(family: pd.Series, families: Sequence[str]) -> list[np.ndarray]:
+    """One 0/1 column per family of ``families`` but the first (none for one family)."""
+    values = family.astype(str).to_numpy()
+    return [(values == name).astype(float) for name in list(families)[1:]]
+
+
+def _families_of(*frames: pd.DataFrame) -> list[str]:
+    """The ResNet space's two families, then the other families of ``frames`` sorted: a
+    ResNet space's columns stay ``is_bottleneck`` alone, as before other families."""
+    seen = set().union(*(set(f["family"].astype(str)) for f in frames))
+    return list(RESNET_FAMILIES) + sorted(seen - set(RESNET_FAMILIES))
+
+
 def _committee_inputs(X: pd.DataFrame) -> np.ndarray:
     num = X.select_dtypes(include="number").to_numpy(float)
-    fam = (X["family"].astype(str) == "bottleneck").to_numpy(float)
-    return np.column_stack([num, fam])
+    return np.column_stack([num, *_family_columns(X["family"], _families_of(X))])
 
 
 def _physical_prior(X: pd.DataFrame, measured: np.ndarray, y: np.ndarray) -> np.ndarray | None:
@@ -271,7 +290,10 @@ def choose_active(
     if uncertainty == "committee" and _committee_ready(measured_rows):
         return _choose_by_committee(cand, measured_rows, measured, width, n, seed, rng)
     pred_m, _ = _predict(model, measured)
-    Xc, Xm = _standardized(coverage_matrix(cand, pred_c), coverage_matrix(measured, pred_m))
+    fams = _families_of(cand, measured)
+    Xc, Xm = _standardized(
+        coverage_matrix(cand, pred_c, fams), coverage_matrix(measured, pred_m, fams)
+    )
     dist = _nearest_distance(Xc, Xm)
     med = float(np.median(width)) or 1.0
     weight = 1.0 + width / med
@@ -320,7 +342,10 @@ def _choose_by_committee(
     unsure, and a pick lowers the value of its neighbours (a batch does not pile onto one
     corner). Above :data:`MAX_FACILITY` candidates, a seeded sample of them is scored."""
     u, _ = committee_disagreement(measured_rows, cand, seed=seed)
-    Kc, Km = _standardized(coverage_matrix(cand), coverage_matrix(measured))
+    fams = _families_of(cand, measured)
+    Kc, Km = _standardized(
+        coverage_matrix(cand, families=fams), coverage_matrix(measured, families=fams)
+    )
     pick_from = np.arange(len(cand))
     if len(cand) > MAX_FACILITY:
         pick_from = np.sort(rng.choice(len(cand), MAX_FACILITY, replace=False))
@@ -383,6 +408,9 @@ def fit_round_model(rows: pd.DataFrame, seed: int = 0) -> Any | None:
         calibration_fraction=max(0.2, 10.5 / len(ok)),
         target_offsets=physical_offsets(X, targets) or None,
         random_state=seed,
+        # a candidate of a family no round has measured yet is predicted with its family
+        # as missing (`carb-nas profile zoo --active 40` stopped at round 3: "unseen label")
+        handle_unknown="ignore",
     )
     return model.fit(X, ok[targets].astype(float))
 

@@ -475,3 +475,29 @@ def test_round_model_uses_the_physical_offsets(grid):
 def test_unknown_uncertainty_is_refused(grid):
     with pytest.raises(ConfigError, match="invalid uncertainty"):
         choose_active(grid, n=3, uncertainty="entropy")
+
+
+@pytest.mark.parametrize("uncertainty", ["committee", "interval"])
+def test_a_round_chooses_among_families_no_round_has_measured(uncertainty):
+    """`carb-nas profile zoo --active 40` stopped at its third round: the round model, fitted
+    on the families measured so far, refused candidates of the others ("unseen label(s) in
+    column 'family'"). They are predicted with the family as missing, and each family is a
+    coverage coordinate of its own, so the next round reaches them."""
+    from carb_nas.active import coverage_matrix, fit_round_model
+    from carb_nas.costmodel import model_inputs
+
+    zoo = load_space("zoo").grid()
+    seen = zoo[zoo["family"].isin(["basic", "mobilenet_v2"])].sample(40, random_state=0)
+    rows = seen.assign(
+        status="ok",
+        latency_ms=lambda f: _synthetic_latency(f),
+        peak_mem_mb=lambda f: model_inputs(f)["tensor_peak_mb"].to_numpy(float) * 1.2,
+    )  # SYNTHETIC costs
+    model = fit_round_model(rows)
+    cand = pd.concat([seen, zoo.sample(60, random_state=1)]).drop_duplicates()
+    picks = choose_active(cand, rows, model, n=8, seed=0, uncertainty=uncertainty)
+    assert len(picks) == 8 and not set(config_keys(picks)) & set(config_keys(rows))
+    assert set(picks["family"]) - {"basic", "mobilenet_v2"}  # reaches unmeasured families
+    cov = coverage_matrix(zoo.head(3), families=["basic", "bottleneck", "vgg"])
+    assert cov.shape == (3, 6)  # 4 log knobs + bottleneck + vgg
+    assert coverage_matrix(zoo.head(3)).shape == (3, 5)  # the ResNet space's: is_bottleneck

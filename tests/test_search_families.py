@@ -134,3 +134,28 @@ def test_cli_validate_of_family_configs_scores_the_module_models_predictions(
     lines = res.stderr.strip().splitlines()
     assert res.exit_code == 1 and len(lines) == 1 and "Drop --recalibrate" in lines[0]
     assert len(fake.profiled) == n and pareto.read_bytes() == before
+
+
+def test_cli_screen_of_a_family_space_ranks_with_the_module_model(module_model, tmp_path):
+    space = tmp_path / "fam.toml"
+    space.write_text(SPACE)
+    out = tmp_path / "short.csv"
+    models = ["--source-model", "cpu/torch/fp32", "--target-model", "cpu/torch/fp32"]
+    args = [
+        "screen",
+        str(space),
+        *models,
+        "--rank-by",
+        "latency_ms",
+        "--top-k",
+        "3",
+        "-o",
+        str(out),
+    ]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    assert "--source-model cpu/torch/fp32: the kernel-level module model" in res.stderr
+    assert "warning" not in res.stderr
+    short = pd.read_csv(out)
+    want = ConfigModuleModel(module_model).predict(model_inputs(short[list(CONFIG_COLUMNS)]))
+    assert len(short) == 3 and np.allclose(short["latency_ms"], want["latency_ms"])

@@ -96,6 +96,31 @@ def _check_space_model(space: Any, model: Any, role: str) -> None:
             align_to_platform(model, pd.DataFrame({knob: values}), role)
 
 
+def _space_families(space: str) -> list[str]:
+    """The families of SPACE (a space file, a bundled space name or a configs table)."""
+    from carb_nas.scoring import candidate_frame
+    from carb_nas.space import load_space
+
+    if Path(space).suffix in TABLE_SUFFIXES:
+        return sorted(set(candidate_frame(space)["family"].astype(str)))
+    return [str(f) for f in load_space(space).values("family")]
+
+
+def _config_model(spec: str, families: list[str], role: str) -> Any:
+    """``spec``'s model for configs of ``families``, saying so when a platform name's module
+    model scores them (``costmodel.load_config_model``)."""
+    from carb_nas.costmodel import families_for_module_model, load_config_model
+
+    beyond = families_for_module_model(spec, families)
+    if beyond:
+        info(
+            f"{role} {spec}: the kernel-level module model for families its ResNet config "
+            f"model never saw ({', '.join(beyond)})"
+        )
+        return load_config_model(spec, families, role)
+    return load_model(spec, role)
+
+
 def _spread_labels(frame: Any, column: str, n: int) -> list:
     """Index labels of ``n`` rows spread evenly over ``column`` (both extremes included)."""
     import numpy as np
@@ -215,8 +240,9 @@ def screen_command(
 
     check_model(source, "--source-model")  # both before training either default model
     check_model(target, "--target-model")
-    src = load_model(source, "--source-model")
-    tgt = load_model(target, "--target-model")
+    families = _space_families(space)
+    src = _config_model(source, families, "--source-model")
+    tgt = _config_model(target, families, "--target-model")
     objs = [o.strip() for o in objectives.split(",") if o.strip()] if objectives else None
     result = screen(
         space,

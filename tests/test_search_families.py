@@ -159,3 +159,20 @@ def test_cli_screen_of_a_family_space_ranks_with_the_module_model(module_model, 
     short = pd.read_csv(out)
     want = ConfigModuleModel(module_model).predict(model_inputs(short[list(CONFIG_COLUMNS)]))
     assert len(short) == 3 and np.allclose(short["latency_ms"], want["latency_ms"])
+
+
+def test_config_module_model_builds_each_architecture_once(module_model, monkeypatch):
+    import carb_nas.costmodel._configs as configs_mod
+
+    built = []
+    real = ModelSpec.build
+    monkeypatch.setattr(ModelSpec, "build", lambda self, d="cpu": built.append(1) or real(self, d))
+    frame = pd.concat([CONFIGS.iloc[:1].assign(batch_size=b) for b in (1, 2, 8)])
+    model = ConfigModuleModel(module_model)
+    got = model.predict(model_inputs(frame))
+    assert len(built) == 1  # three batch sizes, one network
+    assert got["latency_ms"].is_monotonic_increasing
+    monkeypatch.setattr(configs_mod, "MODULES_KEPT", 1)
+    model.predict(model_inputs(CONFIGS))  # the first network kept; two more, one kept
+    model.predict(model_inputs(CONFIGS.iloc[:1]))  # the first again: rebuilt
+    assert len(built) == 1 + 2 + 1

@@ -13,7 +13,7 @@ from carb_nas.cli import cli
 from carb_nas.costmodel import ConfigModuleModel, load_default_module_model, model_inputs
 from carb_nas.errors import ModelError
 from carb_nas.models import ModelSpec
-from carb_nas.space import CONFIG_COLUMNS, frame_to_configs
+from carb_nas.space import CONFIG_COLUMNS, Config, frame_to_configs
 
 CONFIGS = pd.DataFrame(
     {
@@ -161,18 +161,19 @@ def test_cli_screen_of_a_family_space_ranks_with_the_module_model(module_model, 
     assert len(short) == 3 and np.allclose(short["latency_ms"], want["latency_ms"])
 
 
-def test_config_module_model_builds_each_architecture_once(module_model, monkeypatch):
-    import carb_nas.costmodel._configs as configs_mod
+def test_networks_are_built_once_for_all_their_batch_sizes(module_model, monkeypatch):
+    import carb_nas.models as models
 
     built = []
-    real = ModelSpec.build
-    monkeypatch.setattr(ModelSpec, "build", lambda self, d="cpu": built.append(1) or real(self, d))
+    real = models.build_model
+    monkeypatch.setattr(models, "build_model", lambda c, d="cpu": built.append(d) or real(c, d))
+    monkeypatch.setattr(models, "_META_MODELS", {})
     frame = pd.concat([CONFIGS.iloc[:1].assign(batch_size=b) for b in (1, 2, 8)])
-    model = ConfigModuleModel(module_model)
-    got = model.predict(model_inputs(frame))
-    assert len(built) == 1  # three batch sizes, one network
+    X = model_inputs(frame)  # traced features: one build
+    got = ConfigModuleModel(module_model).predict(X)  # the same network again: none
+    assert built == ["meta"]
     assert got["latency_ms"].is_monotonic_increasing
-    monkeypatch.setattr(configs_mod, "MODULES_KEPT", 1)
-    model.predict(model_inputs(CONFIGS))  # the first network kept; two more, one kept
-    model.predict(model_inputs(CONFIGS.iloc[:1]))  # the first again: rebuilt
-    assert len(built) == 1 + 2 + 1
+    monkeypatch.setattr(models, "META_MODELS_KEPT", 1)
+    models.meta_model(Config(*CONFIGS.iloc[1, :5]))  # another network: the first dropped
+    ConfigModuleModel(module_model).predict(X.iloc[:1])  # the first again: rebuilt
+    assert built == ["meta"] * 3

@@ -26,8 +26,6 @@ from carb_nas.space import CONFIG_COLUMNS, frame_to_configs
 
 __all__ = ["ConfigModuleModel"]
 
-MODULES_KEPT = 256  # meta modules (no tensor storage) kept for the next configs' batch sizes
-
 
 class ConfigModuleModel:
     """``module_model`` (a fitted ModuleCostModel) predicting config frames.
@@ -63,26 +61,11 @@ class ConfigModuleModel:
         self.platform_ = dict(getattr(module_model, "platform_", None) or {})
         self.default_origin_ = getattr(module_model, "default_origin_", None)
         self.default_name_ = name
-        self._modules: dict[tuple, Any] = {}  # architecture -> its meta module, oldest first
-
-    def _meta_module(self, spec: Any) -> Any:
-        """``spec``'s network on the meta device, built once per architecture: a config's
-        batch size is only its input's, and building costs more than tracing (21 of 38 ms
-        per MobileNetV2 config; a space's batch sizes share one build)."""
-        config = spec.config
-        arch = (config.family, config.depth, config.width, config.resolution, spec.precision)
-        module = self._modules.pop(arch, None)
-        if module is None:
-            module = spec.build("meta")
-        self._modules[arch] = module  # most recent last
-        while len(self._modules) > MODULES_KEPT:
-            self._modules.pop(next(iter(self._modules)))
-        return module
 
     def predict(self, X: pd.DataFrame, alpha: float | None = None) -> pd.DataFrame:
         """Per row of ``X`` (config columns, e.g. ``model_inputs(frame)``): ``<target>`` and,
         with ``alpha``, ``<target>_lower`` / ``_upper``, in ``X``'s order."""
-        from carb_nas.models import ModelSpec
+        from carb_nas.models import ModelSpec, meta_model
 
         missing = [c for c in CONFIG_COLUMNS if c not in X.columns]
         if missing:
@@ -98,8 +81,8 @@ class ConfigModuleModel:
         for config in frame_to_configs(X[list(CONFIG_COLUMNS)]):
             spec = ModelSpec.from_config(config)
             rows.append(
-                self.module_model.predict_module(
-                    self._meta_module(spec), spec.input_shape, spec.precision, alpha=alpha
+                self.module_model.predict_module(  # one build for all its batch sizes
+                    meta_model(config), spec.input_shape, spec.precision, alpha=alpha
                 )
             )
         out = pd.DataFrame(rows, columns=columns).reset_index(drop=True).astype(float)

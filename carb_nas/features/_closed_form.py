@@ -24,7 +24,7 @@ from carb_nas.features._common import (
     derive,
 )
 from carb_nas.features._trace import trace_features
-from carb_nas.models import EXPANSION, NUM_CLASSES, build_model, stage_channels
+from carb_nas.models import EXPANSION, NUM_CLASSES, meta_model, stage_channels
 from carb_nas.space import (
     RESNET_FAMILIES,
     Config,
@@ -294,7 +294,7 @@ def _traced_row(config: Config) -> dict[str, Any]:
            config.precision)  # fmt: skip
     row = _TRACED_CACHE.get(key)
     if row is None:
-        model = build_model(config, "meta")
+        model = meta_model(config)  # one build for all of a network's batch sizes
         shape = (config.batch_size, 3, config.resolution, config.resolution)
         row = trace_features(model, shape, config.precision)
         if len(_TRACED_CACHE) >= _TRACED_CACHE_MAX:

@@ -487,14 +487,14 @@ def test_a_round_chooses_among_families_no_round_has_measured(uncertainty):
     from carb_nas.costmodel import model_inputs
 
     zoo = load_space("zoo").grid()
-    seen = zoo[zoo["family"].isin(["basic", "mobilenet_v2"])].sample(40, random_state=0)
+    seen = zoo[zoo["family"].isin(["basic", "mobilenet_v2"])].sample(32, random_state=0)
     rows = seen.assign(
         status="ok",
         latency_ms=lambda f: _synthetic_latency(f),
         peak_mem_mb=lambda f: model_inputs(f)["tensor_peak_mb"].to_numpy(float) * 1.2,
     )  # SYNTHETIC costs
     model = fit_round_model(rows)
-    cand = pd.concat([seen, zoo.sample(60, random_state=1)]).drop_duplicates()
+    cand = pd.concat([seen, zoo.sample(24, random_state=1)]).drop_duplicates()
     picks = choose_active(cand, rows, model, n=8, seed=0, uncertainty=uncertainty)
     assert len(picks) == 8 and not set(config_keys(picks)) & set(config_keys(rows))
     assert set(picks["family"]) - {"basic", "mobilenet_v2"}  # reaches unmeasured families

@@ -26,7 +26,7 @@ from carb_nas.measure import (
     open_campaign_study,
     run_campaign,
 )
-from carb_nas.space import load_space
+from carb_nas.space import Space, load_space
 from carb_nas.storage import open_storage
 from tests.measure.fakes import FakeMeter
 
@@ -486,7 +486,15 @@ def test_a_round_chooses_among_families_no_round_has_measured(uncertainty):
     from carb_nas.active import coverage_matrix, fit_round_model
     from carb_nas.costmodel import model_inputs
 
-    zoo = load_space("zoo").grid()
+    zoo = Space.from_dict(
+        {
+            "name": "four",
+            "knobs": {"family": ["basic", "mobilenet_v2", "vgg", "efficientnet"],
+                      "width": [0.25, 0.5], "resolution": [32, 64], "batch_size": [1, 2, 4, 8]},
+            "family": {"basic": {"depth": [10, 18]}, "mobilenet_v2": {"depth": [7, 9]},
+                       "vgg": {"depth": [11]}, "efficientnet": {"depth": [8]}},
+        }
+    ).grid()  # fmt: skip
     seen = zoo[zoo["family"].isin(["basic", "mobilenet_v2"])].sample(32, random_state=0)
     rows = seen.assign(
         status="ok",
@@ -494,10 +502,11 @@ def test_a_round_chooses_among_families_no_round_has_measured(uncertainty):
         peak_mem_mb=lambda f: model_inputs(f)["tensor_peak_mb"].to_numpy(float) * 1.2,
     )  # SYNTHETIC costs
     model = fit_round_model(rows)
-    cand = pd.concat([seen, zoo.sample(24, random_state=1)]).drop_duplicates()
+    unseen = zoo[zoo["family"].isin(["vgg", "efficientnet"])].sample(12, random_state=1)
+    cand = pd.concat([seen, unseen])
     picks = choose_active(cand, rows, model, n=8, seed=0, uncertainty=uncertainty)
     assert len(picks) == 8 and not set(config_keys(picks)) & set(config_keys(rows))
-    assert set(picks["family"]) - {"basic", "mobilenet_v2"}  # reaches unmeasured families
+    assert {"vgg", "efficientnet"} & set(picks["family"])  # reaches unmeasured families
     cov = coverage_matrix(zoo.head(3), families=["basic", "bottleneck", "vgg"])
     assert cov.shape == (3, 6)  # 4 log knobs + bottleneck + vgg
     assert coverage_matrix(zoo.head(3)).shape == (3, 5)  # the ResNet space's: is_bottleneck

@@ -6,8 +6,9 @@ model as the surrogate for the budget-feasible Pareto set of per-image latency, 
 and the capacity proxy (log params + log FLOPs per image; not accuracy). The surrogate is what
 the platform name ``cpu/torch/fp32`` means for families other than ResNet's
 (``costmodel.load_config_model``): its kernel-level module model, each config traced on the
-meta device (about 25 ms each); pass ``factors=calibrate.machine_factors("cpu/torch/fp32")``
-for this machine's costs once `carb-nas calibrate cpu/torch/fp32` has run.
+meta device (each network built once for all its batch sizes); ``model.scaled(
+calibrate.machine_factors("cpu/torch/fp32", predictor=model.module_model))`` gives this
+machine's costs once `carb-nas calibrate cpu/torch/fp32` has run.
 
     python examples/family_search.py [--space mobilenet_v2] [--trials 200]
 

@@ -68,6 +68,34 @@ def calibrated_model(platform: str, doing: str) -> Any:
     return cal.model
 
 
+def config_model(
+    spec: str, families: Any, role: str, calibrated: bool = False, doing: str = "scoring with"
+) -> Any:
+    """The model ``spec`` names for configs of ``families``: where a platform name's ResNet
+    config model never saw some of them (``costmodel.families_for_module_model``), its
+    kernel-level module model over configs (with ``calibrated``, times this machine's factors);
+    else the model itself (with ``calibrated``, :func:`calibrated_model`). Says which on
+    stderr when it is the module model."""
+    from carb_nas.costmodel import families_for_module_model, load_config_model
+    from carb_nas.scoring import resolve_model
+
+    beyond = families_for_module_model(spec, families)
+    if not beyond:
+        return calibrated_model(spec, doing) if calibrated else resolve_model(spec, role)
+    model = load_config_model(spec, families, role)
+    if calibrated:
+        from carb_nas.calibrate import machine_factors
+
+        model = model.scaled(machine_factors(spec, predictor=model.module_model))
+    scaled = ", ".join(f"{t} x{f:.2f}" for t, f in model.factors.items())
+    info(
+        f"{role} {spec}: the kernel-level module model for families its ResNet config model "
+        f"never saw ({', '.join(beyond)}; {model.default_origin_})"
+        + (f", calibrated to this machine ({scaled})" if calibrated else "")
+    )
+    return model
+
+
 def time_budget_option() -> Callable[[Any], Any]:
     return click.option(
         "--time-budget-s",

@@ -709,7 +709,7 @@ def predict_cmd(
     cpu/torch/fp32), or for your own network: --model-spec pkg.mod:make_net --kwargs '{...}'
     --input-shape 1,3,224,224 (traced on the meta device, nothing is run). On cpu/torch/fp32,
     CONFIGS with a family other than ResNet's are predicted by its kernel-level module model."""
-    from carb_nas.costmodel import families_for_module_model, load_config_model, model_inputs
+    from carb_nas.costmodel import model_inputs
     from carb_nas.datasets import read_configs, read_table, write_table
     from carb_nas.errors import ConfigError, ModelError
     from carb_nas.scoring import (
@@ -806,20 +806,11 @@ def predict_cmd(
         X = model_inputs(frame)
         base = frame[list(CONFIG_COLUMNS)].copy()
         base.insert(0, "key", [Config(*r).key for r in base.itertuples(index=False)])
-    families = [] if generic else families_for_module_model(model, frame["family"].unique())
-    if families:  # the platform's module model, as predict_costs scores such a network
-        factors = _machine_factors(model) if calibrated else {}
-        cost_model = load_config_model(model, families, "MODEL", factors)
-        info(
-            f"model {model}: the kernel-level module model for families its ResNet config "
-            f"model never saw ({', '.join(families)}; {cost_model.default_origin_})"
-        )
-    elif calibrated:
-        from carb_nas.cli._calibrate import calibrated_model
+    from carb_nas.cli._calibrate import config_model
 
-        cost_model = calibrated_model(model, "predicting with")
-    else:
-        cost_model = load_model(model, "MODEL")
+    # a platform name's module model for families its ResNet config model never saw
+    families = [] if generic else frame["family"].unique()
+    cost_model = config_model(model, families, "MODEL", calibrated, "predicting with")
     if generic:
         try:
             pred = cost_model.predict(X, alpha=alpha)

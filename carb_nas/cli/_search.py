@@ -106,21 +106,6 @@ def _space_families(space: str) -> list[str]:
     return [str(f) for f in load_space(space).values("family")]
 
 
-def _config_model(spec: str, families: list[str], role: str) -> Any:
-    """``spec``'s model for configs of ``families``, saying so when a platform name's module
-    model scores them (``costmodel.load_config_model``)."""
-    from carb_nas.costmodel import families_for_module_model, load_config_model
-
-    beyond = families_for_module_model(spec, families)
-    if beyond:
-        info(
-            f"{role} {spec}: the kernel-level module model for families its ResNet config "
-            f"model never saw ({', '.join(beyond)})"
-        )
-        return load_config_model(spec, families, role)
-    return load_model(spec, role)
-
-
 def _spread_labels(frame: Any, column: str, n: int) -> list:
     """Index labels of ``n`` rows spread evenly over ``column`` (both extremes included)."""
     import numpy as np
@@ -240,9 +225,11 @@ def screen_command(
 
     check_model(source, "--source-model")  # both before training either default model
     check_model(target, "--target-model")
-    families = _space_families(space)
-    src = _config_model(source, families, "--source-model")
-    tgt = _config_model(target, families, "--target-model")
+    from carb_nas.cli._calibrate import config_model
+
+    families = _space_families(space)  # a platform name's module model for non-ResNet ones
+    src = config_model(source, families, "--source-model")
+    tgt = config_model(target, families, "--target-model")
     objs = [o.strip() for o in objectives.split(",") if o.strip()] if objectives else None
     result = screen(
         space,
@@ -444,13 +431,12 @@ def search_command(
         check_model(rescore_spec, "--rescore")
     # a platform name's module model scores families its ResNet config model never saw
     families = families_for_module_model(model_spec or DEFAULT_MODEL, space_obj.values("family"))
-    calibrated = False
+    calibrated = calibrating
     if families:  # no ONNX Runtime model knows them: re-scored only with the user's --rescore
-        model = source_model = _module_default(model_spec, calibrating, time_budget_s)
+        model = source_model = _module_default(model_spec, families, calibrating, time_budget_s)
         rescore = source_rescore = (
             load_model(rescore_spec, "--rescore") if rescore_spec is not None else None
         )
-        calibrated = calibrating
     else:
         model = load_model(model_spec or DEFAULT_MODEL)
         if rescore_spec is not None:
@@ -461,9 +447,8 @@ def search_command(
             rescore = None
         _check_space_model(space_obj, model, "search model")  # before a minute of calibration
         source_model, source_rescore = model, rescore
-    if calibrating and not families:
-        model, rescore = _calibrated_defaults(model, rescore, time_budget_s)
-        calibrated = True
+        if calibrating:
+            model, rescore = _calibrated_defaults(model, rescore, time_budget_s)
     check_budgets(parsed, model, role="search model")
     objs = check_objectives(
         [o.strip() for o in objectives.split(",") if o.strip()] if objectives else None,
@@ -579,22 +564,22 @@ def _calibrated_defaults(model: Any, rescore: Any, time_budget_s: float) -> tupl
     return calibrated[DEFAULT_MODEL], calibrated.get(DEFAULT_RESCORE, rescore)
 
 
-def _module_default(model_spec: str | None, calibrating: bool, time_budget_s: float) -> Any:
+def _module_default(
+    model_spec: str | None, families: list[str], calibrating: bool, time_budget_s: float
+) -> Any:
     """The platform's kernel-level module model over configs (``model_spec``, default the
-    default platform), for a space of families its ResNet config model never saw; with
+    default platform), for a space of ``families`` its ResNet config model never saw; with
     ``calibrating`` (the embedded default) scaled by this machine's factors from its
     calibration of the default platform (made first when missing)."""
-    from carb_nas.costmodel import ConfigModuleModel, load_predictor
+    from carb_nas.costmodel import load_config_model
 
-    platform = model_spec or DEFAULT_MODEL
-    module = load_predictor(platform, "--model")  # a platform name with a module model
-    factors: dict[str, float] = {}
+    model = load_config_model(model_spec or DEFAULT_MODEL, families, "--model")
     if calibrating:
         from carb_nas.calibrate import machine_factors
 
         _calibrated_defaults(load_model(DEFAULT_MODEL), None, time_budget_s)  # or cached
-        factors = machine_factors(DEFAULT_MODEL, predictor=module)
-    return ConfigModuleModel(module, factors, name=f"{platform} module model")
+        model = model.scaled(machine_factors(DEFAULT_MODEL, predictor=model.module_model))
+    return model
 
 
 def _validate_front(
@@ -774,7 +759,7 @@ def validate_command(
     """
     from carb_nas._io import check_writable_dir
     from carb_nas.budgets import check_budgets, check_confidence, parse_budgets
-    from carb_nas.costmodel import families_for_module_model, load_config_model
+    from carb_nas.costmodel import families_for_module_model
     from carb_nas.datasets import check_appendable
     from carb_nas.measure import check_platform, check_runtime, platform_string
     from carb_nas.scoring import candidate_frame
@@ -854,22 +839,9 @@ def validate_command(
             f"{', '.join(families)}, which its module model scores. Drop --recalibrate "
             f"(`carb-nas calibrate {model_spec}` sets this machine's factor)."
         )
-    if families:  # the platform's module model, as predict_costs scores such a network
-        from carb_nas.calibrate import machine_factors
+    from carb_nas.cli._calibrate import config_model
 
-        factors = machine_factors(model_spec) if calibrated else {}
-        model = source = load_config_model(model_spec, families, "--model", factors)
-        info(
-            f"model {model_spec}: the kernel-level module model for families its ResNet "
-            f"config model never saw ({', '.join(families)})"
-            + (f", x{factors.get('latency_ms', 1.0):.2f} for this machine" if calibrated else "")
-        )
-    else:
-        model = source = load_model(model_spec)
-    if calibrated and not families:
-        from carb_nas.cli._calibrate import calibrated_model
-
-        model = calibrated_model(model_spec, "validating")
+    model = config_model(model_spec, frame["family"].unique(), "--model", calibrated, "validating")
     if loadgen is None:
         check_budgets(parsed, model)
     if max_configs is not None:
@@ -929,6 +901,7 @@ def validate_command(
     if recalibrate:
         from carb_nas.calibrate import recalibrate as fold
 
+        source = getattr(model, "source_model", model)  # a calibration's default model
         recalibration = fold(model_spec, result.measurements, source_model=source)
         info(recalibration.summary())
     if as_json:

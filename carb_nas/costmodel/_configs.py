@@ -62,6 +62,11 @@ class ConfigModuleModel:
         self.default_origin_ = getattr(module_model, "default_origin_", None)
         self.default_name_ = name
 
+    def scaled(self, factors: Mapping[str, float]) -> ConfigModuleModel:
+        """The same module model times ``factors`` (e.g. ``calibrate.machine_factors(platform,
+        predictor=self.module_model)``), nothing loaded again."""
+        return ConfigModuleModel(self.module_model, factors, self.default_name_)
+
     def predict(self, X: pd.DataFrame, alpha: float | None = None) -> pd.DataFrame:
         """Per row of ``X`` (config columns, e.g. ``model_inputs(frame)``): ``<target>`` and,
         with ``alpha``, ``<target>_lower`` / ``_upper``, in ``X``'s order."""

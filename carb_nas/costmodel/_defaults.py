@@ -426,21 +426,18 @@ def families_for_module_model(spec: str | Path, families: Any) -> list[str]:
     ``cpu/torch/fp32/zoo-zen4``, another platform: the model named is the model used)."""
     from carb_nas.space import RESNET_FAMILIES
 
+    if not isinstance(spec, (str, Path)):  # no name (a missing option): its loader says so
+        return []
     text = str(spec)
     if text.count("/") != 2 or Path(spec).exists() or zoo_dataset_paths(text) is None:
         return []
     return sorted({str(f) for f in families} - set(RESNET_FAMILIES))
 
 
-def load_config_model(
-    spec: str | Path,
-    families: Any,
-    role: str = "model",
-    factors: Mapping[str, float] | None = None,
-) -> Any:
+def load_config_model(spec: str | Path, families: Any, role: str = "model") -> Any:
     """The model that scores configs of ``families`` for ``spec``: :func:`load_model`'s, or,
     where :func:`families_for_module_model` names a family, the platform's default module
-    model over configs (``ConfigModuleModel``, times ``factors``: this machine's, from
+    model over configs (``ConfigModuleModel``; ``.scaled(factors)`` for this machine's, from
     ``calibrate.machine_factors``), as ``carb_nas.predict_costs`` predicts such a network.
     On a Zen 3, 44 zoo configs: latency MAPE 10.1 % against 24.2 % for the calibrated ResNet
     config model (docs/costmodel.md, stop 45)."""
@@ -448,9 +445,7 @@ def load_config_model(
         from carb_nas.costmodel._configs import ConfigModuleModel
 
         text = str(spec)
-        return ConfigModuleModel(
-            load_default_module_model(text), factors, name=f"{text} module model"
-        )
+        return ConfigModuleModel(load_default_module_model(text), name=f"{text} module model")
     return load_model(spec, role)
 
 

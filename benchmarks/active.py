@@ -137,7 +137,8 @@ def fit_score(
 
 def stratify_key(frame: pd.DataFrame, n: int | None = None) -> pd.Series:
     """family x batch-size quartile x resolution half; a stratum of one row (a zoo pool's rare
-    variants) falls back to its family, a family of one row to one shared "rare" stratum.
+    variants) falls back to its family, a family of one row to one shared "rare" stratum (a
+    lone one to the largest stratum).
     With more strata than ``n`` (the rows to draw; a zoo pool has ~150), the family alone."""
     b = pd.qcut(np.log(frame["batch_size"].astype(float)), 4, labels=False, duplicates="drop")
     r = (frame["resolution"] > frame["resolution"].median()).astype(int)
@@ -146,7 +147,10 @@ def stratify_key(frame: pd.DataFrame, n: int | None = None) -> pd.Series:
     if n is not None and key.nunique() > n:
         key = family
     key = key.where(key.map(key.value_counts()) > 1, family)
-    return key.where(key.map(key.value_counts()) > 1, "rare")
+    key = key.where(key.map(key.value_counts()) > 1, "rare")
+    if (key == "rare").sum() == 1:  # a lone rare row joins the largest stratum
+        key = key.where(key != "rare", key.value_counts().index[0])
+    return key
 
 
 def run_seed(

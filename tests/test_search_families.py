@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 
 import numpy as np
 import pandas as pd
@@ -177,3 +178,46 @@ def test_networks_are_built_once_for_all_their_batch_sizes(module_model, monkeyp
     models.meta_model(Config(*CONFIGS.iloc[1, :5]))  # another network: the first dropped
     ConfigModuleModel(module_model).predict(X.iloc[:1])  # the first again: rebuilt
     assert built == ["meta"] * 3
+
+
+def test_optuna_plugin_with_the_platform_name_scores_a_family_space_with_the_module_model(
+    module_model, tmp_path, monkeypatch
+):
+    """CostConstraints('cpu/torch/fp32') scores a ResNet space with the ResNet config model and
+    a space of other families with the module model, as the CLI does; calibrated, each by its
+    own factor of this machine's calibration."""
+    import optuna
+
+    import carb_nas.calibrate as calibrate
+    from carb_nas.costmodel import load_model
+    from carb_nas.integrations import CostConstraints
+    from carb_nas.scoring import predict_spec
+    from carb_nas.search.trial_params import trial_config
+
+    space = tmp_path / "fam.toml"
+    space.write_text(SPACE)
+    costs = CostConstraints("cpu/torch/fp32", {"latency_ms": 1e9})
+    study = optuna.create_study()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study.optimize(lambda t: float(bool(costs.suggest(t, space))), n_trials=3)
+    for t in study.trials:
+        own, _ = predict_spec(module_model, ModelSpec.from_config(trial_config(t)), None)
+        assert t.user_attrs["carb_nas.predicted.latency_ms"] == pytest.approx(own["latency_ms"][0])
+    resnet = Config("basic", 10, 0.5, 64, 4)
+    config_model = load_model("cpu/torch/fp32")
+    expected = config_model.predict(model_inputs(pd.DataFrame([asdict(resnet)])))
+    assert costs.predict(resnet)["latency_ms"] == pytest.approx(expected["latency_ms"][0])
+
+    # calibrated: the ResNet model's factor for ResNet configs, the module model's for others
+    def factors(platform, predictor=None, profiler=None):
+        return {"latency_ms": 0.5 if predictor is module_model else 2.0}
+
+    monkeypatch.setattr(calibrate, "machine_factors", factors)
+    monkeypatch.setattr(
+        "carb_nas.costmodel.load_default_module_model", lambda *a, **k: module_model
+    )
+    here = CostConstraints("cpu/torch/fp32", calibrated=True)
+    mobile = Config("mobilenet_v3_small", 6, 0.25, 32, 2)
+    own, _ = predict_spec(module_model, ModelSpec.from_config(mobile), None)
+    assert here.predict(mobile)["latency_ms"] == pytest.approx(0.5 * own["latency_ms"][0])
+    assert here.predict(resnet)["latency_ms"] == pytest.approx(2 * expected["latency_ms"][0])

@@ -139,7 +139,8 @@ def stratify_key(frame: pd.DataFrame, n: int | None = None) -> pd.Series:
     """family x batch-size quartile x resolution half; a stratum of one row (a zoo pool's rare
     variants) falls back to its family, a family of one row to one shared "rare" stratum (a
     lone one to the largest stratum).
-    With more strata than ``n`` (the rows to draw; a zoo pool has ~150), the family alone."""
+    With more strata than ``n`` (the fewer of the rows drawn and left; a zoo pool has ~150),
+    the family alone."""
     b = pd.qcut(np.log(frame["batch_size"].astype(float)), 4, labels=False, duplicates="drop")
     r = (frame["resolution"] > frame["resolution"].median()).astype(int)
     family = frame["family"].astype(str)
@@ -188,7 +189,10 @@ def run_seed(
         )
         if n < n_pool:
             strat, _ = train_test_split(
-                pool, train_size=n, random_state=seed, stratify=stratify_key(pool, n)
+                pool,
+                train_size=n,
+                random_state=seed,
+                stratify=stratify_key(pool, min(n, n_pool - n)),  # both sides hold each
             )
         else:
             strat = pool

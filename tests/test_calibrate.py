@@ -436,8 +436,11 @@ def test_cli_calibrate_bad_input_is_one_line(args, needle, model_cache):
 
 
 def _fake_platform_profilers(monkeypatch, models, factor=1.3, seconds=1.0):
-    """Every Profiler carb_nas.calibrate builds is a FakeProfiler on a fake clock."""
-    clock = FakeClock()
+    """Every Profiler carb_nas.calibrate builds is a FakeProfiler on a fake clock: the
+    ``clock`` fixture's when a test has it (a test's own FakeProfiler on it then advances the
+    clock calibrate reads; on a second clock, its calibrations measured every candidate)."""
+    installed = getattr(cal_mod.time.perf_counter, "__self__", None)
+    clock = installed if isinstance(installed, FakeClock) else FakeClock()
     monkeypatch.setattr(cal_mod.time, "perf_counter", clock.perf_counter)
     monkeypatch.setattr(
         cal_mod,
@@ -651,13 +654,12 @@ def test_set_up_time_does_not_count_as_a_configs_cost(torch_model, model_cache, 
 
 
 def test_validate_says_when_the_machine_runs_slower_than_when_it_was_calibrated(
-    torch_model, model_cache
+    torch_model, model_cache, clock
 ):
     from carb_nas.validate import validate
 
-    cal = calibrate_on_arrival(
-        PLATFORM, 12, FakeProfiler(torch_model, 1.0, reference_ms=0.4), source_model=torch_model
-    )
+    prof = FakeProfiler(torch_model, 1.0, reference_ms=0.4, clock=clock, seconds_per_config=0.5)
+    cal = calibrate_on_arrival(PLATFORM, 12, prof, source_model=torch_model)
     assert cal.model.platform_["reference_ms"] == pytest.approx(0.4)
     model = load_calibration(PLATFORM, FakeProfiler(torch_model), source_model=torch_model).model
     assert model.platform_["reference_ms"] == pytest.approx(0.4)  # kept with the calibration

@@ -91,6 +91,8 @@ def test_leave_one_family_out_reports_every_family_and_mode(fake_data):
     # the FAKE latency is 1.1 x the kernel sum: the kernel model alone transfers to "wide"
     wide = res[(res["family"] == "wide") & (res["mode"] == "kernel")].iloc[0]
     assert wide["latency_within10"] > 0.8
+    # the share of each held-out family inside its 90 % intervals
+    assert res[["latency_cover90", "mem_cover90"]].apply(lambda c: c.between(0, 1)).all().all()
 
 
 def test_unfitted_and_bad_mode_are_refused(fake_data):
@@ -683,3 +685,42 @@ def test_anchoring_removes_a_whole_run_shift_of_the_profiled_ops(fake_data, tmp_
     assert err[True] < 0.05 and err[True] < err[False] / 2, err
     m.save(tmp_path / "m")  # the last one: not anchored, and so it loads
     assert ModuleCostModel.load(tmp_path / "m").kernel_anchor is False
+
+
+def test_a_family_never_trained_on_gets_the_interval_of_held_out_families(fake_data, tmp_path):
+    """interval="family": a network of no trained family (a user's module) gets the interval
+    of the training families each predicted by models that never saw it; a trained family's
+    network keeps the networks' own (out-of-fold) interval."""
+    rows, ops = fake_data
+    m = ModuleCostModel().fit(rows, ops)
+    assert m.families_ == ["dw", "plain", "wide"] and len(m.new_family_kernel_scores_) == len(rows)
+    # a family held out predicts worse than a network held out (the depthwise convs of "dw"
+    # were never measured by the models that predict it)
+    assert m._quantile("kernel_new", 0.1) > m._quantile("kernel", 0.1)
+    net, shape = _net(16, 3), (2, 3, 16, 16)
+    user = m.predict_module(net, shape)  # no family: a user's module
+    plain = m.predict_module(net, shape, family="plain")
+    assert user["latency_ms"] == plain["latency_ms"]
+    ratio = lambda p, t: p[f"{t}_upper"] / p[t]  # noqa: E731
+    assert ratio(user, "latency_ms") == pytest.approx(np.exp(m._quantile("kernel_new", 0.1)))
+    assert ratio(plain, "latency_ms") == pytest.approx(np.exp(m._quantile("kernel", 0.1)))
+    assert ratio(user, "peak_mem_mb") == pytest.approx(np.exp(m._quantile("mem_new", 0.1)))
+    # rows: by their family column
+    p = m.predict(rows.assign(family=np.where(rows.index < 5, "other", rows["family"])), ops)
+    wide = p["latency_ms_upper"] / p["latency_ms"]
+    assert np.allclose(wide[:5], ratio(user, "latency_ms"))
+    assert np.allclose(wide[5:], ratio(plain, "latency_ms"))
+    numbers = lambda p: {k: v for k, v in p.items() if k != "unmodelled_ops"}  # noqa: E731
+    again = ModuleCostModel.load(m.save(tmp_path / "m"))
+    assert numbers(again.predict_module(net, shape)) == pytest.approx(numbers(user))
+    # "network", or too few families to hold one out: every network gets the networks' interval
+    for same in (
+        ModuleCostModel(interval="network").fit(rows, ops),
+        ModuleCostModel().fit(rows[rows["family"] != "wide"], ops),
+    ):
+        assert same.new_family_kernel_scores_ == []
+        assert numbers(same.predict_module(net, shape)) == pytest.approx(
+            numbers(same.predict_module(net, shape, family="plain"))
+        )
+    with pytest.raises(ModelError, match="invalid interval"):
+        ModuleCostModel(interval="wide").fit(rows, ops)

@@ -560,7 +560,8 @@ def _evaluate_lofo(
         click.echo(
             f"{mode}: latency within 10 % median {s['lofo_latency_within10']:.3f}, worst "
             f"{s['lofo_latency_min_within10']:.3f}; memory within 10 % median "
-            f"{s['lofo_mem_within10']:.3f}"
+            f"{s['lofo_mem_within10']:.3f}; 90 % latency interval holds a median "
+            f"{s['lofo_latency_cover90']:.3f}"
         )
 
 

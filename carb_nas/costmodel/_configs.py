@@ -87,7 +87,11 @@ class ConfigModuleModel:
             spec = ModelSpec.from_config(config)
             rows.append(
                 self.module_model.predict_module(  # one build for all its batch sizes
-                    meta_model(config), spec.input_shape, spec.precision, alpha=alpha
+                    meta_model(config),
+                    spec.input_shape,
+                    spec.precision,
+                    alpha=alpha,
+                    family=config.family,
                 )
             )
         out = pd.DataFrame(rows, columns=columns).reset_index(drop=True).astype(float)

@@ -108,6 +108,16 @@ KERNEL_SUM = "kernel_sum_ms"
 #: peak memory: ``"physics"`` (default) the fitted non-negative sum of :data:`MEMORY_TERMS`
 #: alone (relative error), ``"cascade"`` the network cascade's trees on the log-ratio to it
 MEMORY_MODES = ("physics", "cascade")
+#: the intervals of networks of families the model never saw (a user's own CNN):
+#: ``"family"`` (default) calibrated on the residuals of each training family group held out
+#: in turn; ``"network"`` on those of networks held out by a grouped K-fold (their families
+#: seen), the interval of a trained family's networks either way. Leave one family out on
+#: zoo-zen4 the 90 % latency intervals covered 72.5-95 % (median 84 %) of the held-out
+#: family's networks by the second, 77.5-98.3 % (median 92.5 %) by the first (docs/costmodel.md,
+#: stop 46)
+INTERVALS = ("family", "network")
+#: family groups a "family" interval needs (fewer: the networks' residuals)
+_MIN_INTERVAL_FAMILIES = 3
 #: the traced tensor peak, oneDNN's reordered weight copies, the largest oneDNN conv weight
 #: reordered per call at batch >= 2 (``features.op_aggregates``)
 MEMORY_TERMS = ("tensor_peak_mb", "onednn_weight_mb", "onednn_reorder_mb")
@@ -782,7 +792,9 @@ class ModuleCostModel:
         kernel_shared_conv: bool = True,
         kernel_simd_lanes: int = 0,
         kernel_anchor: bool = True,
+        interval: str = "family",
     ) -> None:
+        self.interval = interval
         self.kernel_anchor = kernel_anchor
         self.kernel_simd_lanes = kernel_simd_lanes
         self.memory = memory
@@ -802,6 +814,11 @@ class ModuleCostModel:
             raise err(
                 "invalid memory", f"one of {list(MEMORY_MODES)}", repr(self.memory),
                 "Use 'physics'.",
+            )  # fmt: skip
+        if self.interval not in INTERVALS:
+            raise err(
+                "invalid interval", f"one of {list(INTERVALS)}", repr(self.interval),
+                "Use 'family'.",
             )  # fmt: skip
 
     def _X(self, rows: pd.DataFrame, ksum: np.ndarray | None) -> pd.DataFrame:
@@ -867,16 +884,59 @@ class ModuleCostModel:
             # VGG fell from 0.675 to 0.35 within +-10 % (docs/costmodel.md, stop 39)
             ops = anchored_ops(rows, ops)
         km = self._kernel_model().fit(_with_samples(ops, extra))
-        oof = np.zeros(len(rows))
         keys = rows["key"].to_numpy()
         folds = GroupKFold(n_splits=min(self.kernel_folds, len(rows)))
-        for tr, te in folds.split(rows, groups=keys):
+        return km, self._held_out_sums(rows, ops, extra, folds.split(rows, groups=keys))
+
+    def _held_out_sums(
+        self, rows: pd.DataFrame, ops: pd.DataFrame, extra: pd.DataFrame, splits: Any
+    ) -> np.ndarray:
+        """Per row of ``rows``, its kernel sum by a kernel model fitted on the other rows of
+        its ``(train, test)`` split (``ops`` anchored already; ``extra`` in every fit)."""
+        oof = np.zeros(len(rows))
+        keys = rows["key"].to_numpy()
+        for tr, te in splits:
             fold = self._kernel_model().fit(
                 _with_samples(ops[ops["key"].isin(set(keys[tr]))], extra)
             )
             test_ops = ops[ops["key"].isin(set(keys[te]))]
             oof[te] = self._network_sums(fold, rows.iloc[te], test_ops)["ms"].to_numpy()
-        return km, oof
+        return oof
+
+    def _family_held_out(
+        self, rows: pd.DataFrame, ops: pd.DataFrame, kernel_samples: pd.DataFrame | None
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """The ``"family"`` interval's inputs: per row, its kernel sum and its memory terms'
+        fit, each by a model that never saw its family group; None where ``interval`` is
+        ``"network"`` or the rows hold fewer than :data:`_MIN_INTERVAL_FAMILIES` groups."""
+        from sklearn.model_selection import LeaveOneGroupOut
+
+        if self.interval != "family" or "family" not in rows:
+            return None
+        from carb_nas.space import FAMILIES
+
+        # a built-in family's group (basic and bottleneck are one); other labels as they are
+        # (a campaign of a user's own networks)
+        labels = rows["family"].astype(str).to_numpy()
+        known = np.isin(labels, list(FAMILIES))
+        groups = labels.astype(object)
+        if known.any():
+            groups[known] = family_groups(labels[known])
+        if len(set(groups)) < _MIN_INTERVAL_FAMILIES:
+            return None
+        ops = ops[ops["key"].isin(set(rows["key"]))]
+        extra = _kernel_samples(kernel_samples, rows)
+        if self.kernel_anchor:
+            ops = anchored_ops(rows, ops)
+        splits = list(LeaveOneGroupOut().split(rows, groups=groups))
+        sums = self._held_out_sums(rows, ops, extra, splits)
+        y_mem = rows["peak_mem_mb"].to_numpy(float)
+        A_mem = rows[list(MEMORY_TERMS)].to_numpy(float)
+        mem = np.zeros(len(rows))
+        for tr, te in splits:
+            coef, _ = nnls(A_mem[tr] / y_mem[tr, None], np.ones(len(tr)))
+            mem[te] = A_mem[te] @ coef
+        return sums, mem
 
     def fit(
         self,
@@ -911,8 +971,20 @@ class ModuleCostModel:
         # kernel mode's interval: the relative residuals of that fit on the out-of-fold sums
         # (each row's sum from a kernel model that never saw its network)
         a, b = self.kernel_coefs_
-        fit_lat = np.maximum(a * oof + b * rows["n_ops"].to_numpy(float), 1e-9)
+        n_ops = rows["n_ops"].to_numpy(float)
+        fit_lat = np.maximum(a * oof + b * n_ops, 1e-9)
         self.kernel_scores_ = sorted(float(v) for v in np.abs(np.log(y_lat / fit_lat)))
+        # a network of a family never trained on (``interval="family"``): the scores of each
+        # training family group predicted by models that never saw it
+        self.families_ = sorted(set(rows["family"].astype(str))) if "family" in rows else []
+        held = self._family_held_out(rows, ops, kernel_samples)
+        self.new_family_kernel_scores_: list[float] = []
+        self.new_family_mem_scores_: list[float] = []
+        if held is not None:
+            fit_new = np.maximum(a * held[0] + b * n_ops, 1e-9)
+            self.new_family_kernel_scores_ = sorted(
+                float(v) for v in np.abs(np.log(y_lat / fit_new))
+            )
         # peak memory, physics: a non-negative sum of the memory terms (relative error); its
         # scores |log(y / fit)| give the interval (3 coefficients: in-sample is close to
         # held-out). The trees do not extrapolate to families wider than the training ones.
@@ -922,6 +994,9 @@ class ModuleCostModel:
         self.mem_coefs_ = [float(c) for c in mcoef]
         fit_mem = np.maximum(A_mem @ mcoef, 1e-9)
         self.mem_scores_ = sorted(float(v) for v in np.abs(np.log(y_mem / fit_mem)))
+        if held is not None:
+            fit_new = np.maximum(held[1], 1e-9)
+            self.new_family_mem_scores_ = sorted(float(v) for v in np.abs(np.log(y_mem / fit_new)))
         if self.mode == "network":
             oof = np.zeros(len(rows))
         if self.mode == "kernel":
@@ -953,6 +1028,7 @@ class ModuleCostModel:
         rows = rows.reset_index(drop=True)
         seen_out: list = []
         sums = self._network_sums(self.kernel_, rows, ops, seen_out)
+        family = rows["family"].astype(str) if "family" in rows else pd.Series([None] * len(rows))
         out = pd.DataFrame(
             self._assemble(
                 rows["n_ops"].to_numpy(float),
@@ -961,6 +1037,7 @@ class ModuleCostModel:
                 sums["un"].to_numpy(),
                 lambda: rows,
                 alpha,
+                np.array([self._new_family(f) for f in family], dtype=bool),
             )
         )
         names = ops.assign(_seen=seen_out[0])
@@ -983,10 +1060,12 @@ class ModuleCostModel:
         un_sum: np.ndarray,
         frame: Any,
         alpha: float | None,
+        new: np.ndarray,
     ) -> dict[str, np.ndarray]:
         """The prediction columns (in :meth:`predict`'s order) of networks given by their
         ``n_ops``, :data:`MEMORY_TERMS` and per-op sums (all ops, unmodelled ops);
-        ``frame()`` gives their rows when the network cascade needs them."""
+        ``frame()`` gives their rows when the network cascade needs them; ``new`` marks the
+        networks of families the model never trained on (their wider intervals)."""
         ksum = ms_sum * self.scale_
         un = un_sum * self.scale_
         out: dict[str, np.ndarray] = {}
@@ -999,14 +1078,15 @@ class ModuleCostModel:
             lat = a * ms_sum + b * n_ops
             out["latency_ms"] = lat
             if alpha:
-                q = self._quantile("kernel", alpha)
+                q = np.where(new, self._quantile("kernel_new", alpha),
+                             self._quantile("kernel", alpha))  # fmt: skip
                 out["latency_ms_lower"] = lat * np.exp(-q)
                 out["latency_ms_upper"] = lat * np.exp(q)
         if self.memory == "physics":
             mem = np.maximum(mem_terms @ self.mem_coefs_, 1e-9)
             out["peak_mem_mb"] = mem
             if alpha:
-                q = self._quantile("mem", alpha)
+                q = np.where(new, self._quantile("mem_new", alpha), self._quantile("mem", alpha))
                 out["peak_mem_mb_lower"] = mem * np.exp(-q)
                 out["peak_mem_mb_upper"] = mem * np.exp(q)
         out[KERNEL_SUM] = ksum
@@ -1018,17 +1098,26 @@ class ModuleCostModel:
         return out
 
     def _quantile(self, which: str, alpha: float) -> float:
-        """The ``1 - alpha`` quantile of the kernel-mode latency or the physics-memory
-        scores (relative residuals), computed once per level."""
+        """The ``1 - alpha`` quantile of the kernel-mode latency (``"kernel"``) or the
+        physics-memory (``"mem"``) scores (relative residuals), of a trained family's networks
+        or (``"kernel_new"``, ``"mem_new"``) of a family never trained on (the networks'
+        scores where the fit had too few families), computed once per level."""
         cache = self.__dict__.setdefault("_quantiles", {})
         key = (which, float(alpha))
         if key not in cache:
-            if which == "kernel":
-                scores = getattr(self, "kernel_scores_", None) or [np.log(1.25)]
-            else:
-                scores = self.mem_scores_
+            new = {"kernel_new": "new_family_kernel_scores_", "mem_new": "new_family_mem_scores_"}
+            scores = getattr(self, new[which], None) if which in new else None
+            if not scores:
+                which = which.removesuffix("_new")
+                scores = (getattr(self, "kernel_scores_", None) or [np.log(1.25)]
+                          if which == "kernel" else self.mem_scores_)  # fmt: skip
             cache[key] = float(np.quantile(scores, 1 - alpha, method="higher"))
         return cache[key]
+
+    def _new_family(self, family: str | None) -> bool:
+        """Whether a network of ``family`` (None: not a built-in family's config, e.g. a
+        user's module) gets the interval of a family never trained on."""
+        return family is None or family not in getattr(self, "families_", [])
 
     def predict_module(
         self,
@@ -1036,10 +1125,13 @@ class ModuleCostModel:
         input_shape: Sequence[int],
         precision: str = "fp32",
         alpha: float | None = 0.1,
+        family: str | None = None,
     ) -> dict[str, Any]:
         """Trace ``module`` for ``input_shape`` and predict it (one dict, see
         :meth:`predict`): the numbers of ``predict`` on its one row, without building
-        frames where arrays do (the per-op predictions are cached by the kernel model)."""
+        frames where arrays do (the per-op predictions are cached by the kernel model).
+        ``family``: the built-in family the module is a config of, if any; a module of no
+        family the model trained on gets the wider intervals of a new family."""
         self._check_predictable()
         table, feats = trace_op_arrays(module, input_shape, precision)
         ms, seen = self.kernel_.predict_op_arrays(table)
@@ -1055,6 +1147,7 @@ class ModuleCostModel:
             np.array([ms[~seen].sum()]),
             frame,
             alpha,
+            np.array([self._new_family(family)]),
         )
         out: dict[str, Any] = {c: v[0].item() if hasattr(v[0], "item") else v[0]
                                for c, v in cols.items()}  # fmt: skip
@@ -1066,7 +1159,10 @@ class ModuleCostModel:
         :class:`carb_nas.models.ModelSpec`: one row (targets, ``_lower``/``_upper``,
         ``kernel_sum_ms``, ``unmodelled_ops``) and whether any op was unmodelled."""
         module = spec.module if spec.kind == "module" else spec.build("meta")
-        pred = self.predict_module(module, spec.input_shape, spec.precision, alpha=alpha)
+        family = spec.config.family if spec.config is not None else None
+        pred = self.predict_module(
+            module, spec.input_shape, spec.precision, alpha=alpha, family=family
+        )
         return pd.DataFrame([pred]), bool(pred["unmodelled_ops"])
 
     # -- persistence ------------------------------------------------------------------------
@@ -1089,6 +1185,9 @@ class ModuleCostModel:
                 "mem_coefs": self.mem_coefs_,
                 "mem_scores": self.mem_scores_,
                 "kernel_scores": self.kernel_scores_,
+                "families": getattr(self, "families_", []),
+                "new_family_kernel_scores": getattr(self, "new_family_kernel_scores_", []),
+                "new_family_mem_scores": getattr(self, "new_family_mem_scores_", []),
                 "platform": self.platform_,
                 "kernel": part,
             }
@@ -1122,6 +1221,12 @@ class ModuleCostModel:
         m.mem_coefs_ = [float(v) for v in manifest.get("mem_coefs", [])]
         m.mem_scores_ = [float(v) for v in manifest.get("mem_scores", [])]
         m.kernel_scores_ = [float(v) for v in manifest.get("kernel_scores", [])]
+        # saved before stop 46: no families, every network gets the networks' scores
+        m.families_ = [str(f) for f in manifest.get("families", [])]
+        m.new_family_kernel_scores_ = [
+            float(v) for v in manifest.get("new_family_kernel_scores", [])
+        ]
+        m.new_family_mem_scores_ = [float(v) for v in manifest.get("new_family_mem_scores", [])]
         m.scale_ = float(manifest["scale"])
         m.kernel_coefs_ = [float(v) for v in manifest["kernel_coefs"]]
         m.platform_ = dict(manifest.get("platform") or {"platform": "cpu/torch/fp32"})
@@ -1191,6 +1296,12 @@ def within(y: np.ndarray, p: np.ndarray, tol: float = 0.10) -> float:
     return float(np.mean(np.abs(p / y - 1) <= tol))
 
 
+def _covered(pred: pd.DataFrame, target: str, y: np.ndarray) -> float:
+    """Share of ``y`` inside the predicted ``<target>_lower`` .. ``_upper`` interval."""
+    lo, hi = pred[f"{target}_lower"].to_numpy(float), pred[f"{target}_upper"].to_numpy(float)
+    return float(np.mean((lo <= y) & (y <= hi)))
+
+
 def leave_one_family_out(
     rows: pd.DataFrame,
     ops: pd.DataFrame,
@@ -1205,7 +1316,8 @@ def leave_one_family_out(
     (and ``kernel_samples``, single ops of no family, in every fold), test on it
     (``kernel_params``: ``ModuleCostModel``'s ``kernel_prior`` / ``kernel_geometry``,
     default theirs). Columns: ``family``, ``mode``, ``n``, ``latency_mape``,
-    ``latency_within10``, ``latency_r2``, ``mem_mape``, ``mem_within10``, ``mem_r2``."""
+    ``latency_within10``, ``latency_r2``, ``latency_cover90`` (the share inside the 90 %
+    interval), ``mem_mape``, ``mem_within10``, ``mem_r2``, ``mem_cover90``."""
     from sklearn.metrics import mean_absolute_percentage_error, r2_score
 
     rows = rows.reset_index(drop=True)
@@ -1221,11 +1333,12 @@ def leave_one_family_out(
         )
         for mode in modes:
             m = ModuleCostModel(mode=mode, preset=preset, random_state=random_state, **kp).fit(
-                tr, ops_tr, kernel=kernel
+                tr, ops_tr, kernel=kernel, kernel_samples=kernel_samples
             )
-            p = m.predict(te, ops_te, alpha=None)
+            p = m.predict(te, ops_te, alpha=0.1)
             y_l, y_m = te["latency_ms"].to_numpy(float), te["peak_mem_mb"].to_numpy(float)
             p_l, p_m = p["latency_ms"].to_numpy(float), p["peak_mem_mb"].to_numpy(float)
+
             out.append(
                 {
                     "family": fam,
@@ -1234,9 +1347,11 @@ def leave_one_family_out(
                     "latency_mape": mean_absolute_percentage_error(y_l, p_l),
                     "latency_within10": within(y_l, p_l),
                     "latency_r2": r2_score(y_l, p_l) if len(te) > 1 else float("nan"),
+                    "latency_cover90": _covered(p, "latency_ms", y_l),
                     "mem_mape": mean_absolute_percentage_error(y_m, p_m),
                     "mem_within10": within(y_m, p_m),
                     "mem_r2": r2_score(y_m, p_m) if len(te) > 1 else float("nan"),
+                    "mem_cover90": _covered(p, "peak_mem_mb", y_m),
                 }
             )
     return pd.DataFrame(out)
@@ -1354,6 +1469,7 @@ def lofo_report(
             "lofo_latency_min_within10": float(t["latency_within10"].min()),
             "lofo_mem_within10": float(t["mem_within10"].median()),
             "lofo_latency_mape": float(t["latency_mape"].median()),
+            "lofo_latency_cover90": float(t["latency_cover90"].median()),
         }
     return {
         "n_rows": len(net),

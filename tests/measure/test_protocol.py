@@ -168,8 +168,11 @@ def test_cpu_per_wall_tells_a_run_that_waited_from_one_that_computed():
             pass
         return time.perf_counter() - t0
 
-    assert time_runs(sleeping, proto).cpu_per_wall < 0.2
-    assert time_runs(computing, proto).cpu_per_wall > 0.5
+    waited = time_runs(sleeping, proto).cpu_per_wall
+    computed = time_runs(computing, proto).cpu_per_wall
+    # margins for a loaded 2-core machine (a third process on the cores put a computing run
+    # at ~0.5): off the CPU is near 0, on it near 1
+    assert waited < 0.15 and computed > 0.3 and computed > 3 * waited
     assert "cpu_per_wall" in time_runs(computing, proto).as_row()
 
 

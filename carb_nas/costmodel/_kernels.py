@@ -776,7 +776,10 @@ class ModuleCostModel:
     ``fit(rows, ops)``: ``rows`` one per network with ``key``, :data:`NETWORK_COLUMNS`,
     ``batch_size``, ``latency_ms`` and ``peak_mem_mb``; ``ops`` the op rows of the same networks
     (``key`` + op columns + ``measured_ms``). ``predict_module(module, input_shape)`` traces and
-    predicts one module; ``predict(rows, ops)`` many traced networks.
+    predicts one module; ``predict(rows, ops)`` many traced networks. A network of a family
+    the model trained on (``family=``, the rows' ``family``) gets the interval of its held-out
+    networks; any other (a user's module), with ``interval="family"``, that of the training
+    families each held out in turn (:data:`INTERVALS`).
     """
 
     def __init__(
@@ -911,10 +914,10 @@ class ModuleCostModel:
         ``"network"`` or the rows hold fewer than :data:`_MIN_INTERVAL_FAMILIES` groups."""
         from sklearn.model_selection import LeaveOneGroupOut
 
-        if self.interval != "family" or "family" not in rows:
-            return None
         from carb_nas.space import FAMILIES
 
+        if self.interval != "family" or "family" not in rows:
+            return None
         # a built-in family's group (basic and bottleneck are one); other labels as they are
         # (a campaign of a user's own networks)
         labels = rows["family"].astype(str).to_numpy()
@@ -1338,7 +1341,6 @@ def leave_one_family_out(
             p = m.predict(te, ops_te, alpha=0.1)
             y_l, y_m = te["latency_ms"].to_numpy(float), te["peak_mem_mb"].to_numpy(float)
             p_l, p_m = p["latency_ms"].to_numpy(float), p["peak_mem_mb"].to_numpy(float)
-
             out.append(
                 {
                     "family": fam,

@@ -235,7 +235,7 @@ class CostConstraints:
         self.calibrated = calibrated
         # a platform name whose ResNet config model has a module model beside it
         # (costmodel.families_for_module_model): the module model scores other families'
-        # configs and users' modules, as the CLI and predict_costs do (stop 46: on a Zen 3, 44
+        # configs and users' modules, as the CLI and predict_costs do (stop 45: on a Zen 3, 44
         # zoo configs, latency MAPE 10.1 % against 24.2 % for the calibrated ResNet model)
         self._module_spec = _module_platform(model) if not default else None
         self._module: tuple[Any, dict[str, float]] | None = None

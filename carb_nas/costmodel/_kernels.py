@@ -879,6 +879,17 @@ class ModuleCostModel:
         from sklearn.model_selection import GroupKFold
 
         rows = rows.reset_index(drop=True)
+        ops, extra = self._fit_ops(rows, ops, kernel_samples)
+        km = self._kernel_model().fit(_with_samples(ops, extra))
+        keys = rows["key"].to_numpy()
+        folds = GroupKFold(n_splits=min(self.kernel_folds, len(rows)))
+        return km, self._held_out_sums(rows, ops, extra, folds.split(rows, groups=keys))
+
+    def _fit_ops(
+        self, rows: pd.DataFrame, ops: pd.DataFrame, kernel_samples: pd.DataFrame | None
+    ) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """What every per-op fit of ``rows`` takes: their ops (anchored with
+        ``kernel_anchor``) and the checked ``kernel_samples``."""
         ops = ops[ops["key"].isin(set(rows["key"]))]
         extra = _kernel_samples(kernel_samples, rows)
         if self.kernel_anchor:
@@ -886,10 +897,7 @@ class ModuleCostModel:
             # (a share of the time between op events, which is per op, not per ms), held-out
             # VGG fell from 0.675 to 0.35 within +-10 % (docs/costmodel.md, stop 39)
             ops = anchored_ops(rows, ops)
-        km = self._kernel_model().fit(_with_samples(ops, extra))
-        keys = rows["key"].to_numpy()
-        folds = GroupKFold(n_splits=min(self.kernel_folds, len(rows)))
-        return km, self._held_out_sums(rows, ops, extra, folds.split(rows, groups=keys))
+        return ops, extra
 
     def _held_out_sums(
         self, rows: pd.DataFrame, ops: pd.DataFrame, extra: pd.DataFrame, splits: Any
@@ -927,10 +935,7 @@ class ModuleCostModel:
             groups[known] = family_groups(labels[known])
         if len(set(groups)) < _MIN_INTERVAL_FAMILIES:
             return None
-        ops = ops[ops["key"].isin(set(rows["key"]))]
-        extra = _kernel_samples(kernel_samples, rows)
-        if self.kernel_anchor:
-            ops = anchored_ops(rows, ops)
+        ops, extra = self._fit_ops(rows, ops, kernel_samples)
         splits = list(LeaveOneGroupOut().split(rows, groups=groups))
         sums = self._held_out_sums(rows, ops, extra, splits)
         y_mem = rows["peak_mem_mb"].to_numpy(float)
@@ -1031,7 +1036,6 @@ class ModuleCostModel:
         rows = rows.reset_index(drop=True)
         seen_out: list = []
         sums = self._network_sums(self.kernel_, rows, ops, seen_out)
-        family = rows["family"].astype(str) if "family" in rows else pd.Series([None] * len(rows))
         out = pd.DataFrame(
             self._assemble(
                 rows["n_ops"].to_numpy(float),
@@ -1040,7 +1044,7 @@ class ModuleCostModel:
                 sums["un"].to_numpy(),
                 lambda: rows,
                 alpha,
-                np.array([self._new_family(f) for f in family], dtype=bool),
+                self._new_families(rows),
             )
         )
         names = ops.assign(_seen=seen_out[0])
@@ -1108,12 +1112,16 @@ class ModuleCostModel:
         cache = self.__dict__.setdefault("_quantiles", {})
         key = (which, float(alpha))
         if key not in cache:
-            new = {"kernel_new": "new_family_kernel_scores_", "mem_new": "new_family_mem_scores_"}
-            scores = getattr(self, new[which], None) if which in new else None
-            if not scores:
-                which = which.removesuffix("_new")
-                scores = (getattr(self, "kernel_scores_", None) or [np.log(1.25)]
-                          if which == "kernel" else self.mem_scores_)  # fmt: skip
+            seen = {
+                "kernel": getattr(self, "kernel_scores_", None) or [np.log(1.25)],
+                "mem": self.mem_scores_,
+            }
+            new = {
+                "kernel": getattr(self, "new_family_kernel_scores_", None),
+                "mem": getattr(self, "new_family_mem_scores_", None),
+            }
+            base = which.removesuffix("_new")
+            scores = (new[base] if which.endswith("_new") else None) or seen[base]
             cache[key] = float(np.quantile(scores, 1 - alpha, method="higher"))
         return cache[key]
 
@@ -1121,6 +1129,12 @@ class ModuleCostModel:
         """Whether a network of ``family`` (None: not a built-in family's config, e.g. a
         user's module) gets the interval of a family never trained on."""
         return family is None or family not in getattr(self, "families_", [])
+
+    def _new_families(self, rows: pd.DataFrame) -> np.ndarray:
+        """:meth:`_new_family` of each row (all, without a ``family`` column)."""
+        if "family" not in rows:
+            return np.ones(len(rows), dtype=bool)
+        return ~rows["family"].astype(str).isin(getattr(self, "families_", [])).to_numpy()
 
     def predict_module(
         self,

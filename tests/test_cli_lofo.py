@@ -207,3 +207,20 @@ def test_shipped_kernel_samples_load_normalized_by_their_probe():
     assert (scaled["measured_ms"] / scaled["measured_ms_raw"]).to_numpy() == pytest.approx(
         0.8 / probe
     )
+
+
+def test_the_zen3_zoo_ships_its_own_kernel_samples_and_pairs_with_the_zen4_draw():
+    """zoo-zen3 is zoo-zen4's draw measured on another machine kind: every config paired,
+    its 1,599 samples its own machine's (accepted), and refused beside the Zen 4 networks."""
+    from carb_nas.datasets import load_dataset, load_kernel_samples, machines
+    from carb_nas.errors import ConfigError
+
+    zen3 = load_dataset("cpu/torch/fp32/zoo-zen3")
+    zen4 = load_dataset("cpu/torch/fp32/zoo-zen4")
+    assert set(zen3["key"]) == set(zen4["key"]) and len(zen3) == 340
+    assert machines(zen3) != machines(zen4) and (zen3["reference_ms"] > 0).all()
+    samples = _zoo("cpu_torch_fp32_zoo-zen3_kernels.csv.gz")
+    got = load_kernel_samples(samples, rows=zen3)
+    assert len(got) == got["key"].nunique() == 1599 and (got["measured_ms"] > 0).all()
+    with pytest.raises(ConfigError, match="another machine"):
+        load_kernel_samples(samples, rows=zen4)

@@ -785,7 +785,8 @@ def machine_factors(platform: str, predictor: Any = None, profiler: Any = None) 
     not a per-network fix. (The model trained on the Intel zoo rows ran 0.99-2.94x there,
     by network: 39.3 -> 22.4 %, 13 within 15 %.) Since stop 39 the module model trains on
     zoo-zen4 (the Zen 4 kind): on another Zen 4 VM, 32 zoo networks, 16.0 % (the zoo-epyc
-    model) -> 8.3 % after a leave-one-out median factor (docs/costmodel.md).
+    model) -> 8.3 % after a leave-one-out median factor; since stop 47 on a CPU without
+    AVX-512 on zoo-zen3: on a Zen 3 VM the same networks 7.9 -> 3.6 % (docs/costmodel.md).
     ModelError when there is no calibration; the default predictor's factors are cached per
     process (a recalibration is seen by the next process).
     """

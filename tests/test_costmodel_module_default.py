@@ -42,19 +42,33 @@ class _Upsampler(nn.Module):
         return self.head(self.shuffle(self.act(self.conv(x))))
 
 
-def test_zoo_dataset_is_shipped_for_torch_cpu_only():
-    rows, ops = zoo_dataset_paths("cpu/torch/fp32")
-    assert rows.name == "cpu_torch_fp32_zoo-zen4.csv" and ops.is_file()
-    assert zoo_dataset_paths("cpu/onnxruntime/int8") is None
+@pytest.mark.parametrize(("kind", "dataset"), [("avx512", "zoo-zen4"), ("avx2", "zoo-zen3")])
+def test_zoo_dataset_is_shipped_for_torch_cpu_only(kind, dataset):
+    rows, ops = zoo_dataset_paths("cpu/torch/fp32", kind)
+    assert rows.name == f"cpu_torch_fp32_{dataset}.csv" and ops.is_file()
+    assert zoo_dataset_paths("cpu/onnxruntime/int8", kind) is None
     # its kernel samples (same machine kind) ship beside it and are in the recipe
-    samples = zoo_kernel_samples_path("cpu/torch/fp32")
-    assert samples is not None and samples.name == "cpu_torch_fp32_zoo-zen4_kernels.csv.gz"
+    samples = zoo_kernel_samples_path("cpu/torch/fp32", kind)
+    assert samples is not None and samples.name == f"cpu_torch_fp32_{dataset}_kernels.csv.gz"
     assert REAL_MODULE_PARAMS["kernel_samples"] is True
     assert len(load_kernel_samples(samples, None, pd.read_csv(rows, nrows=5))) >= 1599
     with pytest.raises(ModelError, match="no shipped multi-family dataset"):
         load_default_module_model("cpu/onnxruntime/int8", verbose=False)
     with pytest.raises(ModelError, match="unknown default module-model parameters"):
         load_default_module_model(verbose=False, params={"n_trees": 3})
+
+
+def test_the_module_model_follows_this_machines_cpu_kind():
+    from carb_nas.costmodel import module_cpu_kind
+    from carb_nas.measure import cpu_identity
+
+    assert module_cpu_kind(["avx2", "fma", "avx512f", "avx512_vnni"]) == "avx512"
+    assert module_cpu_kind(["avx2", "fma"]) == module_cpu_kind([]) == "avx2"
+    here = module_cpu_kind(cpu_identity().get("isa", []))
+    assert module_cpu_kind() == here
+    assert zoo_dataset_paths() == zoo_dataset_paths("cpu/torch/fp32", here)
+    with pytest.raises(ModelError, match="unknown CPU kind"):
+        zoo_dataset_paths("cpu/torch/fp32", "avx3")
 
 
 @pytest.mark.slow
@@ -143,16 +157,19 @@ def test_the_shipped_module_model_is_todays_recipe_and_loads_without_training(
     """carb_nas/data/models holds the default module model of today's dataset and recipe, so
     users load it (~1 s) instead of training it (75 s). Fails when the zoo dataset, the recipe
     or carb_nas's version changed without `costmodel.ship_default_module_model()`."""
-    from carb_nas.costmodel import shipped_module_model_dir
+    from carb_nas.costmodel import MODULE_CPU_KINDS, shipped_module_model_dir
 
     monkeypatch.setattr(_defaults, "DEFAULT_MODULE_PARAMS", REAL_MODULE_PARAMS)
-    d = shipped_module_model_dir()
-    assert (d / "manifest.json").is_file(), (
-        f"no module model shipped for today's recipe ({d.name}): run python -c 'from "
-        "carb_nas.costmodel import ship_default_module_model as s; s()' and commit "
-        "carb_nas/data/models (remove the stale one)"
-    )
-    assert [p.name for p in d.parent.glob("cpu_torch_fp32-module-*")] == [d.name]  # no stale
+    dirs = {kind: shipped_module_model_dir(cpu_kind=kind) for kind in MODULE_CPU_KINDS}
+    for kind, d in dirs.items():
+        assert (d / "manifest.json").is_file(), (
+            f"no {kind} module model shipped for today's recipe ({d.name}): run python -c "
+            f"'from carb_nas.costmodel import ship_default_module_model as s; "
+            f's(cpu_kind="{kind}")\' and commit carb_nas/data/models (remove the stale one)'
+        )
+    shipped = sorted(p.name for p in _defaults._SHIPPED_MODELS.glob("cpu_torch_fp32-module-*"))
+    assert shipped == sorted(d.name for d in dirs.values())  # one per kind, no stale one
+    d = shipped_module_model_dir()  # this machine's kind
     model = load_default_module_model(verbose=False)
     assert model.default_origin_ == _defaults.DEFAULT_ORIGINS["shipped"]
     assert not (model_cache / "models").exists() or not any((model_cache / "models").iterdir())

@@ -3,6 +3,7 @@ and :func:`load_model`, the one way every command turns a ``--model`` value into
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -10,7 +11,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -223,33 +224,69 @@ DEFAULT_MODULE_PARAMS: Mapping[str, Any] = MappingProxyType(
 )
 
 
-#: the shipped multi-family dataset (its qualifier) each platform's default module model
-#: trains on. zoo-zen4 (AMD EPYC Zen 4, the CI machine kind; 340 networks, median of five
-#: passes) since stop 39: on another Zen 4 VM (2026-12-04), 32 zoo networks in neither
-#: model's training rows, latency MAPE after a machine factor (leave-one-out median ratio)
-#: 16.0 % -> 8.3 %, within 15 % 53 -> 84 % (6.9 %, 88 % with the kernel samples since stop 40;
-#: uncalibrated 96 -> 32 %: that VM ran 1.3x faster
-#: than the one zoo-zen4 was measured on). Before, zoo-epyc (Zen 3), not the Intel rows of
-#: zoo: stop 34, 32 networks on a Zen 4, 22.4 % -> 14.3 % (docs/costmodel.md). On every CPU:
-#: on a Zen 3 (zoo-epyc's kind, stop 41) the same 32 networks came out 7.9 % with zoo-zen4's
-#: model against 7.3 % with zoo-epyc's, after one machine factor each
-DEFAULT_MODULE_DATASET: Mapping[str, str] = MappingProxyType({"cpu/torch/fp32": "zoo-zen4"})
+#: per platform and CPU kind (:func:`module_cpu_kind`), the shipped multi-family dataset (its
+#: qualifier) the default module model trains on: each kind's own, since stop 47.
+#: - ``avx512``: zoo-zen4 (AMD EPYC Zen 4, AVX-512; 340 networks, median of five passes),
+#:   since stop 39. On another Zen 4 VM (2026-12-04), 32 zoo networks in neither model's
+#:   training rows, latency MAPE after a machine factor (leave-one-out median ratio) 6.9 %, 81 %
+#:   within 10 % (the Zen 3 zoo-zen3 model there: 9.2 %, 66 %; before, zoo-epyc's 16.0 %).
+#: - ``avx2``: zoo-zen3 (a quiet AMD EPYC Zen 3, AVX2 only; the same 340 configs, one pass
+#:   that repeats within 10 % for 95 %), since stop 47. On a Zen 3 VM (stop 41's rows), the
+#:   same 32 networks: 3.6 %, 94 % within 10 %, against zoo-zen4's 7.9 %, 59 %
+#:   (docs/checks/module_default_by_cpu.py; docs/costmodel.md "Stop 47").
+DEFAULT_MODULE_DATASET: Mapping[str, Mapping[str, str]] = MappingProxyType(
+    {"cpu/torch/fp32": MappingProxyType({"avx512": "zoo-zen4", "avx2": "zoo-zen3"})}
+)
+MODULE_CPU_KINDS = ("avx512", "avx2")
 
 
-def zoo_dataset_paths(platform: str = "cpu/torch/fp32") -> tuple[Path, Path] | None:
+def module_cpu_kind(isa: Sequence[str] | None = None) -> str:
+    """Which machine kind's module model serves this CPU: ``"avx512"`` where it has AVX-512
+    (``isa``: :func:`carb_nas.measure.cpu_identity`'s list, default this machine's), otherwise
+    ``"avx2"`` (also where /proc/cpuinfo cannot be read). Each kind's per-op costs differ: a
+    model of the other kind erred twice as much after a machine factor (stops 41, 47)."""
+    if isa is None:
+        return _this_cpu_kind()
+    return "avx512" if any(str(f).startswith("avx512") for f in isa) else "avx2"
+
+
+@functools.cache
+def _this_cpu_kind() -> str:
+    from carb_nas.measure import cpu_identity
+
+    return module_cpu_kind(cpu_identity().get("isa", []))
+
+
+def _module_dataset(platform: str, cpu_kind: str | None) -> str:
+    kind = module_cpu_kind() if cpu_kind is None else cpu_kind
+    if kind not in MODULE_CPU_KINDS:
+        raise err(
+            "unknown CPU kind of a module model",
+            f"one of {list(MODULE_CPU_KINDS)}",
+            repr(cpu_kind),
+            "Leave it out (this machine's kind) or pick one of those.",
+        )
+    return DEFAULT_MODULE_DATASET.get(platform, {}).get(kind, "zoo")
+
+
+def zoo_dataset_paths(
+    platform: str = "cpu/torch/fp32", cpu_kind: str | None = None
+) -> tuple[Path, Path] | None:
     """``(rows, ops)`` of the multi-family dataset shipped for ``platform`` that its default
-    module model trains on (carb_nas/data/zoo/, :data:`DEFAULT_MODULE_DATASET`), or None
-    where none is shipped."""
+    module model trains on for ``cpu_kind`` (default this machine's, :func:`module_cpu_kind`;
+    carb_nas/data/zoo/, :data:`DEFAULT_MODULE_DATASET`), or None where none is shipped."""
     d = Path(__file__).resolve().parents[1] / "data" / "zoo"
-    stem = platform.replace("/", "_") + "_" + DEFAULT_MODULE_DATASET.get(platform, "zoo")
+    stem = platform.replace("/", "_") + "_" + _module_dataset(platform, cpu_kind)
     rows, ops = d / f"{stem}.csv", d / f"{stem}_ops.csv.gz"
     return (rows, ops) if rows.is_file() and ops.is_file() else None
 
 
-def zoo_kernel_samples_path(platform: str = "cpu/torch/fp32") -> Path | None:
+def zoo_kernel_samples_path(
+    platform: str = "cpu/torch/fp32", cpu_kind: str | None = None
+) -> Path | None:
     """The kernel samples shipped beside the default module model's dataset
-    (``<dataset stem>_kernels.csv.gz``), or None."""
-    paths = zoo_dataset_paths(platform)
+    (``<dataset stem>_kernels.csv.gz``; ``cpu_kind`` as :func:`zoo_dataset_paths`), or None."""
+    paths = zoo_dataset_paths(platform, cpu_kind)
     if paths is None:
         return None
     p = paths[0].with_name(paths[0].stem + "_kernels.csv.gz")
@@ -271,7 +308,7 @@ def _zoo_training_rows(rows_csv: Path, rows_per_family: int | None) -> Any:
 
 
 def _module_model_recipe(
-    platform: str, params: Mapping[str, Any] | None
+    platform: str, params: Mapping[str, Any] | None, cpu_kind: str | None = None
 ) -> tuple[str, tuple[Path, Path], dict[str, Any]]:
     """(cache name, dataset paths, recipe parameters) of the default module model: the name
     hashes both dataset files, the recipe, the format and carb_nas's version (the features are
@@ -279,7 +316,7 @@ def _module_model_recipe(
     from carb_nas.costmodel._common import package_version
     from carb_nas.costmodel._kernels import FORMAT_VERSION as MODULE_FORMAT_VERSION
 
-    paths = zoo_dataset_paths(platform)
+    paths = zoo_dataset_paths(platform, cpu_kind)
     if paths is None:
         raise err(
             f"no shipped multi-family dataset for platform {platform!r}",
@@ -298,7 +335,9 @@ def _module_model_recipe(
             "Drop them.",
         )
     h = hashlib.sha256()
-    samples = zoo_kernel_samples_path(platform) if recipe_params["kernel_samples"] else None
+    samples = (
+        zoo_kernel_samples_path(platform, cpu_kind) if recipe_params["kernel_samples"] else None
+    )
     for path in (*paths, *([samples] if samples else [])):
         h.update(path.read_bytes())
     h.update(json.dumps([recipe_params, MODULE_FORMAT_VERSION, _MODULE_RECIPE_REVISION,
@@ -307,19 +346,23 @@ def _module_model_recipe(
     return f"{platform.replace('/', '_')}-module-{h.hexdigest()[:16]}", paths, recipe_params
 
 
-def shipped_module_model_dir(platform: str = "cpu/torch/fp32") -> Path:
-    """Where the default module model of ``platform`` (today's recipe) is shipped:
-    ``carb_nas/data/models/<its cache name>``. :func:`ship_default_module_model` writes it."""
-    return _SHIPPED_MODELS / _module_model_recipe(platform, None)[0]
+def shipped_module_model_dir(platform: str = "cpu/torch/fp32", cpu_kind: str | None = None) -> Path:
+    """Where the default module model of ``platform`` and ``cpu_kind`` (today's recipe; default
+    this machine's kind) is shipped: ``carb_nas/data/models/<its cache name>``.
+    :func:`ship_default_module_model` writes it."""
+    return _SHIPPED_MODELS / _module_model_recipe(platform, None, cpu_kind)[0]
 
 
-def ship_default_module_model(platform: str = "cpu/torch/fp32") -> Path:
-    """Train (or load from the cache) the default module model of ``platform`` and save it
-    into the package (:func:`shipped_module_model_dir`), so users load it instead of training
-    it on first use. Run after any change to the zoo dataset or the recipe (a shipped model of
-    another recipe is never loaded: its name differs; the test suite says when it is stale)."""
-    model = load_default_module_model(platform)
-    d = shipped_module_model_dir(platform)
+def ship_default_module_model(
+    platform: str = "cpu/torch/fp32", cpu_kind: str | None = None
+) -> Path:
+    """Train (or load from the cache) the default module model of ``platform`` and
+    ``cpu_kind`` and save it into the package (:func:`shipped_module_model_dir`), so users load
+    it instead of training it on first use. Run for each of ``MODULE_CPU_KINDS`` after any
+    change to the zoo datasets or the recipe (a shipped model of another recipe is never
+    loaded: its name differs; the test suite says when one is stale)."""
+    model = load_default_module_model(platform, cpu_kind=cpu_kind)
+    d = shipped_module_model_dir(platform, cpu_kind)
     model.save(d)
     return d
 
@@ -329,8 +372,10 @@ def load_default_module_model(
     verbose: bool = True,
     *,
     params: Mapping[str, Any] | None = None,
+    cpu_kind: str | None = None,
 ) -> Any:
-    """The default predictor of any module on ``platform``: a
+    """The default predictor of any module on ``platform`` for ``cpu_kind`` (default this
+    machine's, :func:`module_cpu_kind`: each kind's model trains on its own dataset): a
     :class:`~carb_nas.costmodel.ModuleCostModel` (per-operator models + network cascade,
     :data:`DEFAULT_MODULE_PARAMS` updated by ``params``): the one shipped for this recipe
     (:func:`shipped_module_model_dir`) when there is one; otherwise trained on first use on
@@ -343,7 +388,7 @@ def load_default_module_model(
 
     from carb_nas.costmodel._kernels import ModuleCostModel, network_tables
 
-    name, paths, recipe_params = _module_model_recipe(platform, params)
+    name, paths, recipe_params = _module_model_recipe(platform, params, cpu_kind)
     shipped = _SHIPPED_MODELS / name  # this recipe's model, if shipped
     if (shipped / "manifest.json").is_file():
         return _with_origin(ModuleCostModel.load(shipped), "shipped")
@@ -367,7 +412,7 @@ def load_default_module_model(
     net, tab = network_tables(rows, ops[ops["key"].isin(set(rows["key"]))])
     samples = None
     samples_path = (
-        zoo_kernel_samples_path(platform) if recipe_params.pop("kernel_samples") else None
+        zoo_kernel_samples_path(platform, cpu_kind) if recipe_params.pop("kernel_samples") else None
     )
     if samples_path is not None:
         from carb_nas.datasets import load_kernel_samples

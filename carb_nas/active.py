@@ -45,7 +45,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from carb_nas.costmodel import PHYSICAL_OFFSETS, model_inputs, physical_offsets, relative_nnls
+from carb_nas.costmodel import (
+    MAX_FACILITY_POINTS,
+    PHYSICAL_OFFSETS,
+    facility_location_order,
+    model_inputs,
+    nearest_distance,
+    physical_offsets,
+    relative_nnls,
+)
 from carb_nas.errors import ConfigError
 from carb_nas.space import CONFIG_COLUMNS, RESNET_FAMILIES
 
@@ -68,7 +76,7 @@ UNCERTAINTIES = ("committee", "interval")
 N_MEMBERS = 8  # committee size: the spread of 8 bootstrap fits is stable to ~20 %
 N_SEED = 8  # random picks before the first model: a model needs a few rows of every kind
 INTERVAL_ALPHA = 0.1
-MAX_FACILITY = 4096  # candidates the committee's facility location scores (pair matrix ~64 MB)
+MAX_FACILITY = MAX_FACILITY_POINTS  # candidates the committee's facility location scores
 _KNOBS = ("batch_size", "resolution", "width", "depth")
 
 
@@ -215,16 +223,6 @@ def _standardized(*mats: np.ndarray) -> list[np.ndarray]:
     return [(m - mean) / std for m in mats]
 
 
-def _nearest_distance(Xc: np.ndarray, Xm: np.ndarray) -> np.ndarray:
-    """Distance of every row of ``Xc`` to its nearest row of ``Xm`` (chunked: pools are large)."""
-    dist = np.full(len(Xc), np.inf)
-    for start in range(0, len(Xm), 512):
-        block = Xm[start : start + 512]
-        d = np.sqrt(((Xc[:, None, :] - block[None, :, :]) ** 2).sum(axis=2)).min(axis=1)
-        dist = np.minimum(dist, d)
-    return dist
-
-
 def choose_active(
     candidates: pd.DataFrame,
     measured: pd.DataFrame | None = None,
@@ -294,7 +292,7 @@ def choose_active(
     Xc, Xm = _standardized(
         coverage_matrix(cand, pred_c, fams), coverage_matrix(measured, pred_m, fams)
     )
-    dist = _nearest_distance(Xc, Xm)
+    dist = nearest_distance(Xc, Xm)
     med = float(np.median(width)) or 1.0
     weight = 1.0 + width / med
     order: list[int] = []
@@ -346,23 +344,7 @@ def _choose_by_committee(
     Kc, Km = _standardized(
         coverage_matrix(cand, families=fams), coverage_matrix(measured, families=fams)
     )
-    pick_from = np.arange(len(cand))
-    if len(cand) > MAX_FACILITY:
-        pick_from = np.sort(rng.choice(len(cand), MAX_FACILITY, replace=False))
-    K, w = Kc[pick_from].astype(np.float32), u[pick_from]
-    cur = _nearest_distance(K, Km.astype(np.float32))
-    pair = np.sqrt(np.maximum(((K[:, None, :] - K[None, :, :]) ** 2).sum(axis=2), 0.0))
-    order: list[int] = []
-    taken = np.zeros(len(K), dtype=bool)
-    for _ in range(min(n, len(K))):
-        gain = (np.maximum(cur[None, :] - pair, 0.0) * w[None, :]).sum(axis=1)
-        gain[taken] = -np.inf
-        i = int(np.argmax(gain))
-        if not gain[i] > 0:
-            break
-        order.append(int(pick_from[i]))
-        taken[i] = True
-        cur = np.minimum(cur, pair[i])
+    order = facility_location_order(Kc, u, n, covered=Km, rng=rng, max_points=MAX_FACILITY)
     if len(order) < n:  # the rest coincide with measured configs in these coordinates
         left = np.setdiff1d(np.arange(len(cand)), order)
         order += list(rng.choice(left, n - len(order), replace=False))

@@ -8,11 +8,13 @@ the result keyed by this machine's platform fingerprint; :func:`load_calibrated_
 on later runs (``None`` when this machine has none yet).
 
 Which configs: the shipped dataset's configs of the platform (the ones the model was trained
-on), ordered so that every prefix is informative -- farthest-point order in the standardized
-knob space (log batch, log resolution, log width, log depth, family), each distance weighted by
-the config's relative conformal interval width (where the model is least sure counts more) --
-keeping only configs that are cheap to measure (predicted under ``MAX_PREDICTED_MS``, and not
-in the largest quarter by parameters, whose models take seconds to build or export). Each config is
+on), ordered so that every prefix is representative -- greedy weighted facility location in
+the standardized knob space (log batch, log resolution, log width, log depth, family;
+:func:`carb_nas.costmodel.facility_location_order`): each next config is the one that stands for
+the most candidates not yet near a chosen one, each candidate weighted by its relative conformal
+interval width (where the model is least sure counts more) -- keeping only configs that are
+cheap to measure (predicted under ``MAX_PREDICTED_MS``, and not in the largest 5 % by
+parameters, whose models take many seconds to build or export). Each config is
 measured in ``passes`` interleaved rounds and its fastest row kept
 (:func:`carb_nas.measure.profile_passes`: on a shared VM, contention only adds time and comes and
 goes); the first round stops when one more config, with its later rounds, would overrun the
@@ -50,12 +52,18 @@ from carb_nas.costmodel import (
     ModuleCostModel,
     calibrate,
     default_model_cache_dir,
+    facility_location_order,
     load_default_model,
     model_inputs,
 )
 from carb_nas.datasets import SCHEMA, load_dataset, read_table, write_table
 from carb_nas.errors import ConfigError, ModelError
-from carb_nas.space import CONFIG_COLUMNS, RESNET_FAMILIES, frame_to_configs
+from carb_nas.space import (
+    CONFIG_COLUMNS,
+    RESNET_FAMILIES,
+    frame_to_configs,
+    normalize_config_frame,
+)
 
 __all__ = [
     "CALIBRATION_FORMAT",
@@ -77,13 +85,18 @@ __all__ = [
     "machine_fingerprint",
     "machine_key",
     "recalibrate",
+    "scaled_to_this_machine",
 ]
 
 CALIBRATION_FORMAT = 1
 MIN_TIME_BUDGET_S = 5.0  # profiler set-up plus one config: less measures nothing
 MIN_CALIBRATION_ROWS = 3  # the smallest map with a leave-one-out error
 MAX_PREDICTED_MS = 60.0  # configs predicted slower than this cost seconds each to measure
-MAX_PARAMS_QUANTILE = 0.75  # the largest quarter of the models costs seconds to build
+# the largest models take seconds to build (and export: 2.5 s at 18 M parameters, 51 s at 267 M
+# for ORT fp32 here); the 0.75 quantile (8.6 M) of before stop 48 left the wide nets unmeasured
+MAX_PARAMS_QUANTILE = 0.95
+# candidates the representative order scores (a pair matrix of 4 MB; 200 picks in ~0.5 s)
+MAX_FACILITY_POOL = 1024
 # configs of the other built-in families featurized to choose from: each traces its network on
 # the meta device (~50 ms), so the 4,471 configs of cpu/torch/fp32/zoo-zen5 took the whole
 # time budget (4 min) before one was measured; a seeded sample of the pool instead
@@ -216,13 +229,24 @@ def choose_configs(
     n: int = 200,
     exclude: pd.DataFrame | None = None,
     max_predicted_ms: float = MAX_PREDICTED_MS,
+    candidates: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """Up to ``n`` configs of the platform's shipped dataset in measuring order (see module doc).
 
-    ``exclude``: configs (CONFIG_COLUMNS) never chosen, e.g. a held-out validation set. The
-    frame has the config columns plus ``predicted_latency_ms`` and ``interval_width``.
+    ``exclude``: configs (CONFIG_COLUMNS) never chosen, e.g. a held-out validation set.
+    ``candidates``: the configs to choose among instead (a frame with the config columns;
+    runtime and precision default to the platform's; InputFileError naming what is wrong).
+    The frame has the config columns plus ``predicted_latency_ms`` and ``interval_width``.
     """
-    rows = load_dataset(platform, ok_only=True)
+    if candidates is None:
+        rows = load_dataset(platform, ok_only=True)
+    else:  # validated like any configs table; the platform's runtime and precision where absent
+        _, runtime, precision = split_platform(platform)
+        fill = {"runtime": runtime, "precision": precision}
+        rows = normalize_config_frame(
+            candidates.assign(**{c: v for c, v in fill.items() if c not in candidates}),
+            source="candidate configs",
+        )
     frame = rows[list(CONFIG_COLUMNS)].drop_duplicates().reset_index(drop=True)
     if exclude is not None and len(exclude):
         keys = set(exclude[list(CONFIG_COLUMNS)].astype(str).itertuples(index=False))
@@ -261,16 +285,13 @@ def choose_configs(
     weight = 1.0 + frame["interval_width"].to_numpy(float) / max(
         float(np.median(frame["interval_width"])), 1e-12
     )
-    # start at the config nearest the centre of the space, then farthest-point order
-    first = int(np.argmin((knobs**2).sum(axis=1)))
-    order = [first]
-    dist = np.linalg.norm(knobs - knobs[first], axis=1)
-    for _ in range(min(n, len(frame)) - 1):
-        nxt = int(np.argmax(dist * weight))
-        if dist[nxt] <= 0:
-            break
-        order.append(nxt)
-        dist = np.minimum(dist, np.linalg.norm(knobs - knobs[nxt], axis=1))
+    # representative, not extreme: each next config stands for the most candidates (weighted)
+    # not yet near a chosen one, so every prefix follows the space as a search or validation
+    # draws from it; farthest-point order (before stop 48) measured the corners first, and a
+    # map fitted on corners missed the interior (ORT fp32: wide nets at batch 3-8 +10-30 %)
+    order = facility_location_order(
+        knobs, weight, n, rng=np.random.default_rng(0), max_points=MAX_FACILITY_POOL
+    )
     return frame.iloc[order].reset_index(drop=True)
 
 
@@ -769,6 +790,12 @@ def calibrated_costs(
         + ")"
     )
     return predict_costs(model, input_shape, platform, **kwargs).scaled(factors, note)
+
+
+def scaled_to_this_machine(model: Any, platform: str) -> Any:
+    """A module model over configs (``costmodel.load_config_model``) times this machine's
+    :func:`machine_factors` of it, from this machine's calibration of ``platform``."""
+    return model.scaled(machine_factors(platform, predictor=model.module_model))
 
 
 def machine_factors(platform: str, predictor: Any = None, profiler: Any = None) -> dict[str, float]:

@@ -457,6 +457,28 @@ def test_committee_scores_a_sample_of_a_large_candidate_set(grid, torch_model, m
     assert config_keys(choose_active(grid, measured, torch_model, n=12, seed=1)) == keys
 
 
+def test_facility_location_follows_density_weights_and_coverage():
+    from carb_nas.costmodel import facility_location_order
+
+    rng = np.random.default_rng(0)
+    big = rng.normal(0.0, 0.3, size=(90, 2))
+    small = rng.normal(10.0, 0.3, size=(10, 2))
+    points = np.vstack([big, small])
+    ones = np.ones(len(points))
+    order = facility_location_order(points, ones, 5)
+    assert len(order) == len(set(order)) == 5
+    assert order[0] < 90  # the weighted medoid: the dense cluster's
+    assert any(i >= 90 for i in order[:2])  # the next pick stands for the other cluster
+    heavy = np.where(np.arange(len(points)) >= 90, 100.0, 1.0)
+    assert facility_location_order(points, heavy, 1)[0] >= 90
+    # what is covered already counts: the first pick goes where nothing is near
+    assert facility_location_order(points, ones, 1, covered=big)[0] >= 90
+    # no more picks than rows, and none once every row coincides with a pick
+    assert sorted(facility_location_order(points[:3], ones[:3], 10)) == [0, 1, 2]
+    twins = np.zeros((4, 2))
+    assert len(facility_location_order(twins, np.ones(4), 4)) == 1
+
+
 def test_round_model_uses_the_physical_offsets(grid):
     from carb_nas.active import fit_round_model
     from carb_nas.costmodel import PHYSICAL_OFFSETS, model_inputs

@@ -28,7 +28,7 @@ from carb_nas.calibrate import (
 from carb_nas.cli import cli
 from carb_nas.costmodel import model_inputs
 from carb_nas.datasets import SCHEMA
-from carb_nas.errors import ConfigError, ModelError
+from carb_nas.errors import ConfigError, InputFileError, ModelError
 from carb_nas.space import CONFIG_COLUMNS
 
 PLATFORM = "cpu/torch/fp32"
@@ -151,11 +151,36 @@ def test_choose_configs_spreads_over_the_knobs_and_honours_exclude(torch_model):
     for knob in ("batch_size", "resolution", "depth", "width"):
         assert first[knob].nunique() >= 3, knob
     assert (order["predicted_latency_ms"] <= cal_mod.MAX_PREDICTED_MS).all()
+    # representative, not the corners first: most early picks sit inside every knob's range
+    # (farthest-point order put 16 of the first 20 on some knob's edge, this one 4)
+    pool = choose_configs(torch_model, PLATFORM, n=10**6)
+    knobs = ["batch_size", "resolution", "width", "depth"]
+    edge = np.zeros(20, dtype=bool)
+    for k in knobs:
+        edge |= order[k].head(20).isin([pool[k].min(), pool[k].max()]).to_numpy()
+    assert edge.sum() <= 8
     held = order.head(5)[list(CONFIG_COLUMNS)]
     again = choose_configs(torch_model, PLATFORM, n=40, exclude=held)
     keys = set(held.astype(str).itertuples(index=False))
     assert not any(tuple(r) in keys for r in again[list(CONFIG_COLUMNS)].astype(str).itertuples(
         index=False))  # fmt: skip
+
+
+def test_choose_configs_among_given_candidates(torch_model):
+    from carb_nas.datasets import load_dataset
+
+    rows = load_dataset(PLATFORM, ok_only=True)[list(CONFIG_COLUMNS)].drop_duplicates()
+    given = rows.sample(n=60, random_state=3).reset_index(drop=True)
+    order = choose_configs(torch_model, PLATFORM, n=10, candidates=given)
+    keys = set(given.astype(str).itertuples(index=False))
+    assert 0 < len(order) <= 10
+    assert all(tuple(r) in keys for r in order[list(CONFIG_COLUMNS)].astype(str).itertuples(
+        index=False))  # fmt: skip
+    # runtime and precision are the platform's where absent
+    bare = given.drop(columns=["runtime", "precision"])
+    assert len(choose_configs(torch_model, PLATFORM, n=10, candidates=bare)) == len(order)
+    with pytest.raises(InputFileError, match=r"candidate configs: missing column\(s\) \['width'\]"):
+        choose_configs(torch_model, PLATFORM, candidates=given.drop(columns=["width"]))
 
 
 def test_calibration_recovers_the_machine_factor_and_is_cached(torch_model, model_cache, clock):

@@ -84,9 +84,9 @@ def config_model(
         return calibrated_model(spec, doing) if calibrated else resolve_model(spec, role)
     model = load_config_model(spec, families, role)
     if calibrated:
-        from carb_nas.calibrate import machine_factors
+        from carb_nas.calibrate import scaled_to_this_machine
 
-        model = model.scaled(machine_factors(spec, predictor=model.module_model))
+        model = scaled_to_this_machine(model, spec)
     scaled = ", ".join(f"{t} x{f:.2f}" for t, f in model.factors.items())
     info(
         f"{role} {spec}: the kernel-level module model for families its ResNet config model "

@@ -575,10 +575,10 @@ def _module_default(
 
     model = load_config_model(model_spec or DEFAULT_MODEL, families, "--model")
     if calibrating:
-        from carb_nas.calibrate import machine_factors
+        from carb_nas.calibrate import scaled_to_this_machine
 
         _calibrated_defaults(load_model(DEFAULT_MODEL), None, time_budget_s)  # or cached
-        model = model.scaled(machine_factors(DEFAULT_MODEL, predictor=model.module_model))
+        model = scaled_to_this_machine(model, DEFAULT_MODEL)
     return model
 
 

@@ -27,6 +27,7 @@ __all__ = [
     "MANY_ROWS_FEATURES",
     "CALIBRATION_METHODS",
     "INFORMATIVE_KINDS",
+    "MAX_FACILITY_POINTS",
     "CalibratedModel",
     "calibrate",
     "MIN_PRIOR_CONFIGS",
@@ -35,7 +36,9 @@ __all__ = [
     "calibration_feature_names",
     "calibration_features",
     "fit_transfer_prior",
+    "facility_location_order",
     "informative_rows",
+    "nearest_distance",
     "penalized_fit",
 ]
 
@@ -208,6 +211,62 @@ def _d_optimal(G: np.ndarray, order: list[int], n: int) -> np.ndarray:
         taken[i] = True
         info += np.outer(G[i], G[i])
     return np.asarray(order, dtype=np.int64)
+
+
+MAX_FACILITY_POINTS = 4096  # rows facility_location_order scores (pair matrix ~64 MB)
+
+
+def nearest_distance(Xc: np.ndarray, Xm: np.ndarray) -> np.ndarray:
+    """Distance of every row of ``Xc`` to its nearest row of ``Xm`` (chunked: pools are large)."""
+    dist = np.full(len(Xc), np.inf)
+    for start in range(0, len(Xm), 512):
+        block = Xm[start : start + 512]
+        d = np.sqrt(((Xc[:, None, :] - block[None, :, :]) ** 2).sum(axis=2)).min(axis=1)
+        dist = np.minimum(dist, d)
+    return dist
+
+
+def facility_location_order(
+    points: np.ndarray,
+    weights: np.ndarray,
+    n: int,
+    covered: np.ndarray | None = None,
+    rng: np.random.Generator | None = None,
+    max_points: int | None = None,
+) -> list[int]:
+    """Positions of up to ``n`` rows of ``points`` by greedy weighted facility location: each
+    pick is the row that most reduces ``sum_j weights_j * d_j``, ``d_j`` the distance from
+    row ``j`` to its nearest pick or ``covered`` row (none: a phantom one beyond the largest
+    pairwise distance, so the first pick is the weighted medoid). Every prefix stands for the
+    rows near it: the picks follow the rows' density, and a pick lowers its neighbours'
+    value. Above ``max_points`` (default :data:`MAX_FACILITY_POINTS`) rows, a sample drawn with
+    ``rng`` is scored. Stops early when no row reduces the sum (the rest coincide with
+    picks)."""
+    limit = MAX_FACILITY_POINTS if max_points is None else max_points
+    pick_from = np.arange(len(points))
+    if len(points) > limit:
+        rng = rng if rng is not None else np.random.default_rng(0)
+        pick_from = np.sort(rng.choice(len(points), limit, replace=False))
+    K = np.asarray(points, dtype=np.float32)[pick_from]
+    w = np.asarray(weights, dtype=np.float32)[pick_from]
+    pair = np.sqrt(np.maximum(((K[:, None, :] - K[None, :, :]) ** 2).sum(axis=2), 0.0))
+    if covered is not None and len(covered):
+        cur = nearest_distance(K, np.asarray(covered, dtype=np.float32))
+    else:
+        # beyond every pair, so that the first pick gains even where all rows coincide
+        cur = np.full(len(K), float(pair.max()) + 1.0 if pair.size else 1.0, dtype=np.float32)
+    order: list[int] = []
+    taken = np.zeros(len(K), dtype=bool)
+    for _ in range(min(int(n), len(K))):
+        gain = (np.maximum(cur[None, :] - pair, 0.0) * w[None, :]).sum(axis=1)
+        gain[taken] = -np.inf
+        i = int(np.argmax(gain))
+        if not gain[i] > 0:
+            break
+        order.append(int(pick_from[i]))
+        taken[i] = True
+        cur = np.minimum(cur, pair[i])
+    return order
 
 
 def penalized_fit(design: np.ndarray, r: np.ndarray, lam: float) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,154 @@
+"""Which configs to calibrate on, replayed on a pool measured on one machine (no measurement).
+
+``docs/passes/calibration_pool_zen3/`` holds 300 shipped ResNet configs (a seeded draw of the
+ONNX Runtime fp32 configs under 40 M parameters) measured twice on a quiet AMD Zen 3 VM with
+the calibration profiler (torch and ONNX Runtime fp32 alternating config by config, one row a
+pass, each with its profile time ``profile_s``). Per seed, 40 configs are held out as the
+validation set (reference: the mean of their two passes), and each way orders the rest:
+
+- ``representative``: the product's :func:`carb_nas.calibrate.choose_configs` over the pool
+  (greedy weighted facility location, the largest 5 % by parameters left out; since stop 48);
+- ``farthest``: the order before stop 48 (farthest-point from the config nearest the centre,
+  distances weighted by the relative interval width, the largest quarter by parameters out);
+- ``random``: a seeded shuffle;
+- ``all``: every candidate row, no budget: the map's own limit on this pool.
+
+The product's budget is simulated with each config's measured profile time: configs in order
+until 80 % of ``--time-budget-s`` (per platform, default 30 s), then the configs the fitted
+map fits worst measured again (their second pass; the faster kept) with the rest. The
+calibration (:func:`carb_nas.costmodel.calibrate`) is scored on the held-out configs.
+
+Last line: ``representative_mape=<..> farthest_mape=<..> random_mape=<..> all_mape=<..>``
+(latency MAPE in %, mean over seeds and the two platforms). Measured (stop 48, 10 seeds, 30 s):
+representative 5.68 (torch 6.24, ORT 5.12), farthest 6.62 (6.34 / 6.90), random 6.61 (7.15 /
+6.07), every row 5.25 (5.69 / 4.81).
+
+    PYTHONPATH=. python benchmarks/calibration_orders.py [--seeds 10] [--time-budget-s 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from sklearn.metrics import mean_absolute_percentage_error
+
+from carb_nas.calibrate import INTERVAL_ALPHA, REMEASURE_SHARE, choose_configs
+from carb_nas.costmodel import calibrate, load_default_model, model_inputs
+from carb_nas.space import CONFIG_COLUMNS
+
+POOL = Path(__file__).resolve().parents[1] / "docs" / "passes" / "calibration_pool_zen3"
+PLATFORMS = ("cpu/torch/fp32", "cpu/onnxruntime/fp32")
+WAYS = ("representative", "farthest", "random", "all")
+N_VALIDATE = 40
+
+
+def farthest_order(model, cand: pd.DataFrame) -> np.ndarray:
+    """The order of ``choose_configs`` before stop 48, over ``cand``."""
+    X = model_inputs(cand[list(CONFIG_COLUMNS)])
+    pred = model.predict(X, alpha=INTERVAL_ALPHA)
+    width = np.log(
+        pred["latency_ms_upper"].to_numpy(float) / pred["latency_ms_lower"].to_numpy(float)
+    )
+    weight = 1 + width / np.median(width)
+    params = X["params"].astype(float).to_numpy()
+    keep = np.flatnonzero(params <= np.quantile(params, 0.75))
+    fam = (cand["family"].astype(str) == "bottleneck").to_numpy(float)
+    knobs = np.column_stack(
+        [np.log(cand[k].to_numpy(float)) for k in ("batch_size", "resolution", "width", "depth")]
+        + [fam]
+    )[keep]
+    std = knobs.std(axis=0)
+    knobs = (knobs - knobs.mean(axis=0)) / np.where(std > 0, std, 1.0)
+    order = [int(np.argmin((knobs**2).sum(axis=1)))]
+    dist = np.linalg.norm(knobs - knobs[order[0]], axis=1)
+    for _ in range(len(keep) - 1):
+        nxt = int(np.argmax(dist * weight[keep]))
+        if dist[nxt] <= 0:
+            break
+        order.append(nxt)
+        dist = np.minimum(dist, np.linalg.norm(knobs - knobs[nxt], axis=1))
+    return keep[order]
+
+
+def representative_order(model, platform: str, cand: pd.DataFrame) -> np.ndarray:
+    chosen = choose_configs(model, platform, n=len(cand), max_predicted_ms=np.inf, candidates=cand)
+    pos = {
+        k: i for i, k in enumerate(cand[list(CONFIG_COLUMNS)].astype(str).itertuples(index=False))
+    }
+    return np.array(
+        [pos[k] for k in chosen[list(CONFIG_COLUMNS)].astype(str).itertuples(index=False)]
+    )
+
+
+def budgeted_rows(model, order, first, second, cost, budget_s: float) -> pd.DataFrame:
+    """The product's budget: the order's configs until 80 %, then the worst fitted again."""
+    spent, chosen = 0.0, []
+    for i in order:
+        if chosen and spent + cost[i] > (1 - REMEASURE_SHARE) * budget_s:
+            break
+        chosen.append(int(i))
+        spent += cost[i]
+    rows = first.iloc[chosen].reset_index(drop=True).copy()
+    fitted = calibrate(model, rows, keep_uncalibrated=True).predict(model_inputs(rows))
+    miss = np.abs(np.log(rows["latency_ms"].to_numpy(float) / fitted["latency_ms"].to_numpy(float)))
+    for j in np.argsort(-miss, kind="stable"):
+        i = chosen[j]
+        if spent + cost[i] > budget_s:
+            continue  # a shorter one may still fit
+        spent += cost[i]
+        rows.loc[j, "latency_ms"] = min(rows.loc[j, "latency_ms"], second["latency_ms"].iloc[i])
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--time-budget-s", type=float, default=30.0, help="per platform")
+    args = ap.parse_args()
+    scores: dict[str, list[float]] = {w: [] for w in WAYS}
+    for platform in PLATFORMS:
+        stem = platform.replace("/", "_")
+        first = pd.read_parquet(POOL / f"{stem}_pass1.parquet")
+        second = pd.read_parquet(POOL / f"{stem}_pass2.parquet")
+        ok = ((first["status"] == "ok") & (second["status"] == "ok")).to_numpy()
+        first, second = first[ok].reset_index(drop=True), second[ok].reset_index(drop=True)
+        cost = first["profile_s"].to_numpy(float).copy()
+        cost[0] = np.median(cost)  # the first call's one-off set-up (imports, first session)
+        reference = (first["latency_ms"].to_numpy(float) + second["latency_ms"].to_numpy(float)) / 2
+        model = load_default_model(platform, verbose=False)
+        per_way: dict[str, list[float]] = {w: [] for w in WAYS}
+        for seed in range(args.seeds):
+            held = np.random.default_rng(100 + seed).choice(len(first), N_VALIDATE, replace=False)
+            rest = np.setdiff1d(np.arange(len(first)), held)
+            cand = first.iloc[rest].reset_index(drop=True)
+            X_held = model_inputs(first.iloc[held][list(CONFIG_COLUMNS)])
+            orders = {
+                "representative": representative_order(model, platform, cand),
+                "farthest": farthest_order(model, cand),
+                "random": np.random.default_rng(seed).permutation(len(cand)),
+            }
+            orders["all"] = np.arange(len(cand))
+            for way, order in orders.items():
+                rows = (
+                    cand
+                    if way == "all"
+                    else budgeted_rows(model, rest[order], first, second, cost, args.time_budget_s)
+                )
+                pred = calibrate(model, rows, keep_uncalibrated=True).predict(X_held)
+                mape = 100 * mean_absolute_percentage_error(
+                    reference[held], pred["latency_ms"].to_numpy(float)
+                )
+                per_way[way].append(mape)
+                scores[way].append(mape)
+        print(
+            f"{platform}: latency MAPE on {N_VALIDATE} held-out configs, mean of {args.seeds} "
+            "seeds: " + ", ".join(f"{w} {np.mean(v):.2f} %" for w, v in per_way.items())
+        )
+    print(" ".join(f"{w}_mape={np.mean(v):.2f}" for w, v in scores.items()))
+
+
+if __name__ == "__main__":
+    main()

@@ -243,10 +243,9 @@ def choose_configs(
     else:  # validated like any configs table; the platform's runtime and precision where absent
         _, runtime, precision = split_platform(platform)
         fill = {"runtime": runtime, "precision": precision}
-        rows = normalize_config_frame(
-            candidates.assign(**{c: v for c, v in fill.items() if c not in candidates}),
-            source="candidate configs",
-        )
+        if isinstance(candidates, pd.DataFrame):  # anything else: refused just below
+            candidates = candidates.assign(**{c: v for c, v in fill.items() if c not in candidates})
+        rows = normalize_config_frame(candidates, source="candidate configs")
     frame = rows[list(CONFIG_COLUMNS)].drop_duplicates().reset_index(drop=True)
     if exclude is not None and len(exclude):
         keys = set(exclude[list(CONFIG_COLUMNS)].astype(str).itertuples(index=False))

@@ -181,6 +181,8 @@ def test_choose_configs_among_given_candidates(torch_model):
     assert len(choose_configs(torch_model, PLATFORM, n=10, candidates=bare)) == len(order)
     with pytest.raises(InputFileError, match=r"candidate configs: missing column\(s\) \['width'\]"):
         choose_configs(torch_model, PLATFORM, candidates=given.drop(columns=["width"]))
+    with pytest.raises(InputFileError, match="candidate configs: not a table of configs"):
+        choose_configs(torch_model, PLATFORM, candidates=given.to_dict("records"))
 
 
 def test_calibration_recovers_the_machine_factor_and_is_cached(torch_model, model_cache, clock):

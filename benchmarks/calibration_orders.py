@@ -107,12 +107,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--time-budget-s", type=float, default=30.0, help="per platform")
+    ap.add_argument(
+        "--pool", type=Path, default=POOL, help="a pool directory (default: the Zen 3's)"
+    )
     args = ap.parse_args()
     scores: dict[str, list[float]] = {w: [] for w in WAYS}
     for platform in PLATFORMS:
         stem = platform.replace("/", "_")
-        first = pd.read_parquet(POOL / f"{stem}_pass1.parquet")
-        second = pd.read_parquet(POOL / f"{stem}_pass2.parquet")
+        first = pd.read_parquet(args.pool / f"{stem}_pass1.parquet")
+        second = pd.read_parquet(args.pool / f"{stem}_pass2.parquet")
         ok = ((first["status"] == "ok") & (second["status"] == "ok")).to_numpy()
         first, second = first[ok].reset_index(drop=True), second[ok].reset_index(drop=True)
         cost = first["profile_s"].to_numpy(float).copy()

@@ -976,3 +976,33 @@ def test_features_map_bends_by_the_square_of_log_flops_from_many_rows():
     assert "log_flops_sq" in used[SQUARE_ROWS + 10]
     # flat beyond the rows' FLOPs (log_flops_range): a little error at the ends
     assert errors[SQUARE_ROWS + 10] < 0.02 < 0.1 < errors[SQUARE_ROWS - 5]
+
+
+def test_features_map_steps_at_batch_one_only_with_rows_on_both_sides():
+    """A machine whose batch-1 kernels run faster, relative to its other batches, than the
+    source's (stop 49: an Intel Xeon against the Zen 3 rows): a step no log-batch slope can
+    follow. With MIN_LEVEL_ROWS batch-1 rows among MANY_ROWS or more the features map takes
+    the indicator and fits the step; with fewer batch-1 rows it leaves the column out."""
+    from carb_nas.costmodel import model_inputs as _inputs
+    from carb_nas.costmodel._calibration import MANY_ROWS, MIN_LEVEL_ROWS
+
+    b = _bent("onnxruntime", "fp32", 0.0, 0.0, 0.0)
+    b["latency_ms"] = synthetic_rows()["latency_ms"] * np.where(b["batch_size"] == 1, 0.6, 1.0)
+    one, rest = b[b["batch_size"] == 1], b[b["batch_size"] > 1]
+    fitted = {}
+    for k in (MIN_LEVEL_ROWS - 1, MIN_LEVEL_ROWS + 3):
+        rows = pd.concat(
+            [one.sample(k, random_state=0), rest.sample(MANY_ROWS + 5, random_state=0)]
+        )
+        cal = CalibratedModel(ExactSourceModel(), method="features")
+        cal.fit(_inputs(rows), rows[["latency_ms"]])
+        names = ["log_source", *cal.feature_names_]
+        used = [names[c] for c in cal.maps_["latency_ms"]["columns"][1:]]
+        held = one.drop(rows.index, errors="ignore")
+        pred = cal.predict(_inputs(held))["latency_ms"].to_numpy()
+        fitted[k] = ("is_batch_one" in used, float(np.mean(np.abs(pred / held["latency_ms"] - 1))))
+        again = CalibratedModel.from_dict(json.loads(json.dumps(cal.to_dict())), ExactSourceModel())
+        assert np.allclose(again.predict(_inputs(held))["latency_ms"].to_numpy(), pred)
+    few, enough = fitted[MIN_LEVEL_ROWS - 1], fitted[MIN_LEVEL_ROWS + 3]
+    assert not few[0] and enough[0]
+    assert enough[1] < 0.02 < 0.1 < few[1], fitted

@@ -55,7 +55,7 @@ CALIBRATION_FEATURES = (
 )
 
 
-MANY_ROWS_FEATURES = ("log_compute_intensity", "log_flops_sq")
+MANY_ROWS_FEATURES = ("log_compute_intensity", "log_flops_sq", "is_batch_one")
 """Columns the ``features`` and ``prior`` maps add from many rows on (``FEATURE_MIN_ROWS``).
 
 ``log_compute_intensity``, from ``MANY_ROWS`` (20) rows, FLOPs per byte moved: a machine with
@@ -77,7 +77,19 @@ measured for the purpose (not those the column was found on) 7.03 -> 5.13 % (tor
 4.91; ORT 5.35 unchanged: 25 rows); replayed on the 29 earlier calibrations 8.05 -> 7.84 %.
 Only from ``SQUARE_ROWS`` (30) rows on: few-shot torch -> ORT fp32 at N = 25 (a runtime
 change on one machine, where the square carries nothing: neutral at N = 50 and 100) it
-overfits (R2 0.951 -> 0.945, one draw of ten 0.953 -> 0.891)."""
+overfits (R2 0.951 -> 0.945, one draw of ten 0.953 -> 0.891).
+
+``is_batch_one``, from ``MANY_ROWS`` rows with at least ``MIN_LEVEL_ROWS`` on each side: 1 for
+a batch of one image. A batch of one takes other kernels than a batch of two (no batch loop to
+block or split), and how much faster they run is the machine's own: on an Intel Xeon with
+AVX-512 and AMX (stop 49) torch ran batch-1 configs 25-68 % faster, relative to the rest,
+than the Zen 3 rows of the default model say, a step log batch size cannot follow. On 300
+configs measured there (``docs/passes/calibration_pool_intel``, 30 s replayed, 6 seeds) torch
+11.4 -> 9.7 %, ONNX Runtime 10.1 -> 10.3 %; on the Zen 3's pool 6.18 -> 6.21 / 4.79 -> 4.86."""
+
+MIN_LEVEL_ROWS = 3
+"""An indicator column (``is_batch_one``) enters a map only with this many rows on each side:
+fewer, and its weight is one config's noise."""
 
 FLOPS_SQ_CENTER = math.log(1e9)
 """``log_flops_sq`` is ``(ln FLOPs - ln 1e9) ** 2``: centred within the spaces' range, so that
@@ -101,6 +113,8 @@ def calibration_features(
     for name in names:
         if name == "is_bottleneck":
             cols.append((X["family"].astype(str).to_numpy() == "bottleneck").astype(float))
+        elif name == "is_batch_one":
+            cols.append((pd.to_numeric(X["batch_size"]).to_numpy(float) == 1).astype(float))
         elif name == "log_flops_sq":
             v = _log_flops(X)
             if log_flops_range is not None:
@@ -119,13 +133,19 @@ def calibration_feature_names(X: pd.DataFrame, many_rows: bool = False) -> list[
     return [n for n in names if n == "is_bottleneck" or _column_of(n) in X.columns]
 
 
+def _both_levels(column: np.ndarray) -> bool:
+    """Whether an indicator column has ``MIN_LEVEL_ROWS`` rows at 1 and as many at 0."""
+    ones = int(np.sum(column == 1))
+    return min(ones, len(column) - ones) >= MIN_LEVEL_ROWS
+
+
 def _log_flops(X: pd.DataFrame) -> np.ndarray:
     return np.log(np.maximum(pd.to_numeric(X["flops"]).to_numpy(float), 1e-12))
 
 
 def _column_of(name: str) -> str:
     """The column of ``X`` a calibration feature is computed from."""
-    return "flops" if name == "log_flops_sq" else name[4:]
+    return {"log_flops_sq": "flops", "is_batch_one": "batch_size"}.get(name, name[4:])
 
 
 INFORMATIVE_KINDS = ("design", "spread")
@@ -480,7 +500,11 @@ LOW_PENALTIES = (0.01, 0.03, 0.1)
 MANY_ROWS = 20
 
 SQUARE_ROWS = 30
-FEATURE_MIN_ROWS = {"log_compute_intensity": MANY_ROWS, "log_flops_sq": SQUARE_ROWS}
+FEATURE_MIN_ROWS = {
+    "log_compute_intensity": MANY_ROWS,
+    "log_flops_sq": SQUARE_ROWS,
+    "is_batch_one": MANY_ROWS,
+}
 """The rows a map needs before it may take each of the ``MANY_ROWS_FEATURES``."""
 
 
@@ -652,10 +676,12 @@ class CalibratedModel:
         many = n >= MANY_ROWS
         penalties = (LOW_PENALTIES if many else ()) + FEATURE_PENALTIES
         # the linear columns of the features map (and the prior map's widest choice): each
-        # of the MANY_ROWS_FEATURES only from its FEATURE_MIN_ROWS on
+        # of the MANY_ROWS_FEATURES only from its FEATURE_MIN_ROWS on, an indicator only
+        # with MIN_LEVEL_ROWS rows on each side
         linear = [0] + [
             1 + i for i, name in enumerate(self.feature_names_)
             if n >= FEATURE_MIN_ROWS.get(name, 0)
+            and (name != "is_batch_one" or _both_levels(feats[:, i]))
         ]  # fmt: skip
         coef, loo = penalized_fit(np.ones((n, 1)), r, 0.0)
         candidates["scale"] = (

@@ -235,27 +235,39 @@ DEFAULT_MODULE_PARAMS: Mapping[str, Any] = MappingProxyType(
 #:   same 32 networks: 3.6 %, 94 % within 10 %, against zoo-zen4's 7.9 %, 59 %
 #:   (docs/checks/module_default_by_cpu.py; docs/costmodel.md "Stop 47").
 DEFAULT_MODULE_DATASET: Mapping[str, Mapping[str, str]] = MappingProxyType(
-    {"cpu/torch/fp32": MappingProxyType({"avx512": "zoo-zen4", "avx2": "zoo-zen3"})}
+    {
+        "cpu/torch/fp32": MappingProxyType(
+            {"avx512": "zoo-zen4", "avx2": "zoo-zen3", "intel-avx512": "zoo"}
+        )
+    }
 )
-MODULE_CPU_KINDS = ("avx512", "avx2")
+MODULE_CPU_KINDS = ("avx512", "avx2", "intel-avx512")
 
 
-def module_cpu_kind(isa: Sequence[str] | None = None) -> str:
-    """Which machine kind's module model serves this CPU: ``"avx512"`` where it has AVX-512
-    (``isa``: :func:`carb_nas.measure.cpu_identity`'s list, default this machine's), otherwise
-    ``"avx2"`` (also where /proc/cpuinfo cannot be read). Each kind's per-op costs differ: on
-    32 unseen networks the other kind's model erred 1.3x (Zen 4: 9.2 against 6.9 %) to 2.2x
-    (Zen 3: 7.9 against 3.6 %) as much after a machine factor (stop 47)."""
+def module_cpu_kind(isa: Sequence[str] | None = None, vendor: str | None = None) -> str:
+    """Which machine kind's module model serves this CPU: ``"intel-avx512"`` where an Intel
+    CPU (``vendor`` ``GenuineIntel``) has AVX-512, ``"avx512"`` (AMD Zen 4's) where another
+    has it, otherwise ``"avx2"`` (also where /proc/cpuinfo cannot be read). ``isa`` and
+    ``vendor``: :func:`carb_nas.measure.cpu_identity`'s, default this machine's (``isa`` given
+    alone: vendor unknown). Each kind's per-op costs differ: on 32 unseen networks the other
+    kind's model erred 1.3x (Zen 4: 9.2 against 6.9 %) to 2.2x (Zen 3: 7.9 against 3.6 %) as
+    much after a machine factor (stop 47); on an Intel Xeon with AVX-512 and AMX, 24 unseen
+    networks, 20.3 % (Zen 4's) and 20.9 % (Zen 3's) against 8.0 % for the Intel rows' model
+    (stop 49: Intel runs dense convs 2.6x faster than Zen 4's model says, depthwise and
+    grouped ones 1.4-1.7x, so no one factor serves both)."""
     if isa is None:
         return _this_cpu_kind()
-    return "avx512" if any(str(f).startswith("avx512") for f in isa) else "avx2"
+    if not any(str(f).startswith("avx512") for f in isa):
+        return "avx2"
+    return "intel-avx512" if vendor == "GenuineIntel" else "avx512"
 
 
 @functools.cache
 def _this_cpu_kind() -> str:
     from carb_nas.measure import cpu_identity
 
-    return module_cpu_kind(cpu_identity().get("isa", []))
+    identity = cpu_identity()
+    return module_cpu_kind(identity.get("isa", []), identity.get("vendor"))
 
 
 def _module_dataset(platform: str, cpu_kind: str | None) -> str:

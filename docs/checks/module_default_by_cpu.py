@@ -1,15 +1,18 @@
-"""Which machine kind's module model predicts a machine best: 32 zoo networks neither model
-saw (4 per family group, drawn from zoo-epyc's rows outside its first 110 per group and outside
-zoo-zen4), measured on one machine (``benchmarks/any_cnn_data.py measure --specs <them>
---reference``), predicted by the default module model (zoo-zen4, AVX-512 Zen 4) and by a model
-of zoo-epyc (AVX2 Zen 3; 110 per group, not anchored, the default before stop 39; ~20-75 s of
-training). Latency MAPE raw, then after a machine factor (the median measured / predicted ratio
-of the other 31 networks, as a calibration's would give), the share within 10 and 15 % after
-it, and the calibrated MAPE per family group.
+"""Which machine kind's module model predicts a machine best: 32 zoo networks (4 per family
+group, drawn from zoo-epyc's rows outside its first 110 per group and outside zoo-zen4),
+measured on one machine (``benchmarks/any_cnn_data.py measure --specs <them> --reference``),
+predicted by the default module model of each CPU kind (``costmodel.MODULE_CPU_KINDS``:
+``avx512`` zoo-zen4, AMD Zen 4; ``avx2`` zoo-zen3, AMD Zen 3; ``intel-avx512`` zoo, the Intel
+Xeon rows). Networks a model trained on are left out of every model's score (8 of the 32 are
+in the Intel rows), so all are scored on the same networks. Latency MAPE raw, then after a
+machine factor (the median measured / predicted ratio of the other networks, as a
+calibration's would give), the share within 10 and 15 % after it, and the calibrated MAPE per
+family group.
 
-- ``docs/checks/module_default_zen4_32.csv`` (the default): on a Zen 4 VM, stop 39
-  (docs/costmodel.md, "Stop 39" and "Stop 40").
-- ``docs/checks/module_default_zen3_32.csv``: on a Zen 3 VM (zoo-epyc's kind), stop 41.
+- ``docs/checks/module_default_zen4_32.csv``: on a Zen 4 VM, stop 39 (docs/costmodel.md).
+- ``docs/checks/module_default_zen3_32.csv``: on a Zen 3 VM, stop 41.
+- ``docs/checks/module_default_intel_32.csv``: on an Intel Xeon VM with AVX-512 and AMX
+  (family 6 model 167), stop 49.
 
     PYTHONPATH=$PWD python docs/checks/module_default_by_cpu.py [ROWS.csv]
 """
@@ -21,8 +24,12 @@ import sys
 import numpy as np
 import pandas as pd
 
-from carb_nas.costmodel import ModuleCostModel, load_default_module_model, network_tables
-from carb_nas.datasets import zoo_dir
+from carb_nas.costmodel import (
+    MODULE_CPU_KINDS,
+    load_default_module_model,
+    network_tables,
+    zoo_dataset_paths,
+)
 from carb_nas.space import family_group
 
 
@@ -39,16 +46,20 @@ def report(name: str, y: np.ndarray, p: np.ndarray) -> np.ndarray:
 
 path = sys.argv[1] if len(sys.argv) > 1 else "docs/checks/module_default_zen4_32.csv"
 rows = pd.read_csv(path)
+seen: set[str] = set()
+for kind in MODULE_CPU_KINDS:
+    paths = zoo_dataset_paths("cpu/torch/fp32", kind)
+    assert paths is not None
+    seen |= set(pd.read_csv(paths[0], usecols=["key"])["key"])
+rows = rows[~rows["key"].isin(seen)].reset_index(drop=True)
+print(f"{path}: {len(rows)} networks no model trained on")
 net, ops = network_tables(rows)
 y = net["latency_ms"].to_numpy(float)
-zen4 = report("default (zoo-zen4)", y, load_default_module_model(verbose=False).predict(
-    net, ops, None)["latency_ms"].to_numpy())  # fmt: skip
-epyc = pd.read_csv(zoo_dir() / "cpu_torch_fp32_zoo-epyc.csv")
-epyc = epyc.assign(_g=[family_group(f) for f in epyc["family"]]).sort_values("key")
-epyc = epyc.groupby("_g").head(110).drop(columns="_g")
-e_net, e_ops = network_tables(epyc, pd.read_csv(zoo_dir() / "cpu_torch_fp32_zoo-epyc_ops.csv.gz"))
-old = ModuleCostModel(kernel_anchor=False).fit(e_net, e_ops)
-zen3 = report("zoo-epyc, 880", y, old.predict(net, ops, None)["latency_ms"].to_numpy())
+errors = {}
+for kind in MODULE_CPU_KINDS:
+    model = load_default_module_model(verbose=False, cpu_kind=kind)
+    p = model.predict(net, ops, None)["latency_ms"].to_numpy()
+    errors[kind] = report(f"{kind} model", y, p)
 groups = [family_group(f) for f in net["family"]]
-table = pd.DataFrame({"group": groups, "zoo-zen4": zen4, "zoo-epyc": zen3}).groupby("group")
+table = pd.DataFrame({"group": groups, **errors}).groupby("group")
 print((table.mean() * 100).round(1).to_string())

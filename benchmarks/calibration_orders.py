@@ -21,9 +21,15 @@ calibration (:func:`carb_nas.costmodel.calibrate`) is scored on the held-out con
 Last line: ``representative_mape=<..> farthest_mape=<..> random_mape=<..> all_mape=<..>``
 (latency MAPE in %, mean over seeds and the two platforms). Measured (stop 48, 10 seeds, 30 s):
 representative 5.68 (torch 6.24, ORT 5.12), farthest 6.62 (6.34 / 6.90), random 6.61 (7.15 /
-6.07), every row 5.25 (5.69 / 4.81).
+6.07), every row 5.25 (5.69 / 4.81); stop 49 (the map's batch-1 column): 5.69 / 6.65 / 6.66 /
+5.26.
+
+``--pool docs/passes/calibration_pool_intel``: the same 300 configs measured the same way on
+an Intel Xeon VM with AVX-512 and AMX (stop 49): representative 9.57 (torch 9.38, ORT 9.77),
+farthest 9.95, random 9.64, every row 9.00 (9.08 / 8.91).
 
     PYTHONPATH=. python benchmarks/calibration_orders.py [--seeds 10] [--time-budget-s 30]
+        [--pool DIR]
 """
 
 from __future__ import annotations

@@ -35,20 +35,33 @@ farthest 9.95, random 9.64, every row 9.00 (9.08 / 8.91).
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from sklearn.metrics import mean_absolute_percentage_error
 
-from carb_nas.calibrate import INTERVAL_ALPHA, REMEASURE_SHARE, choose_configs
-from carb_nas.costmodel import calibrate, load_default_model, model_inputs
+from carb_nas.calibrate import INTERVAL_ALPHA, REMEASURE_SHARE, choose_configs, module_ratio
+from carb_nas.costmodel import (
+    calibrate,
+    load_default_model,
+    model_inputs,
+    module_cpu_kind,
+    zoo_dataset_paths,
+)
 from carb_nas.space import CONFIG_COLUMNS
 
 POOL = Path(__file__).resolve().parents[1] / "docs" / "passes" / "calibration_pool_zen3"
 PLATFORMS = ("cpu/torch/fp32", "cpu/onnxruntime/fp32")
 WAYS = ("representative", "farthest", "random", "all")
 N_VALIDATE = 40
+
+
+def pool_cpu_kind(rows: pd.DataFrame) -> str:
+    """The module-model kind of the CPU that measured ``rows`` (its fingerprint's record)."""
+    cpu = json.loads(rows["fingerprint"].iloc[0]).get("cpu", {})
+    return module_cpu_kind(cpu.get("isa", []), cpu.get("vendor"))
 
 
 def farthest_order(model, cand: pd.DataFrame) -> np.ndarray:
@@ -89,7 +102,7 @@ def representative_order(model, platform: str, cand: pd.DataFrame) -> np.ndarray
     )
 
 
-def budgeted_rows(model, order, first, second, cost, budget_s: float) -> pd.DataFrame:
+def budgeted_rows(model, order, first, second, cost, budget_s: float, ratio=None) -> pd.DataFrame:
     """The product's budget: the order's configs until 80 %, then the worst fitted again."""
     spent, chosen = 0.0, []
     for i in order:
@@ -98,7 +111,8 @@ def budgeted_rows(model, order, first, second, cost, budget_s: float) -> pd.Data
         chosen.append(int(i))
         spent += cost[i]
     rows = first.iloc[chosen].reset_index(drop=True).copy()
-    fitted = calibrate(model, rows, keep_uncalibrated=True).predict(model_inputs(rows))
+    cal = calibrate(model, rows, keep_uncalibrated=True, module_ratio=ratio)
+    fitted = cal.predict(model_inputs(rows))
     miss = np.abs(np.log(rows["latency_ms"].to_numpy(float) / fitted["latency_ms"].to_numpy(float)))
     for j in np.argsort(-miss, kind="stable"):
         i = chosen[j]
@@ -116,6 +130,13 @@ def main() -> None:
     ap.add_argument(
         "--pool", type=Path, default=POOL, help="a pool directory (default: the Zen 3's)"
     )
+    ap.add_argument(
+        "--module-ratio",
+        type=int,
+        choices=(0, 1),
+        default=1,
+        help="1 (the product): torch's map has this CPU kind's module ratio; 0: without",
+    )
     args = ap.parse_args()
     scores: dict[str, list[float]] = {w: [] for w in WAYS}
     for platform in PLATFORMS:
@@ -128,9 +149,15 @@ def main() -> None:
         cost[0] = np.median(cost)  # the first call's one-off set-up (imports, first session)
         reference = (first["latency_ms"].to_numpy(float) + second["latency_ms"].to_numpy(float)) / 2
         model = load_default_model(platform, verbose=False)
+        kind = pool_cpu_kind(first)
+        ratio = module_ratio(platform, model, kind) if args.module_ratio else None
+        # a held-out config the module model trained on would flatter its column
+        paths = zoo_dataset_paths("cpu/torch/fp32", kind)
+        trained = set(pd.read_csv(paths[0], usecols=["key"])["key"]) if paths else set()
+        eligible = np.flatnonzero(~first["key"].isin(trained).to_numpy())
         per_way: dict[str, list[float]] = {w: [] for w in WAYS}
         for seed in range(args.seeds):
-            held = np.random.default_rng(100 + seed).choice(len(first), N_VALIDATE, replace=False)
+            held = np.random.default_rng(100 + seed).choice(eligible, N_VALIDATE, replace=False)
             rest = np.setdiff1d(np.arange(len(first)), held)
             cand = first.iloc[rest].reset_index(drop=True)
             X_held = model_inputs(first.iloc[held][list(CONFIG_COLUMNS)])
@@ -144,9 +171,12 @@ def main() -> None:
                 rows = (
                     cand
                     if way == "all"
-                    else budgeted_rows(model, rest[order], first, second, cost, args.time_budget_s)
+                    else budgeted_rows(
+                        model, rest[order], first, second, cost, args.time_budget_s, ratio
+                    )
                 )
-                pred = calibrate(model, rows, keep_uncalibrated=True).predict(X_held)
+                cal = calibrate(model, rows, keep_uncalibrated=True, module_ratio=ratio)
+                pred = cal.predict(X_held)
                 mape = 100 * mean_absolute_percentage_error(
                     reference[held], pred["latency_ms"].to_numpy(float)
                 )

@@ -50,10 +50,13 @@ from carb_nas._io import atomic_directory
 from carb_nas.costmodel import (
     CalibratedModel,
     ModuleCostModel,
+    ModuleRatio,
     calibrate,
     default_model_cache_dir,
     facility_location_order,
+    fit_module_ratio,
     load_default_model,
+    load_default_module_model,
     model_inputs,
 )
 from carb_nas.datasets import SCHEMA, load_dataset, read_table, write_table
@@ -84,6 +87,7 @@ __all__ = [
     "machine_factors",
     "machine_fingerprint",
     "machine_key",
+    "module_ratio",
     "recalibrate",
     "scaled_to_this_machine",
 ]
@@ -109,6 +113,14 @@ PASSES = 1
 # fits worst (the faster of the two kept): one slow single measurement bends the map. Replayed
 # on two Zen 3 runs of the same configs (stop 41), measuring the 5 worst again took ONNX
 # Runtime 11.2 -> 6.1 % and torch 7.5 -> 6.9 %, and changed nothing where no row was off
+MODULE_RATIO_CONFIGS = 300
+"""Configs of the shipped dataset the module ratio of a calibration is fitted on (about 7 s of
+the module model's traces, within the calibration's budget; :func:`module_ratio`). Replayed on
+300 configs measured twice (stop 49), torch's budget 25 s with the ratio against 30 s without:
+Intel Xeon 8.91 -> 6.63 %, AMD Zen 3 6.15 -> 5.76 %; with 600 configs and 19 s left, 6.83
+and 6.48 %."""
+MODULE_RATIO_MIN_BUDGET_S = 20.0
+"""A calibration budget (seconds, per platform) from which the module ratio is fitted."""
 REMEASURE_SHARE = 0.2
 REMEASURED = "worst fitted"  # protocol_params["remeasured"] of such a row
 NOISY_REPEATABILITY_PCT = 10.0  # above this, a note says single measurements cannot check closer
@@ -408,7 +420,9 @@ def _remeasured(row: dict[str, Any]) -> bool:
     return isinstance(doc, dict) and doc.get("remeasured") == REMEASURED
 
 
-def _worst_fitted(source: Any, rows: list[dict[str, Any]]) -> list[int]:
+def _worst_fitted(
+    source: Any, rows: list[dict[str, Any]], ratio: ModuleRatio | None = None
+) -> list[int]:
     """Positions of the ok rows, the latency the calibration map fits worst first (the
     largest |log measured - log fitted|); none when there are too few rows to fit a map."""
     frame = pd.DataFrame(rows, columns=list(SCHEMA))
@@ -417,7 +431,8 @@ def _worst_fitted(source: Any, rows: list[dict[str, Any]]) -> list[int]:
         return []
     sub = frame[ok]
     try:
-        fitted = calibrate(source, sub, keep_uncalibrated=True).predict(model_inputs(sub))
+        cal = calibrate(source, sub, keep_uncalibrated=True, module_ratio=ratio)
+        fitted = cal.predict(model_inputs(sub))
     except (ConfigError, ModelError):
         return []
     measured = pd.to_numeric(sub["latency_ms"], errors="coerce").to_numpy(float)
@@ -427,7 +442,11 @@ def _worst_fitted(source: Any, rows: list[dict[str, Any]]) -> list[int]:
 
 
 def _fit(
-    platform: str, source: Any, rows: pd.DataFrame, fingerprint: dict[str, Any]
+    platform: str,
+    source: Any,
+    rows: pd.DataFrame,
+    fingerprint: dict[str, Any],
+    ratio: ModuleRatio | None = None,
 ) -> CalibratedModel:
     ok = rows[rows["status"] == "ok"]
     if len(ok) < MIN_CALIBRATION_ROWS:
@@ -436,7 +455,7 @@ def _fit(
             f"{MIN_CALIBRATION_ROWS} configs measured ok, got {len(ok)} of {len(rows)}. Give a "
             "longer --time-budget-s (e.g. 60)."
         )
-    model = calibrate(source, ok, keep_uncalibrated=True)
+    model = calibrate(source, ok, keep_uncalibrated=True, module_ratio=ratio)
     plat = dict(getattr(source, "platform_", None) or {})
     for k in ("device_name", "cpu_model", "threads", "device", "runtime", "precision"):
         if k in fingerprint:
@@ -449,6 +468,29 @@ def _fit(
         plat["reference_ms"] = float(probe[probe > 0].median())
     model.platform_ = plat  # type: ignore[attr-defined]
     return model
+
+
+def module_ratio(platform: str, source: Any, cpu_kind: str | None = None) -> ModuleRatio | None:
+    """How this machine kind's module model differs from ``source`` over ``platform``'s shipped
+    configs (:class:`carb_nas.costmodel.ModuleRatio`, on ``MODULE_RATIO_CONFIGS`` of them), one
+    more column for the calibration map; None where the platform has no module model (only
+    PyTorch on a CPU has one). The module model's per-op costs were measured on this CPU's kind,
+    the config model's rows on another machine: on 300 configs measured twice, torch's
+    calibrated latency MAPE with the column 6.15 -> 5.48 % on an AMD Zen 3, 8.91 -> 6.15 % on
+    an Intel Xeon (30 s replayed, stop 49, docs/costmodel.md). ``cpu_kind``: the module
+    model's (``costmodel.MODULE_CPU_KINDS``), default this machine's."""
+    device, runtime, precision = split_platform(platform)
+    if platform != f"{device}/{runtime}/{precision}":
+        return None  # a qualified dataset's model: its own machine, not the default's
+    try:
+        module = load_default_module_model(platform, verbose=False, cpu_kind=cpu_kind)
+    except ModelError:  # no multi-family dataset for this platform
+        return None
+    frame = load_dataset(platform, ok_only=True)[list(CONFIG_COLUMNS)].drop_duplicates()
+    frame = frame[frame["family"].isin(RESNET_FAMILIES)]
+    if len(frame) > MODULE_RATIO_CONFIGS:
+        frame = frame.sample(n=MODULE_RATIO_CONFIGS, random_state=0)
+    return fit_module_ratio(source, module, frame, {"runtime": runtime, "precision": precision})
 
 
 def _previous(directory: Path) -> str | None:
@@ -568,6 +610,11 @@ def calibrate_on_arrival(
     # first use: 12 s for ONNX Runtime fp32 here) would otherwise eat the measurements
     source = source_model if source_model is not None else load_default_model(platform)
     t0 = time.perf_counter()
+    # the module ratio's traces (~7 s) count against the budget, so fewer configs are measured;
+    # on a short budget, too few for its column (MANY_ROWS), it is not fitted
+    ratio = module_ratio(platform, source) if time_budget_s >= MODULE_RATIO_MIN_BUDGET_S else None
+    if ratio is not None and progress is not None:
+        progress(0, time.perf_counter() - t0, float(time_budget_s))
     candidates = choose_configs(source, platform, exclude=exclude)
     if len(candidates) == 0:
         raise ConfigError(
@@ -620,7 +667,7 @@ def calibrate_on_arrival(
                 if progress is not None:
                     progress(done, time.perf_counter() - t0, float(time_budget_s))
         if passes == 1:
-            for i in _worst_fitted(source, rounds[0]):
+            for i in _worst_fitted(source, rounds[0], ratio):
                 if time.perf_counter() - t0 + durations[i] > time_budget_s:
                     continue  # a shorter one may still fit
                 again[i] = prof.profile(configs[i])
@@ -633,7 +680,7 @@ def calibrate_on_arrival(
         doc = json.loads(kept[i]["protocol_params"])
         kept[i]["protocol_params"] = json.dumps({**doc, "remeasured": REMEASURED}, sort_keys=True)
     rows = pd.DataFrame(kept, columns=list(SCHEMA))
-    model = _fit(platform, source, rows, fingerprint)
+    model = _fit(platform, source, rows, fingerprint, ratio)
     directory = calibration_dir(platform, fingerprint)
     cal = Calibration(
         platform=platform,
@@ -891,7 +938,7 @@ def recalibrate(
         base = base[~base["key"].astype(str).isin(set(new["key"].astype(str)))]
     merged = pd.concat([base, new[list(SCHEMA)]], ignore_index=True) if len(base) else new
     merged = merged[list(SCHEMA)].reset_index(drop=True)
-    model = _fit(platform, source, merged, here)
+    model = _fit(platform, source, merged, here, module_ratio(platform, source))
     directory = calibration_dir(platform, here)
     cal = Calibration(
         platform=platform,

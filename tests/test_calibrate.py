@@ -215,6 +215,30 @@ def test_calibration_recovers_the_machine_factor_and_is_cached(torch_model, mode
     assert again.model.platform_["device_name"] == FAKE  # the model now describes this machine
 
 
+def test_a_torch_calibration_carries_this_kinds_module_ratio(torch_model, model_cache, clock):
+    """A calibration of cpu/torch/fp32 fits the module ratio (this CPU kind's module model
+    against the config model, over shipped configs) for its map, keeps it in
+    calibration.json and predicts alike when loaded; not on a budget too short for its
+    column; ONNX Runtime has no module model."""
+    from carb_nas.costmodel import ModuleRatio
+
+    prof = FakeProfiler(torch_model, 1.3, clock=clock, seconds_per_config=0.4)
+    short = calibrate_on_arrival(PLATFORM, 12, prof, source_model=torch_model, save=False)
+    assert short.model.module_ratio is None  # a budget too short for its column
+    cal = calibrate_on_arrival(PLATFORM, 24, prof, source_model=torch_model, passes=1)
+    assert isinstance(cal.model.module_ratio, ModuleRatio)
+    assert cal.model.feature_names_[-1] == "log_module_ratio" and cal.n_rows >= 20
+    doc = json.loads((cal.directory / "calibration.json").read_text())
+    assert "booster" in json.dumps(doc)
+    X = model_inputs(_grid())
+    ratio = cal.model.module_ratio.predict(X, np.log(torch_model.predict(X)["latency_ms"]))
+    assert np.isfinite(ratio).all() and np.ptp(ratio) > 0  # it varies by config
+    again = load_calibration(PLATFORM, FakeProfiler(torch_model), source_model=torch_model)
+    pd.testing.assert_frame_equal(again.model.predict(X), cal.model.predict(X))
+    assert cal_mod.module_ratio("cpu/onnxruntime/fp32", torch_model) is None
+    assert cal_mod.module_ratio("cpu/torch/fp32/zen4", torch_model) is None
+
+
 def test_one_slow_first_measurement_is_measured_again_and_bends_nothing(
     torch_model, model_cache, clock
 ):

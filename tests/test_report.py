@@ -978,6 +978,49 @@ def test_features_map_bends_by_the_square_of_log_flops_from_many_rows():
     assert errors[SQUARE_ROWS + 10] < 0.02 < 0.1 < errors[SQUARE_ROWS - 5]
 
 
+def test_features_map_follows_the_module_ratio_from_many_rows():
+    """A machine whose costs follow its own kind's module model: the target is the source
+    bent by that model's ratio to it, in a shape no linear map of the knobs follows. With a
+    ModuleRatio the features map takes log_module_ratio from MANY_ROWS rows on and fits the
+    bend; without one, or on fewer rows, it cannot; the ratio round-trips through to_dict."""
+    import lightgbm as lgb
+
+    from carb_nas.costmodel import ModuleRatio
+    from carb_nas.costmodel import model_inputs as _inputs
+    from carb_nas.costmodel._calibration import MANY_ROWS, MODULE_RATIO_PARAMS
+
+    a = synthetic_rows()
+    X = _inputs(a)
+    z = np.log(a["latency_ms"].to_numpy(float))
+    bend = 0.4 * np.sin(3 * np.log(X["width"].astype(float))) + 0.3 * np.cos(
+        2 * np.log(X["batch_size"].astype(float))
+    )
+    data = lgb.Dataset(ModuleRatio.inputs(X, z), bend.to_numpy())
+    ratio = ModuleRatio(lgb.train(MODULE_RATIO_PARAMS, data, 200).model_to_string())
+    b = _bent("onnxruntime", "fp32", 0.0, 0.0, 0.0)
+    b["latency_ms"] = a["latency_ms"] * np.exp(bend)
+    errors = {}
+    for n, with_ratio in ((MANY_ROWS - 5, True), (MANY_ROWS + 15, True), (MANY_ROWS + 15, False)):
+        rows = b.sample(n, random_state=3)
+        cal = CalibratedModel(
+            ExactSourceModel(), method="features", module_ratio=ratio if with_ratio else None
+        )
+        cal.fit(_inputs(rows), rows[["latency_ms"]])
+        names = ["log_source", *cal.feature_names_]
+        used = [names[c] for c in cal.maps_["latency_ms"]["columns"][1:]]
+        assert ("log_module_ratio" in used) == (with_ratio and n >= MANY_ROWS)
+        rest = b.drop(rows.index)
+        pred = cal.predict(_inputs(rest))["latency_ms"].to_numpy()
+        errors[n, with_ratio] = float(np.mean(np.abs(pred / rest["latency_ms"] - 1)))
+        again = CalibratedModel.from_dict(json.loads(json.dumps(cal.to_dict())), ExactSourceModel())
+        assert np.allclose(again.predict(_inputs(rest))["latency_ms"].to_numpy(), pred)
+    many = MANY_ROWS + 15
+    assert errors[many, True] < 0.03 < 0.1 < errors[many, False], errors
+    assert errors[MANY_ROWS - 5, True] > 0.1, errors
+    with pytest.raises(ModelError, match="expected a ModuleRatio"):
+        CalibratedModel(ExactSourceModel(), module_ratio="x").fit(_inputs(b), b[["latency_ms"]])
+
+
 def test_features_map_steps_at_batch_one_only_with_rows_on_both_sides():
     """A machine whose batch-1 kernels run faster, relative to its other batches, than the
     source's (stop 49: an Intel Xeon against the Zen 3 rows): a step no log-batch slope can

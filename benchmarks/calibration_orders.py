@@ -16,26 +16,34 @@ validation set (reference: the mean of their two passes), and each way orders th
 The product's budget is simulated with each config's measured profile time: configs in order
 until 80 % of ``--time-budget-s`` (per platform, default 30 s), then the configs the fitted
 map fits worst measured again (their second pass; the faster kept) with the rest. The
-calibration (:func:`carb_nas.costmodel.calibrate`) is scored on the held-out configs.
+calibration (:func:`carb_nas.costmodel.calibrate`) is scored on the held-out configs. As in
+the product, torch's map has the module ratio of the pool's CPU kind (read from its rows'
+fingerprint; :func:`carb_nas.calibrate.module_ratio`), its traces timed here and taken out of
+torch's budget; ``--module-ratio 0`` leaves it out. Held-out configs are drawn only among those
+the module model of that kind never trained on.
 
 Last line: ``representative_mape=<..> farthest_mape=<..> random_mape=<..> all_mape=<..>``
 (latency MAPE in %, mean over seeds and the two platforms). Measured (stop 48, 10 seeds, 30 s):
 representative 5.68 (torch 6.24, ORT 5.12), farthest 6.62 (6.34 / 6.90), random 6.61 (7.15 /
-6.07), every row 5.25 (5.69 / 4.81); stop 49 (the map's batch-1 column): 5.69 / 6.65 / 6.66 /
-5.26.
+6.07), every row 5.25 (5.69 / 4.81). Stop 49 (the batch-1 column; held out only among configs
+the module model never saw; with / without the module ratio): representative 5.51 / 5.64
+(torch 5.90 / 6.15, ORT 5.12), farthest 6.40 / 6.39, random 6.46 / 6.54, every row 4.74 /
+5.08.
 
 ``--pool docs/passes/calibration_pool_intel``: the same 300 configs measured the same way on
-an Intel Xeon VM with AVX-512 and AMX (stop 49): representative 9.57 (torch 9.38, ORT 9.77),
-farthest 9.95, random 9.64, every row 9.00 (9.08 / 8.91).
+an Intel Xeon VM with AVX-512 and AMX (stop 49), with / without the module ratio:
+representative 8.24 / 9.34 (torch 6.72 / 8.91, ORT 9.77), farthest 8.75 / 10.26, random 8.26 /
+9.51, every row 7.49 / 8.99 (torch 6.07 / 9.07).
 
     PYTHONPATH=. python benchmarks/calibration_orders.py [--seeds 10] [--time-budget-s 30]
-        [--pool DIR]
+        [--pool DIR] [--module-ratio 0|1]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -150,7 +158,10 @@ def main() -> None:
         reference = (first["latency_ms"].to_numpy(float) + second["latency_ms"].to_numpy(float)) / 2
         model = load_default_model(platform, verbose=False)
         kind = pool_cpu_kind(first)
+        started = time.perf_counter()
         ratio = module_ratio(platform, model, kind) if args.module_ratio else None
+        # as in the product, the ratio's traces come out of the platform's budget
+        budget_s = args.time_budget_s - (time.perf_counter() - started if ratio else 0.0)
         # a held-out config the module model trained on would flatter its column
         paths = zoo_dataset_paths("cpu/torch/fp32", kind)
         trained = set(pd.read_csv(paths[0], usecols=["key"])["key"]) if paths else set()
@@ -171,9 +182,7 @@ def main() -> None:
                 rows = (
                     cand
                     if way == "all"
-                    else budgeted_rows(
-                        model, rest[order], first, second, cost, args.time_budget_s, ratio
-                    )
+                    else budgeted_rows(model, rest[order], first, second, cost, budget_s, ratio)
                 )
                 cal = calibrate(model, rows, keep_uncalibrated=True, module_ratio=ratio)
                 pred = cal.predict(X_held)

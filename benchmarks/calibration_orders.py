@@ -26,13 +26,13 @@ Last line: ``representative_mape=<..> farthest_mape=<..> random_mape=<..> all_ma
 (latency MAPE in %, mean over seeds and the two platforms). Measured (stop 48, 10 seeds, 30 s):
 representative 5.68 (torch 6.24, ORT 5.12), farthest 6.62 (6.34 / 6.90), random 6.61 (7.15 /
 6.07), every row 5.25 (5.69 / 4.81). Stop 49 (the batch-1 column; held out only among configs
-the module model never saw; with / without the module ratio): representative 5.51 / 5.64
-(torch 5.90 / 6.15, ORT 5.12), farthest 6.40 / 6.39, random 6.46 / 6.54, every row 4.74 /
+the module model never saw; with / without the module ratio): representative 5.50 / 5.64
+(torch 5.87 / 6.15, ORT 5.12), farthest 6.39 / 6.39, random 6.39 / 6.54, every row 4.74 /
 5.08.
 
 ``--pool docs/passes/calibration_pool_intel``: the same 300 configs measured the same way on
 an Intel Xeon VM with AVX-512 and AMX (stop 49), with / without the module ratio:
-representative 8.24 / 9.34 (torch 6.72 / 8.91, ORT 9.77), farthest 8.75 / 10.26, random 8.26 /
+representative 8.18 / 9.34 (torch 6.59 / 8.91, ORT 9.77), farthest 8.79 / 10.26, random 8.33 /
 9.51, every row 7.49 / 8.99 (torch 6.07 / 9.07).
 
     PYTHONPATH=. python benchmarks/calibration_orders.py [--seeds 10] [--time-budget-s 30]

@@ -105,6 +105,14 @@ MAX_FACILITY_POOL = 1024
 # the meta device (~50 ms), so the 4,471 configs of cpu/torch/fp32/zoo-zen5 took the whole
 # time budget (4 min) before one was measured; a seeded sample of the pool instead
 MAX_TRACED_POOL = 240
+# configs of the shipped dataset a calibration's module ratio is fitted on (:func:`module_ratio`;
+# 4-7 s of the module model's traces, taken out of the budget). Replayed on 300 configs measured
+# twice (stop 49; benchmarks/calibration_orders.py), torch with / without it: Intel Xeon 6.59 /
+# 8.91 %, AMD Zen 3 5.87 / 6.15 %; 600 configs and 11 s less of measuring: 6.83 / 6.48 %
+MODULE_RATIO_CONFIGS = 300
+# a budget (seconds, per platform) from which it is fitted: a shorter one measures too few
+# configs for its column (costmodel MANY_ROWS)
+MODULE_RATIO_MIN_BUDGET_S = 20.0
 # rounds per config, the fastest kept (see profile_passes). 1: within 30 s per model, more
 # configs beat fewer cleaner ones here (ONNX Runtime 11.1 % after 16 configs of 1 pass, 24.7 %
 # after 6 configs of 3; torch 13.8 % / 12.3 %); --passes 3 also reports the repeatability
@@ -113,14 +121,6 @@ PASSES = 1
 # fits worst (the faster of the two kept): one slow single measurement bends the map. Replayed
 # on two Zen 3 runs of the same configs (stop 41), measuring the 5 worst again took ONNX
 # Runtime 11.2 -> 6.1 % and torch 7.5 -> 6.9 %, and changed nothing where no row was off
-MODULE_RATIO_CONFIGS = 300
-"""Configs of the shipped dataset the module ratio of a calibration is fitted on (about 7 s of
-the module model's traces, within the calibration's budget; :func:`module_ratio`). Replayed on
-300 configs measured twice (stop 49), torch's budget 25 s with the ratio against 30 s without:
-Intel Xeon 8.91 -> 6.63 %, AMD Zen 3 6.15 -> 5.76 %; with 600 configs and 19 s left, 6.83
-and 6.48 %."""
-MODULE_RATIO_MIN_BUDGET_S = 20.0
-"""A calibration budget (seconds, per platform) from which the module ratio is fitted."""
 REMEASURE_SHARE = 0.2
 REMEASURED = "worst fitted"  # protocol_params["remeasured"] of such a row
 NOISY_REPEATABILITY_PCT = 10.0  # above this, a note says single measurements cannot check closer
@@ -476,9 +476,10 @@ def module_ratio(platform: str, source: Any, cpu_kind: str | None = None) -> Mod
     more column for the calibration map; None where the platform has no module model (only
     PyTorch on a CPU has one). The module model's per-op costs were measured on this CPU's kind,
     the config model's rows on another machine: on 300 configs measured twice, torch's
-    calibrated latency MAPE with the column 6.15 -> 5.48 % on an AMD Zen 3, 8.91 -> 6.15 % on
-    an Intel Xeon (30 s replayed, stop 49, docs/costmodel.md). ``cpu_kind``: the module
-    model's (``costmodel.MODULE_CPU_KINDS``), default this machine's."""
+    calibrated latency MAPE without / with the column 8.91 -> 6.59 % on an Intel Xeon, 6.15 ->
+    5.87 % on an AMD Zen 3 (30 s replayed, the ratio's traces out of them; stop 49,
+    docs/costmodel.md). ``cpu_kind``: the module model's (``costmodel.MODULE_CPU_KINDS``),
+    default this machine's."""
     device, runtime, precision = split_platform(platform)
     if platform != f"{device}/{runtime}/{precision}":
         return None  # a qualified dataset's model: its own machine, not the default's

@@ -1024,10 +1024,10 @@ def test_features_map_follows_the_module_ratio_from_many_rows():
 def test_features_map_steps_at_batch_one_only_with_rows_on_both_sides():
     """A machine whose batch-1 kernels run faster, relative to its other batches, than the
     source's (stop 49: an Intel Xeon against the Zen 3 rows): a step no log-batch slope can
-    follow. With MIN_LEVEL_ROWS batch-1 rows among MANY_ROWS or more the features map takes
+    follow. With MIN_LEVEL_ROWS batch-1 rows among SQUARE_ROWS or more the features map takes
     the indicator and fits the step; with fewer batch-1 rows it leaves the column out."""
     from carb_nas.costmodel import model_inputs as _inputs
-    from carb_nas.costmodel._calibration import MANY_ROWS, MIN_LEVEL_ROWS
+    from carb_nas.costmodel._calibration import MIN_LEVEL_ROWS, SQUARE_ROWS
 
     b = _bent("onnxruntime", "fp32", 0.0, 0.0, 0.0)
     b["latency_ms"] = synthetic_rows()["latency_ms"] * np.where(b["batch_size"] == 1, 0.6, 1.0)
@@ -1035,7 +1035,7 @@ def test_features_map_steps_at_batch_one_only_with_rows_on_both_sides():
     fitted = {}
     for k in (MIN_LEVEL_ROWS - 1, MIN_LEVEL_ROWS + 3):
         rows = pd.concat(
-            [one.sample(k, random_state=0), rest.sample(MANY_ROWS + 5, random_state=0)]
+            [one.sample(k, random_state=0), rest.sample(SQUARE_ROWS + 5, random_state=0)]
         )
         cal = CalibratedModel(ExactSourceModel(), method="features")
         cal.fit(_inputs(rows), rows[["latency_ms"]])

@@ -81,13 +81,15 @@ Only from ``SQUARE_ROWS`` (30) rows on: few-shot torch -> ORT fp32 at N = 25 (a 
 change on one machine, where the square carries nothing: neutral at N = 50 and 100) it
 overfits (R2 0.951 -> 0.945, one draw of ten 0.953 -> 0.891).
 
-``is_batch_one``, from ``MANY_ROWS`` rows with at least ``MIN_LEVEL_ROWS`` on each side: 1 for
+``is_batch_one``, from ``SQUARE_ROWS`` rows with at least ``MIN_LEVEL_ROWS`` on each side: 1 for
 a batch of one image. A batch of one takes other kernels than a batch of two (no batch loop to
 block or split), and how much faster they run is the machine's own: on an Intel Xeon with
 AVX-512 and AMX (stop 49) torch ran batch-1 configs 25-68 % faster, relative to the rest,
 than the Zen 3 rows of the default model say, a step log batch size cannot follow. On 300
-configs measured there (``docs/passes/calibration_pool_intel``, 30 s replayed, 6 seeds) torch
-11.4 -> 9.7 %, ONNX Runtime 10.1 -> 10.3 %; on the Zen 3's pool 6.18 -> 6.21 / 4.79 -> 4.86."""
+configs measured there (``docs/passes/calibration_pool_intel``, 30 s replayed, 10 seeds) torch
+10.69 -> 9.38 %, ONNX Runtime 9.81 -> 9.77 %; on the Zen 3's pool unchanged (6.25 / 5.12 %).
+From 20 rows it overfitted few-shot torch -> ORT fp32 at N = 25 (R2 0.964 ± 0.002 -> 0.953 ±
+0.022), hence 30."""
 
 MIN_LEVEL_ROWS = 3
 """An indicator column (``is_batch_one``) enters a map only with this many rows on each side:
@@ -586,7 +588,7 @@ SQUARE_ROWS = 30
 FEATURE_MIN_ROWS = {
     "log_compute_intensity": MANY_ROWS,
     "log_flops_sq": SQUARE_ROWS,
-    "is_batch_one": MANY_ROWS,
+    "is_batch_one": SQUARE_ROWS,
     "log_module_ratio": MANY_ROWS,
 }
 """The rows a map needs before it may take each of the ``MANY_ROWS_FEATURES``."""

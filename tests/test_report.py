@@ -587,15 +587,17 @@ def test_prior_map_picks_its_columns_by_loo_error():
     offered = [c for c, name in enumerate(names) if 25 >= FEATURE_MIN_ROWS.get(name, 0)]
     assert "log_flops_sq" in names and names.index("log_flops_sq") not in offered
     assert cal_w.maps_["latency_ms"]["columns"] == offered
-    # an older saved map (no "columns", a weight per column, no log_flops_sq) predicts with
-    # every column
+    # an older saved map (no "columns", a weight per column, no log_flops_sq nor is_batch_one)
+    # predicts with every column
     X = _inputs(wide)
     old = cal_w.to_dict()
-    sq = names.index("log_flops_sq")
-    old["feature_names"].remove("log_flops_sq")
+    later = [c for c, name in enumerate(names) if c not in offered]  # log_flops_sq, is_batch_one
+    assert [names[c] for c in later] == ["log_flops_sq", "is_batch_one"]
+    old["feature_names"] = [n for n in old["feature_names"] if names.index(n) not in later]
     del old["log_flops_range"], old["maps"]["latency_ms"]["columns"]
     for key in ("mean", "std"):
-        del old["maps"]["latency_ms"][key][sq]
+        values = old["maps"]["latency_ms"][key]
+        old["maps"]["latency_ms"][key] = [v for c, v in enumerate(values) if c not in later]
     again = CalibratedModel.from_dict(json.loads(json.dumps(old)), ExactSourceModel())
     pd.testing.assert_frame_equal(cal_w.predict(X), again.predict(X))
     # and a two-column map applies only its two weights (dropping them changes the result)

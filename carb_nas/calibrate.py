@@ -392,10 +392,17 @@ class Calibration:
             f"in {self.seconds:.0f} s; cached in {self.directory}"
         ]
         factors = self.factors()
+        names = ["log_source", *getattr(self.model, "feature_names_", [])]
         for t, m in self.model.maps_.items():
+            # the map's columns (all of them in a map saved before they were named)
+            columns = m.get("columns", range(len(names)))
+            module = m["method"] in ("features", "prior") and "log_module_ratio" in [
+                names[c] for c in columns if c < len(names)
+            ]
             lines.append(
                 f"  {t:<12} {m['method']:<9} leave-one-out error {100 * m['loo_rmse_log']:.1f}% "
                 f"(log RMSE), median measured/default x{factors[t]:.2f}"
+                + (", with this CPU kind's module model" if module else "")
             )
         rep = self.repeatability()
         if rep["n"]:

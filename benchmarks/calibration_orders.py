@@ -143,7 +143,7 @@ def main() -> None:
         type=int,
         choices=(0, 1),
         default=1,
-        help="1 (the product): torch's map has this CPU kind's module ratio; 0: without",
+        help="1 (the product): torch's map has the pool CPU kind's module ratio; 0: without",
     )
     args = ap.parse_args()
     scores: dict[str, list[float]] = {w: [] for w in WAYS}

@@ -946,7 +946,9 @@ def recalibrate(
         base = base[~base["key"].astype(str).isin(set(new["key"].astype(str)))]
     merged = pd.concat([base, new[list(SCHEMA)]], ignore_index=True) if len(base) else new
     merged = merged[list(SCHEMA)].reset_index(drop=True)
-    model = _fit(platform, source, merged, here, module_ratio(platform, source))
+    # the ratio is the two models' over the shipped configs, not the rows': the earlier one holds
+    ratio = old.model.module_ratio if old is not None else None
+    model = _fit(platform, source, merged, here, ratio or module_ratio(platform, source))
     directory = calibration_dir(platform, here)
     cal = Calibration(
         platform=platform,

@@ -215,7 +215,9 @@ def test_calibration_recovers_the_machine_factor_and_is_cached(torch_model, mode
     assert again.model.platform_["device_name"] == FAKE  # the model now describes this machine
 
 
-def test_a_torch_calibration_carries_this_kinds_module_ratio(torch_model, model_cache, clock):
+def test_a_torch_calibration_carries_this_kinds_module_ratio(
+    torch_model, model_cache, clock, monkeypatch
+):
     """A calibration of cpu/torch/fp32 fits the module ratio (this CPU kind's module model
     against the config model, over shipped configs) for its map, keeps it in
     calibration.json and predicts alike when loaded; not on a budget too short for its
@@ -235,6 +237,17 @@ def test_a_torch_calibration_carries_this_kinds_module_ratio(torch_model, model_
     assert np.isfinite(ratio).all() and np.ptp(ratio) > 0  # it varies by config
     again = load_calibration(PLATFORM, FakeProfiler(torch_model), source_model=torch_model)
     pd.testing.assert_frame_equal(again.model.predict(X), cal.model.predict(X))
+    # a recalibration keeps the ratio (the two models', not the rows'): not fitted again
+    with monkeypatch.context() as m:
+        m.setattr(cal_mod, "module_ratio", lambda *a, **k: pytest.fail("fitted again"))
+        folded = recalibrate(PLATFORM, cal.rows.head(3), FakeProfiler(torch_model, 1.3),
+                             source_model=torch_model)  # fmt: skip
+    assert folded.model.module_ratio.booster_text == cal.model.module_ratio.booster_text
+    # a damaged ratio in calibration.json is one clear error, not LightGBM's
+    doc["calibration"]["module_ratio"]["booster"] = "tree\nnot a booster"
+    (cal.directory / "calibration.json").write_text(json.dumps(doc))
+    with pytest.raises(ModelError, match="damaged module ratio.*Calibrate again"):
+        load_calibration(PLATFORM, FakeProfiler(torch_model), source_model=torch_model)
     assert cal_mod.module_ratio("cpu/onnxruntime/fp32", torch_model) is None
     assert cal_mod.module_ratio("cpu/torch/fp32/zen4", torch_model) is None
 

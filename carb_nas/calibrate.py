@@ -57,7 +57,9 @@ from carb_nas.costmodel import (
     fit_module_ratio,
     load_default_model,
     load_default_module_model,
+    load_default_node_model,
     model_inputs,
+    node_ratio,
 )
 from carb_nas.datasets import SCHEMA, load_dataset, read_table, write_table
 from carb_nas.errors import ConfigError, ModelError
@@ -110,6 +112,7 @@ MAX_TRACED_POOL = 240
 # twice (stop 49; benchmarks/calibration_orders.py), torch with / without it: Intel Xeon 6.59 /
 # 8.91 %, AMD Zen 3 5.87 / 6.15 %; 600 configs and 11 s less of measuring: 6.83 / 6.48 %
 MODULE_RATIO_CONFIGS = 300
+NODE_MODEL_PLATFORM = "cpu/onnxruntime/fp32"  # the platform a per-node model describes
 # a budget (seconds, per platform) from which it is fitted: a shorter one measures too few
 # configs for its column (costmodel MANY_ROWS)
 MODULE_RATIO_MIN_BUDGET_S = 20.0
@@ -393,6 +396,7 @@ class Calibration:
         ]
         factors = self.factors()
         names = ["log_source", *getattr(self.model, "feature_names_", [])]
+        ratio = getattr(self.model, "module_ratio", None)
         for t, m in self.model.maps_.items():
             # the map's columns (all of them in a map saved before they were named)
             columns = m.get("columns", range(len(names)))
@@ -402,7 +406,7 @@ class Calibration:
             lines.append(
                 f"  {t:<12} {m['method']:<9} leave-one-out error {100 * m['loo_rmse_log']:.1f}% "
                 f"(log RMSE), median measured/default x{factors[t]:.2f}"
-                + (", with this CPU kind's module model" if module else "")
+                + (f", with this CPU kind's {ratio.what}" if module and ratio else "")
             )
         rep = self.repeatability()
         if rep["n"]:
@@ -478,18 +482,21 @@ def _fit(
 
 
 def module_ratio(platform: str, source: Any, cpu_kind: str | None = None) -> ModuleRatio | None:
-    """How this machine kind's module model differs from ``source`` over ``platform``'s shipped
-    configs (:class:`carb_nas.costmodel.ModuleRatio`, on ``MODULE_RATIO_CONFIGS`` of them), one
-    more column for the calibration map; None where the platform has no module model (only
-    PyTorch on a CPU has one). The module model's per-op costs were measured on this CPU's kind,
-    the config model's rows on another machine: on 300 configs measured twice, torch's
-    calibrated latency MAPE without / with the column 8.91 -> 6.59 % on an Intel Xeon, 6.15 ->
-    5.87 % on an AMD Zen 3 (30 s replayed, the ratio's traces out of them; stop 49,
-    docs/costmodel.md). ``cpu_kind``: the module model's (``costmodel.MODULE_CPU_KINDS``),
-    default this machine's."""
+    """How this machine kind's per-op knowledge differs from ``source`` over ``platform``'s
+    shipped configs (:class:`carb_nas.costmodel.ModuleRatio`, on ``MODULE_RATIO_CONFIGS`` of
+    them), one more column for the calibration map; None where the platform has none for this
+    CPU kind. PyTorch: the module model (per-op costs measured on this CPU's kind; the config
+    model's rows come from another machine): on 300 configs measured twice, torch's calibrated
+    latency MAPE without / with the column 8.91 -> 6.59 % on an Intel Xeon, 6.15 -> 5.87 % on
+    an AMD Zen 3 (30 s replayed, the ratio's traces out of them; stop 49, docs/costmodel.md).
+    ONNX Runtime fp32: the per-node model of the kind's shipped node rows
+    (``costmodel.load_default_node_model``; only ``intel-avx512`` has them, stop 50).
+    ``cpu_kind``: the model's (``costmodel.MODULE_CPU_KINDS``), default this machine's."""
     device, runtime, precision = split_platform(platform)
     if platform != f"{device}/{runtime}/{precision}":
         return None  # a qualified dataset's model: its own machine, not the default's
+    if platform == NODE_MODEL_PLATFORM:
+        return node_ratio(cpu_kind)  # exact: a ResNet's node table is closed-form
     try:
         module = load_default_module_model(platform, verbose=False, cpu_kind=cpu_kind)
     except ModelError:  # no multi-family dataset for this platform
@@ -617,6 +624,8 @@ def calibrate_on_arrival(
     # the budget is for choosing and measuring: loading the default model (training it on
     # first use: 12 s for ONNX Runtime fp32 here) would otherwise eat the measurements
     source = source_model if source_model is not None else load_default_model(platform)
+    if platform == NODE_MODEL_PLATFORM and time_budget_s >= MODULE_RATIO_MIN_BUDGET_S:
+        load_default_node_model()  # likewise its node model (first use: ~15 s, then cached)
     t0 = time.perf_counter()
     # the module ratio's traces (~7 s) count against the budget, so fewer configs are measured;
     # on a short budget, too few for its column (MANY_ROWS), it is not fitted

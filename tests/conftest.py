@@ -25,16 +25,18 @@ def _cheap_default_models(tmp_path_factory):
     any_cnn.py, openvino_models.py). The default *module* model keeps its real recipe: it is
     shipped (carb_nas/data/models, ~1 s to load; a tiny one trained per worker took ~12 s),
     and tests/test_costmodel_module_default.py fails while the shipped one is stale. A
-    calibration's module ratio is fitted on 40 configs instead of 600."""
+    calibration's module ratio is fitted on 40 configs instead of 600, and the ONNX Runtime node
+    model trained on first use takes 60 rounds instead of 800."""
     from types import MappingProxyType
 
     from carb_nas import calibrate
-    from carb_nas.costmodel import _defaults
+    from carb_nas.costmodel import _defaults, _nodes
 
     mp = pytest.MonkeyPatch()
     mp.setenv("CARB_NAS_CACHE", str(tmp_path_factory.mktemp("carb_nas_cache")))
     # a calibration's module ratio traces its configs (~25 ms each): 40, not 600
     mp.setattr(calibrate, "MODULE_RATIO_CONFIGS", 40)
+    mp.setattr(_nodes, "NODE_ROUNDS", 60)  # the ONNX Runtime node model: 800 rounds, ~5 s
     mp.setattr(
         _defaults,
         "DEFAULT_MODEL_PARAMS",

@@ -141,6 +141,15 @@ from carb_nas.costmodel._kernels import (
 )
 from carb_nas.costmodel._learners import PRESETS, resolve_preset
 from carb_nas.costmodel._metrics import regression_metrics
+from carb_nas.costmodel._nodes import (
+    NodeCostModel,
+    NodeRatio,
+    load_default_node_model,
+    measured_table,
+    node_ratio,
+    node_rows_path,
+    node_table,
+)
 from carb_nas.costmodel._persist import check_output_dir, manifest_sha256
 from carb_nas.costmodel._prepare import (
     PHYSICAL_OFFSETS,
@@ -206,6 +215,13 @@ __all__ = [
     # few-shot calibration to a new platform
     "CalibratedModel",
     "ModuleRatio",
+    "NodeCostModel",
+    "NodeRatio",
+    "load_default_node_model",
+    "node_ratio",
+    "measured_table",
+    "node_rows_path",
+    "node_table",
     "MIN_PRIOR_CONFIGS",
     "PRIOR_MAP_COLUMNS",
     "TransferPrior",

@@ -526,6 +526,8 @@ class ModuleRatio:
     correlation 0.94 (Zen 3) and 0.96 (Intel Xeon), 0.98 on 1,500 (stop 49). Saved as the
     booster's text (no pickle)."""
 
+    what = "module model"  # what a calibration summary says the column comes from
+
     def __init__(self, booster_text: str) -> None:
         import lightgbm as lgb
 
@@ -558,13 +560,18 @@ class ModuleRatio:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ModuleRatio:
+        if data.get("kind") == "nodes":  # ONNX Runtime's exact node-sum column
+            from carb_nas.costmodel._nodes import NodeRatio
+
+            return NodeRatio.from_reference(data)
         return cls(str(data["booster"]))
 
 
 def fit_module_ratio(
     source_model: Any, module_model: Any, configs: pd.DataFrame, platform: Mapping[str, str]
 ) -> ModuleRatio:
-    """A :class:`ModuleRatio` of ``module_model`` (a ``ModuleCostModel``) against
+    """A :class:`ModuleRatio` of ``module_model`` (a ``ModuleCostModel``, or for ONNX
+    Runtime a ``NodeCostModel``: its per-node sum) against
     ``source_model`` (a config ``CostModel``), fitted on ``configs`` (config rows of the
     source's space, a few hundred) at ``platform``'s runtime and precision (the source's
     own platform: the ratio is between two models of one platform)."""
@@ -579,7 +586,10 @@ def fit_module_ratio(
         )
     X = model_inputs(configs[list(CONFIG_COLUMNS)].assign(**platform))
     source = source_model.predict(X)["latency_ms"].to_numpy(float)
-    module = ConfigModuleModel(module_model).predict(X)["latency_ms"].to_numpy(float)
+    # a NodeCostModel predicts config rows itself; a ModuleCostModel predicts networks
+    predictor = module_model if hasattr(module_model, "predict_table") else None
+    module = (predictor or ConfigModuleModel(module_model)).predict(X)["latency_ms"]
+    module = module.to_numpy(float)
     ok = np.isfinite(source) & np.isfinite(module) & (source > 0) & (module > 0)
     z = np.log(source[ok])
     data = lgb.Dataset(ModuleRatio.inputs(X[ok], z), np.log(module[ok] / source[ok]))

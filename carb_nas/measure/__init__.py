@@ -58,6 +58,13 @@ from carb_nas.measure._ops import (
     read_ops_campaign,
     run_ops_campaign,
 )
+from carb_nas.measure._ort_nodes import (
+    NODE_COLUMNS,
+    measure_ort_nodes,
+    ort_nodes_fingerprint,
+    read_ort_nodes,
+    run_ort_nodes_campaign,
+)
 from carb_nas.measure._passes import (
     check_passes,
     fastest_of_passes,
@@ -178,6 +185,11 @@ __all__ = [
     "check_platform",
     "check_runtime",
     "cpu_identity",
+    "NODE_COLUMNS",
+    "measure_ort_nodes",
+    "ort_nodes_fingerprint",
+    "read_ort_nodes",
+    "run_ort_nodes_campaign",
     "cpu_model_name",
     "frozen_heap",
     "get_meter",

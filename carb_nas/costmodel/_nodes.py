@@ -1,0 +1,426 @@
+"""How this CPU kind runs ONNX Runtime's kernels: a per-node cost model, summed per network.
+
+ONNX Runtime's CPU graph of a CNN is a chain of fused kernels: one ``Conv`` per convolution
+(BatchNorm, ReLU and the residual Add fused into it), the pools and the classifier's ``Gemm``.
+How long each takes depends on its shape in ways a config-level model trained on another
+machine cannot know: on an Intel Xeon with AVX-512 (stop 50) a 3x3 conv on a 2x2 map ran at a
+third of the FLOP rate of the same conv on 16x16, and the ratio differs on an AMD Zen 3.
+:class:`NodeCostModel` learns ``log`` kernel time of one node (its op, batch, channels, spatial
+size, kernel, groups, FLOPs, bytes in / out / of weights, channel padding to 16 lanes) with
+two network columns beside it (the network's conv weight bytes and its largest output: what
+stays in cache between kernels), from per-node rows measured on this CPU kind
+(:func:`carb_nas.measure.run_ort_nodes_campaign`). A network's prediction is the sum of its
+nodes, read from the meta-device trace of its config (:func:`node_table`: the trace's conv,
+pool and linear rows are ONNX Runtime's ``Conv``, pool and ``Gemm`` nodes one to one); the
+reorders, flatten and per-run overhead are left to the calibration map, whose column the sum
+is (``calibrate.module_ratio``). Persisted as LightGBM's booster text, no pickle.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from carb_nas._io import atomic_write_text
+from carb_nas.costmodel._calibration import ModuleRatio
+from carb_nas.costmodel._defaults import (
+    _check_writable,
+    _this_cpu_kind,
+    default_model_cache_dir,
+)
+from carb_nas.errors import ModelError
+from carb_nas.models import EXPANSION, NUM_CLASSES, stage_channels
+from carb_nas.space import CONFIG_COLUMNS, Config, frame_to_configs
+
+__all__ = [
+    "NODE_OPS",
+    "NodeCostModel",
+    "NodeRatio",
+    "load_default_node_model",
+    "node_ratio",
+    "measured_table",
+    "node_rows_path",
+    "node_table",
+]
+
+NODE_OPS = {"Conv": 0, "MaxPool": 1, "GlobalAveragePool": 2, "Gemm": 3}
+"""The node types the model learns (op code); the rest (reorders, flatten) take a few µs."""
+NODE_COLUMNS = ("key", "op", "n", "c", "h", "co", "ho", "k", "g")
+"""A node's shape: batch ``n``, channels in / out, square spatial size in / out, kernel ``k``
+(0 off conv) and groups ``g``."""
+LANES = 16  # fp32 lanes of an AVX-512 vector: ONNX Runtime's NCHWc block on such a CPU
+NODE_PARAMS = {
+    "objective": "l2",
+    "learning_rate": 0.05,
+    "num_leaves": 31,
+    "min_data_in_leaf": 3,
+    "lambda_l2": 1.0,
+    "verbose": -1,
+    "num_threads": 0,
+    "seed": 0,
+    "deterministic": True,
+    "force_row_wise": True,
+}
+NODE_ROUNDS = 800
+_NODE_RECIPE_REVISION = 1
+_SHIPPED_NODES = Path(__file__).resolve().parents[1] / "data" / "nodes"
+
+
+def node_rows_path(cpu_kind: str | None = None) -> Path | None:
+    """The shipped per-node ONNX Runtime rows of ``cpu_kind`` (default: this machine's), or
+    None where that kind has none."""
+    kind = cpu_kind or _this_cpu_kind()
+    path = _SHIPPED_NODES / f"cpu_onnxruntime_fp32_{kind}.jsonl.gz"
+    return path if path.is_file() else None
+
+
+def measured_table(configs: pd.DataFrame, nodes: pd.DataFrame) -> pd.DataFrame:
+    """The traced node table of the measured ``configs`` (:func:`node_table`) with each node's
+    measured time ``us`` (``measure.read_ort_nodes``' two frames).
+
+    ONNX Runtime's own shapes are not the network's: its NCHWc layout pads a map's channels to
+    the vector's lanes (56 -> 64), in the weights too, and a net of narrow maps gets reorder
+    and unfused Add nodes instead. So each traced node takes the time of a measured node of
+    its op, spatial sizes and kernel whose channels agree once both are padded to the lanes
+    (identical shapes are interchangeable); traced nodes with no such partner are dropped and
+    so are measured nodes of other types (reorders, flatten: a few µs each, left to the map)."""
+    known = nodes[nodes["op"].isin(list(NODE_OPS))]
+    by_key = {k: g for k, g in known.groupby("key", sort=False)}
+    parts = []
+    for config in frame_to_configs(configs[list(CONFIG_COLUMNS)]):
+        measured = by_key.get(config.key)
+        if measured is None:
+            continue
+        waiting: dict[tuple, list[float]] = {}
+        for op, x, w, y, us in measured[["op", "x", "w", "y", "us"]].itertuples(
+            index=False, name=None
+        ):
+            gemm = op == "Gemm"
+            k = int(w[2]) if op == "Conv" else 0
+            shape = (1, 1) if gemm else (int(x[2]), int(y[2]))
+            key = (NODE_OPS[op], *shape, k, _padded(int(x[1])), _padded(int(y[1])))
+            waiting.setdefault(key, []).append(float(us))
+        table = node_table([config])
+        us_col = np.full(len(table), np.nan)
+        for i, row in enumerate(table[list(NODE_COLUMNS[1:])].itertuples(index=False)):
+            op, _, c, h, co, ho, k, _ = (int(v) for v in row)
+            times = waiting.get((op, h, ho, k, _padded(c), _padded(co)))
+            if times:
+                us_col[i] = times.pop(0)
+        parts.append(table.assign(us=us_col).dropna(subset=["us"]))
+    columns = [*NODE_COLUMNS, "us"]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
+
+
+def _padded(channels: int) -> int:
+    return -(-channels // LANES) * LANES
+
+
+def node_table(configs: pd.DataFrame | list[Config]) -> pd.DataFrame:
+    """The ONNX Runtime nodes of each config (:data:`NODE_COLUMNS`; ``key`` the config's),
+    from the meta-device trace of its network: conv -> ``Conv``, max pool -> ``MaxPool``,
+    global average pool -> ``GlobalAveragePool``, linear -> ``Gemm``. A network is traced once
+    for all its batch sizes (a node's shape is the batch's but for ``n``)."""
+    if isinstance(configs, pd.DataFrame):
+        configs = frame_to_configs(configs[list(CONFIG_COLUMNS)])
+    parts = []
+    for config in configs:
+        one = _network_nodes(replace(config, batch_size=1))
+        parts.append(one.assign(key=config.key, n=config.batch_size))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=NODE_COLUMNS)
+
+
+@functools.lru_cache(maxsize=4096)
+def _network_nodes(config: Config) -> pd.DataFrame:
+    """The node table of one network at batch 1 (cached: a search asks for many batches):
+    in closed form for the ResNet space (microseconds), else from the meta-device trace."""
+    if config.family in EXPANSION:
+        return _resnet_nodes(config)
+    return _traced_nodes(config)
+
+
+def _resnet_nodes(config: Config) -> pd.DataFrame:
+    """The nodes of a basic / bottleneck ResNet (``carb_nas.models``' layout: 7x7/2 stem,
+    3x3/2 max pool, stages striding at their first block, 1x1/stride downsample), the rows
+    :func:`_traced_nodes` gives, without tracing (a search scores thousands of configs)."""
+    from carb_nas.space import stage_layout
+
+    def out(h: int, k: int, s: int) -> int:
+        return (h + 2 * ((k - 1) // 2) - k) // s + 1
+
+    conv, pool, gemm = NODE_OPS["Conv"], NODE_OPS["MaxPool"], NODE_OPS["Gemm"]
+    layout = stage_layout(config.family, config.depth)
+    chans = stage_channels(config.width, len(layout))
+    expansion = EXPANSION[config.family]
+    h = config.resolution
+    rows = [(conv, 3, h, chans[0], out(h, 7, 2), 7)]
+    h = out(h, 7, 2)
+    rows.append((pool, chans[0], h, chans[0], out(h, 3, 2), 0))
+    h, c = out(h, 3, 2), chans[0]
+    for i, (n_blocks, planes) in enumerate(zip(layout, chans)):
+        for b in range(n_blocks):
+            s = 2 if (i > 0 and b == 0) else 1
+            ho, co = out(h, 3, s), planes * expansion
+            if config.family == "basic":
+                rows += [(conv, c, h, planes, ho, 3), (conv, planes, ho, planes, ho, 3)]
+            else:
+                rows += [(conv, c, h, planes, h, 1), (conv, planes, h, planes, ho, 3)]
+                rows.append((conv, planes, ho, co, ho, 1))
+            if s != 1 or c != co:
+                rows.append((conv, c, h, co, out(h, 1, s), 1))
+            h, c = ho, co
+    rows += [(NODE_OPS["GlobalAveragePool"], c, h, c, 1, 0), (gemm, c, 1, NUM_CLASSES, 1, 0)]
+    t = np.array(rows, dtype=np.int64)
+    return pd.DataFrame(
+        {
+            "key": config.key,
+            "op": t[:, 0],
+            "n": 1,
+            "c": t[:, 1],
+            "h": t[:, 2],
+            "co": t[:, 3],
+            "ho": t[:, 4],
+            "k": t[:, 5],
+            "g": 1,
+        }
+    )
+
+
+def _traced_nodes(config: Config) -> pd.DataFrame:
+    """The node table of one network from its meta-device trace."""
+    from carb_nas.features import trace_op_arrays
+    from carb_nas.models import ModelSpec, meta_model
+
+    spec = ModelSpec.from_config(config)
+    cols, _ = trace_op_arrays(meta_model(config), spec.input_shape, "fp32")
+    kind, op = cols["kind"], cols["op"]
+    code = np.full(len(kind), -1)
+    code[kind == "conv"] = NODE_OPS["Conv"]
+    code[op == "max_pool2d"] = NODE_OPS["MaxPool"]
+    code[(kind == "pool") & (op != "max_pool2d") & (cols["h_out"] == 1)] = NODE_OPS[
+        "GlobalAveragePool"
+    ]
+    code[kind == "linear"] = NODE_OPS["Gemm"]
+    m = code >= 0
+    conv = code[m] == NODE_OPS["Conv"]
+    linear = code[m] == NODE_OPS["Gemm"]
+    return pd.DataFrame(
+        {
+            "key": config.key,
+            "op": code[m],
+            "n": cols["batch"][m],
+            "c": cols["c_in"][m],
+            "h": np.where(linear, 1, cols["h_in"][m]),
+            "co": cols["c_out"][m],
+            "ho": np.where(linear, 1, cols["h_out"][m]),
+            "k": np.where(conv, cols["kernel"][m], 0),
+            "g": np.where(conv, cols["groups"][m], 1),
+        }
+    )
+
+
+def node_features(table: pd.DataFrame) -> np.ndarray:
+    """The model's columns of a node table (:data:`NODE_COLUMNS`)."""
+    t = {c: table[c].to_numpy(float) for c in NODE_COLUMNS[1:]}
+    n, c, h, co, ho, k, g = (t[x] for x in ("n", "c", "h", "co", "ho", "k", "g"))
+    conv = t["op"] == NODE_OPS["Conv"]
+    weight = np.where(conv, co * c / g * k * k, np.where(t["op"] == NODE_OPS["Gemm"], co * c, 0))
+    flops = np.where(conv | (t["op"] == NODE_OPS["Gemm"]), 2 * n * ho * ho * weight, n * c * h * h)
+    out = n * co * ho * ho
+    # what stays in cache from one kernel to the next: the network's weights, its largest map
+    keys = table["key"].to_numpy()
+    w_total = pd.Series(np.where(conv, weight, 0)).groupby(keys).transform("sum").to_numpy()
+    out_max = pd.Series(out).groupby(keys).transform("max").to_numpy()
+    return np.column_stack(
+        [
+            t["op"],
+            np.log(n),
+            np.log(c),
+            np.log(h),
+            np.log(co),
+            np.log(ho),
+            k,
+            np.maximum(1, np.round(h / np.maximum(ho, 1))),
+            g,
+            np.log1p(flops),
+            np.log(n * c * h * h),
+            np.log(out),
+            np.log1p(weight),
+            np.ceil(c / LANES) * LANES / c,
+            np.ceil(co / LANES) * LANES / co,
+            np.log1p(w_total * 4),
+            np.log(out_max * 4),
+        ]
+    )
+
+
+class NodeCostModel:
+    """Per-node ONNX Runtime kernel times of one CPU kind, summed per network (see the module
+    docstring). ``fit(table)`` on :func:`measured_table`'s rows; ``predict(X)`` on config rows
+    (``model_inputs``) gives ``latency_ms``: the sum of the network's node times, without the
+    per-run overhead (a column of the calibration map, not a latency to quote)."""
+
+    targets_ = ["latency_ms"]
+
+    def __init__(self, booster_text: str | None = None) -> None:
+        self.booster_text = booster_text
+        self._booster = None
+        if booster_text is not None:
+            import lightgbm as lgb
+
+            try:
+                self._booster = lgb.Booster(model_str=booster_text)
+            except lgb.basic.LightGBMError as e:
+                raise ModelError(
+                    f"damaged node model: expected a LightGBM booster's text "
+                    f"(NodeCostModel.fit), got {booster_text[:40]!r}... ({e}). Delete the cached "
+                    "file; it is trained again on first use."
+                ) from e
+
+    def fit(self, table: pd.DataFrame) -> NodeCostModel:
+        import lightgbm as lgb
+
+        us = table["us"].to_numpy(float)
+        if len(table) == 0 or not (np.isfinite(us) & (us > 0)).all():
+            raise ModelError(
+                f"unusable node rows: expected positive finite kernel times, got {len(table)} "
+                "rows with some missing or <= 0. Measure them with "
+                "measure.run_ort_nodes_campaign."
+            )
+        data = lgb.Dataset(node_features(table), np.log(us))
+        booster = lgb.train(NODE_PARAMS, data, num_boost_round=NODE_ROUNDS)
+        self.booster_text = booster.model_to_string()
+        self._booster = booster
+        return self
+
+    def predict_table(self, table: pd.DataFrame) -> pd.Series:
+        """The summed node time (ms) of each ``key`` of a node table."""
+        if self._booster is None:
+            raise ModelError("node model not fitted: call fit(table) first.")
+        us = np.exp(self._booster.predict(node_features(table)))
+        return pd.Series(us / 1000).groupby(table["key"].to_numpy()).sum()
+
+    def predict(self, X: pd.DataFrame, alpha: float | None = None) -> pd.DataFrame:
+        """``latency_ms`` (the node sum) per config row of ``X``, in ``X``'s order."""
+        configs = frame_to_configs(X[list(CONFIG_COLUMNS)])
+        sums = self.predict_table(node_table(configs))
+        return pd.DataFrame({"latency_ms": [float(sums[c.key]) for c in configs]})
+
+
+def load_default_node_model(
+    cpu_kind: str | None = None, verbose: bool = False
+) -> NodeCostModel | None:
+    """The node model of ``cpu_kind``'s shipped per-node rows (default: this machine's kind),
+    trained on first use (~15 s) and cached beside the default models (and in this process);
+    None where that kind has no per-node rows."""
+    path = node_rows_path(cpu_kind)
+    if path is None:
+        return None
+    digest = _digest(path)
+    loaded = _LOADED.get((str(default_model_cache_dir()), digest, NODE_ROUNDS))
+    if loaded is not None:
+        return loaded
+    model = _load_or_train(path, digest, verbose)
+    _LOADED[(str(default_model_cache_dir()), digest, NODE_ROUNDS)] = model
+    return model
+
+
+_LOADED: dict[tuple[str, str, int], NodeCostModel] = {}  # this process's, by cache and rows
+
+
+def _load_or_train(path: Path, digest: str, verbose: bool) -> NodeCostModel:
+    import time
+
+    from carb_nas.measure import read_ort_nodes
+
+    cache = default_model_cache_dir()
+    cached = cache / f"cpu_onnxruntime_fp32-nodes-{digest}-r{_NODE_RECIPE_REVISION}.json"
+    if cached.is_file():
+        try:
+            doc = json.loads(cached.read_text())
+            return NodeCostModel(str(doc["booster"]))
+        except (json.JSONDecodeError, KeyError, ModelError):
+            pass  # a damaged cache entry: trained again below
+    _check_writable(cache)
+    t0 = time.perf_counter()
+    configs, nodes = read_ort_nodes(path)
+    model = NodeCostModel().fit(measured_table(configs, nodes))
+    atomic_write_text(
+        cached, json.dumps({"rows": path.name, "sha256_16": digest, "booster": model.booster_text})
+    )
+    if verbose:
+        print(
+            f"trained the ONNX Runtime node model of {path.name} in "
+            f"{time.perf_counter() - t0:.1f} s",
+            flush=True,
+        )
+    return model
+
+
+class NodeRatio(ModuleRatio):
+    """The calibration map's column ``log_module_ratio`` for ONNX Runtime: the exact
+    ``log(node sum / source latency)`` of each config, from this CPU kind's
+    :class:`NodeCostModel` (no surrogate: a ResNet's node table is closed-form, microseconds).
+
+    A surrogate over the knobs, as torch's :class:`ModuleRatio` is, followed the exact column
+    with correlation 0.91-0.94 only, and gave back half its gain (stop 50, Intel pool, 30
+    random rows: map 9.43 %, surrogate 7.1-7.7 %, exact 6.06 %): the node sum moves with the
+    channel padding to 16 lanes, a step in width a tree of knobs follows poorly. Saved as a
+    reference to the shipped node rows it was trained on (``cpu_kind`` and their digest), not
+    as the booster: :func:`load_default_node_model` trains the same model from them."""
+
+    what = "ONNX Runtime node model"
+
+    def __init__(self, cpu_kind: str, rows_sha256_16: str, node_model: NodeCostModel) -> None:
+        self.cpu_kind = cpu_kind
+        self.rows_sha256_16 = rows_sha256_16
+        self.node_model = node_model
+        self.booster_text = node_model.booster_text or ""
+
+    def predict(self, X: pd.DataFrame, log_source_ms: np.ndarray) -> np.ndarray:
+        """``log(node sum / source)`` latency of each config row of ``X``."""
+        sums = self.node_model.predict(X)["latency_ms"].to_numpy(float)
+        return np.log(np.maximum(sums, 1e-12)) - np.asarray(log_source_ms, dtype=float)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "nodes", "cpu_kind": self.cpu_kind, "rows_sha256_16": self.rows_sha256_16}
+
+    @classmethod
+    def from_reference(cls, data: Mapping[str, Any]) -> NodeRatio:
+        """The :meth:`to_dict` reference loaded again; a ``ModelError`` where this install's
+        node rows of that kind are gone or differ (the calibration's column would move)."""
+        kind = str(data.get("cpu_kind"))
+        path = node_rows_path(kind)
+        digest = _digest(path) if path is not None else None
+        if digest != data.get("rows_sha256_16"):
+            raise ModelError(
+                f"calibration made with other ONNX Runtime node rows: expected the {kind} rows "
+                f"with digest {data.get('rows_sha256_16')}, got "
+                f"{'none' if path is None else digest}. Calibrate again (carb-nas calibrate)."
+            )
+        model = load_default_node_model(kind)
+        assert model is not None  # its rows exist: checked above
+        return cls(kind, str(digest), model)
+
+
+def node_ratio(cpu_kind: str | None = None) -> NodeRatio | None:
+    """The exact node-sum column of ``cpu_kind`` (default: this machine's), or None where it
+    has no shipped node rows."""
+    kind = cpu_kind or _this_cpu_kind()
+    path = node_rows_path(kind)
+    model = load_default_node_model(kind)
+    if path is None or model is None:
+        return None
+    return NodeRatio(kind, _digest(path), model)
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]

@@ -112,7 +112,7 @@ MAX_TRACED_POOL = 240
 # twice (stop 49; benchmarks/calibration_orders.py), torch with / without it: Intel Xeon 6.59 /
 # 8.91 %, AMD Zen 3 5.87 / 6.15 %; 600 configs and 11 s less of measuring: 6.83 / 6.48 %
 MODULE_RATIO_CONFIGS = 300
-NODE_MODEL_PLATFORM = "cpu/onnxruntime/fp32"  # the platform a per-node model describes
+NODE_PLATFORMS = ("cpu/onnxruntime/fp32", "cpu/torch/fp32")  # those a node model can describe
 # a budget (seconds, per platform) from which it is fitted: a shorter one measures too few
 # configs for its column (costmodel MANY_ROWS)
 MODULE_RATIO_MIN_BUDGET_S = 20.0
@@ -489,14 +489,16 @@ def module_ratio(platform: str, source: Any, cpu_kind: str | None = None) -> Mod
     model's rows come from another machine): on 300 configs measured twice, torch's calibrated
     latency MAPE without / with the column 8.91 -> 6.59 % on an Intel Xeon, 6.15 -> 5.87 % on
     an AMD Zen 3 (30 s replayed, the ratio's traces out of them; stop 49, docs/costmodel.md).
-    ONNX Runtime fp32: the per-node model of the kind's shipped node rows
-    (``costmodel.load_default_node_model``; only ``intel-avx512`` has them, stop 50).
+    Where the kind has shipped per-node rows of the platform (``costmodel.node_ratio``; ONNX
+    Runtime and PyTorch fp32 on ``intel-avx512``, stop 50), the node model's exact node sum
+    instead: ONNX Runtime on the Intel pool 9.77 -> 6.61 %.
     ``cpu_kind``: the model's (``costmodel.MODULE_CPU_KINDS``), default this machine's."""
     device, runtime, precision = split_platform(platform)
     if platform != f"{device}/{runtime}/{precision}":
         return None  # a qualified dataset's model: its own machine, not the default's
-    if platform == NODE_MODEL_PLATFORM:
-        return node_ratio(cpu_kind)  # exact: a ResNet's node table is closed-form
+    exact = node_ratio(cpu_kind, platform) if platform in NODE_PLATFORMS else None
+    if exact is not None or platform == "cpu/onnxruntime/fp32":
+        return exact  # exact: a ResNet's node table is closed-form
     try:
         module = load_default_module_model(platform, verbose=False, cpu_kind=cpu_kind)
     except ModelError:  # no multi-family dataset for this platform
@@ -624,8 +626,8 @@ def calibrate_on_arrival(
     # the budget is for choosing and measuring: loading the default model (training it on
     # first use: 12 s for ONNX Runtime fp32 here) would otherwise eat the measurements
     source = source_model if source_model is not None else load_default_model(platform)
-    if platform == NODE_MODEL_PLATFORM and time_budget_s >= MODULE_RATIO_MIN_BUDGET_S:
-        load_default_node_model()  # likewise its node model (first use: ~15 s, then cached)
+    if platform in NODE_PLATFORMS and time_budget_s >= MODULE_RATIO_MIN_BUDGET_S:
+        load_default_node_model(platform=platform)  # likewise (first use: 15-40 s, then cached)
     t0 = time.perf_counter()
     # the module ratio's traces (~7 s) count against the budget, so fewer configs are measured;
     # on a short budget, too few for its column (MANY_ROWS), it is not fitted

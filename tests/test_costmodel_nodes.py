@@ -22,7 +22,7 @@ from carb_nas.costmodel import (
     node_rows_path,
     node_table,
 )
-from carb_nas.costmodel._nodes import _traced_nodes
+from carb_nas.costmodel._nodes import NODE_OPS, _traced_nodes
 from carb_nas.errors import ConfigError, ModelError
 from carb_nas.measure import measure_ort_nodes, read_ort_nodes, run_ort_nodes_campaign
 from carb_nas.space import CONFIG_COLUMNS, Config
@@ -54,12 +54,16 @@ def shipped():
     ],
 )
 def test_the_closed_form_node_table_is_the_traced_one(config):
-    """A ResNet's nodes in closed form are exactly the conv / pool / linear rows of its trace
-    (a search reads thousands of networks: 0.3 ms each instead of 22)."""
+    """A ResNet's ops in closed form are exactly the rows of its trace, at any batch (a search
+    reads thousands of networks: 0.3 ms each instead of 22); ONNX Runtime's are the conv /
+    pool / linear ones."""
     cols = ["op", "n", "c", "h", "co", "ho", "k", "g"]
-    closed = node_table([config])[cols].sort_values(cols).to_numpy()  # closed form, n = batch
+    closed = node_table([config], "cpu/torch/fp32")[cols].sort_values(cols).to_numpy()
     traced = _traced_nodes(config)[cols].sort_values(cols).to_numpy()  # traced at its batch
-    np.testing.assert_array_equal(closed, traced)
+    np.testing.assert_array_equal(closed, traced)  # every op: conv, BN, ReLU, add, pools, fc
+    ort = node_table([config])
+    assert set(ort["op"]) == set(NODE_OPS.values())  # ORT's: BN, ReLU and add fused away
+    assert len(ort) == int(np.isin(closed[:, 0], list(NODE_OPS.values())).sum())
     many = node_table([replace(config, batch_size=b) for b in (1, 4)])
     assert set(many.groupby("key")["n"].first()) == {1, 4}  # one trace, every batch
 
@@ -141,6 +145,6 @@ def test_onnxruntime_calibrations_take_the_kinds_exact_node_column(make_rows, or
     again = type(cal).from_dict(doc, source)
     pd.testing.assert_frame_equal(again.predict(X), cal.predict(X))
     doc["module_ratio"]["rows_sha256_16"] = "0" * 16
-    with pytest.raises(ModelError, match="other ONNX Runtime node rows.*Calibrate again"):
+    with pytest.raises(ModelError, match="other node rows.*Calibrate again"):
         type(cal).from_dict(doc, source)
     assert node_ratio("avx2") is None

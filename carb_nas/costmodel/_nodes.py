@@ -1,4 +1,4 @@
-"""How this CPU kind runs ONNX Runtime's kernels: a per-node cost model, summed per network.
+"""How this CPU kind runs each kernel: a per-node cost model, summed per network.
 
 ONNX Runtime's CPU graph of a CNN is a chain of fused kernels: one ``Conv`` per convolution
 (BatchNorm, ReLU and the residual Add fused into it), the pools and the classifier's ``Gemm``.
@@ -14,6 +14,11 @@ nodes, read from the meta-device trace of its config (:func:`node_table`: the tr
 pool and linear rows are ONNX Runtime's ``Conv``, pool and ``Gemm`` nodes one to one); the
 reorders, flatten and per-run overhead are left to the calibration map, whose column the sum
 is (``calibrate.module_ratio``). Persisted as LightGBM's booster text, no pickle.
+
+PyTorch eager runs every op of the trace (conv, BatchNorm, ReLU, add, pools, linear) as its own
+kernel, on oneDNN or its native kernels by shape; the same model learns them from the PyTorch
+profiler's per-op times (:func:`carb_nas.measure.run_ops_campaign`), with the native flag as a
+column, where the CPU kind has such rows.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from carb_nas.costmodel._defaults import (
     default_model_cache_dir,
 )
 from carb_nas.errors import ModelError
+from carb_nas.features import native_conv_mask
 from carb_nas.models import EXPANSION, NUM_CLASSES, stage_channels
 from carb_nas.space import CONFIG_COLUMNS, Config, frame_to_configs
 
@@ -49,10 +55,16 @@ __all__ = [
     "measured_table",
     "node_rows_path",
     "node_table",
+    "torch_measured_table",
 ]
 
 NODE_OPS = {"Conv": 0, "MaxPool": 1, "GlobalAveragePool": 2, "Gemm": 3}
-"""The node types the model learns (op code); the rest (reorders, flatten) take a few µs."""
+"""ONNX Runtime's node types the model learns (op code); the rest (reorders, flatten) take a
+few µs."""
+TORCH_OPS = {**NODE_OPS, "norm": 4, "act": 5, "add": 6}
+"""PyTorch's op kinds the model learns: ONNX Runtime's four (conv, max pool, global average
+pool, linear) and the ops ONNX Runtime fuses into its convs."""
+PLATFORMS = ("cpu/onnxruntime/fp32", "cpu/torch/fp32")
 NODE_COLUMNS = ("key", "op", "n", "c", "h", "co", "ho", "k", "g")
 """A node's shape: batch ``n``, channels in / out, square spatial size in / out, kernel ``k``
 (0 off conv) and groups ``g``."""
@@ -74,17 +86,19 @@ _NODE_RECIPE_REVISION = 1
 _SHIPPED_NODES = Path(__file__).resolve().parents[1] / "data" / "nodes"
 
 
-def node_rows_path(cpu_kind: str | None = None) -> Path | None:
-    """The shipped per-node ONNX Runtime rows of ``cpu_kind`` (default: this machine's), or
-    None where that kind has none."""
+def node_rows_path(
+    cpu_kind: str | None = None, platform: str = "cpu/onnxruntime/fp32"
+) -> Path | None:
+    """The shipped per-node rows of ``platform`` (:data:`PLATFORMS`) measured on ``cpu_kind``
+    (default: this machine's), or None where that kind has none."""
     kind = cpu_kind or _this_cpu_kind()
-    path = _SHIPPED_NODES / f"cpu_onnxruntime_fp32_{kind}.jsonl.gz"
+    path = _SHIPPED_NODES / f"{platform.replace('/', '_')}_{kind}.jsonl.gz"
     return path if path.is_file() else None
 
 
 def measured_table(configs: pd.DataFrame, nodes: pd.DataFrame) -> pd.DataFrame:
-    """The traced node table of the measured ``configs`` (:func:`node_table`) with each node's
-    measured time ``us`` (``measure.read_ort_nodes``' two frames).
+    """The ONNX Runtime node table of the measured ``configs`` (:func:`node_table`) with each
+    node's measured time ``us`` (``measure.read_ort_nodes``' two frames).
 
     ONNX Runtime's own shapes are not the network's: its NCHWc layout pads a map's channels to
     the vector's lanes (56 -> 64), in the weights too, and a net of narrow maps gets reorder
@@ -108,7 +122,7 @@ def measured_table(configs: pd.DataFrame, nodes: pd.DataFrame) -> pd.DataFrame:
             shape = (1, 1) if gemm else (int(x[2]), int(y[2]))
             key = (NODE_OPS[op], *shape, k, _padded(int(x[1])), _padded(int(y[1])))
             waiting.setdefault(key, []).append(float(us))
-        table = node_table([config])
+        table = node_table([config], "cpu/onnxruntime/fp32")
         us_col = np.full(len(table), np.nan)
         for i, row in enumerate(table[list(NODE_COLUMNS[1:])].itertuples(index=False)):
             op, _, c, h, co, ho, k, _ = (int(v) for v in row)
@@ -124,17 +138,21 @@ def _padded(channels: int) -> int:
     return -(-channels // LANES) * LANES
 
 
-def node_table(configs: pd.DataFrame | list[Config]) -> pd.DataFrame:
-    """The ONNX Runtime nodes of each config (:data:`NODE_COLUMNS`; ``key`` the config's),
-    from the meta-device trace of its network: conv -> ``Conv``, max pool -> ``MaxPool``,
-    global average pool -> ``GlobalAveragePool``, linear -> ``Gemm``. A network is traced once
-    for all its batch sizes (a node's shape is the batch's but for ``n``)."""
+def node_table(
+    configs: pd.DataFrame | list[Config], platform: str = "cpu/onnxruntime/fp32"
+) -> pd.DataFrame:
+    """The nodes ``platform`` runs for each config (:data:`NODE_COLUMNS`; ``key`` the
+    config's), from its network's ops: for ONNX Runtime the conv (``Conv``), max pool,
+    global average pool and linear (``Gemm``) ones, for PyTorch also every BatchNorm, ReLU and
+    add. A network is read once for all its batch sizes (a node's shape is the batch's but for
+    ``n``)."""
     if isinstance(configs, pd.DataFrame):
         configs = frame_to_configs(configs[list(CONFIG_COLUMNS)])
+    last = max(NODE_OPS.values()) if platform == "cpu/onnxruntime/fp32" else max(TORCH_OPS.values())
     parts = []
     for config in configs:
         one = _network_nodes(replace(config, batch_size=1))
-        parts.append(one.assign(key=config.key, n=config.batch_size))
+        parts.append(one[one["op"] <= last].assign(key=config.key, n=config.batch_size))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=NODE_COLUMNS)
 
 
@@ -148,20 +166,29 @@ def _network_nodes(config: Config) -> pd.DataFrame:
 
 
 def _resnet_nodes(config: Config) -> pd.DataFrame:
-    """The nodes of a basic / bottleneck ResNet (``carb_nas.models``' layout: 7x7/2 stem,
-    3x3/2 max pool, stages striding at their first block, 1x1/stride downsample), the rows
-    :func:`_traced_nodes` gives, without tracing (a search scores thousands of configs)."""
+    """The ops of a basic / bottleneck ResNet (``carb_nas.models``' layout: 7x7/2 stem,
+    3x3/2 max pool, stages striding at their first block, 1x1/stride downsample; each conv
+    followed by its BatchNorm), the rows :func:`_traced_nodes` gives, without tracing (a
+    search scores thousands of configs)."""
     from carb_nas.space import stage_layout
 
     def out(h: int, k: int, s: int) -> int:
         return (h + 2 * ((k - 1) // 2) - k) // s + 1
 
-    conv, pool, gemm = NODE_OPS["Conv"], NODE_OPS["MaxPool"], NODE_OPS["Gemm"]
+    conv, pool, gemm = TORCH_OPS["Conv"], TORCH_OPS["MaxPool"], TORCH_OPS["Gemm"]
+    norm, act, add = TORCH_OPS["norm"], TORCH_OPS["act"], TORCH_OPS["add"]
     layout = stage_layout(config.family, config.depth)
     chans = stage_channels(config.width, len(layout))
     expansion = EXPANSION[config.family]
+
+    def conv_bn(c: int, h: int, co: int, k: int, s: int, relu: bool) -> list[tuple]:
+        ho = out(h, k, s)
+        return [(conv, c, h, co, ho, k), (norm, co, ho, co, ho, 0)] + (
+            [(act, co, ho, co, ho, 0)] if relu else []
+        )
+
     h = config.resolution
-    rows = [(conv, 3, h, chans[0], out(h, 7, 2), 7)]
+    rows = conv_bn(3, h, chans[0], 7, 2, True)
     h = out(h, 7, 2)
     rows.append((pool, chans[0], h, chans[0], out(h, 3, 2), 0))
     h, c = out(h, 3, 2), chans[0]
@@ -170,12 +197,13 @@ def _resnet_nodes(config: Config) -> pd.DataFrame:
             s = 2 if (i > 0 and b == 0) else 1
             ho, co = out(h, 3, s), planes * expansion
             if config.family == "basic":
-                rows += [(conv, c, h, planes, ho, 3), (conv, planes, ho, planes, ho, 3)]
+                rows += conv_bn(c, h, planes, 3, s, True) + conv_bn(planes, ho, planes, 3, 1, False)
             else:
-                rows += [(conv, c, h, planes, h, 1), (conv, planes, h, planes, ho, 3)]
-                rows.append((conv, planes, ho, co, ho, 1))
+                rows += conv_bn(c, h, planes, 1, 1, True) + conv_bn(planes, h, planes, 3, s, True)
+                rows += conv_bn(planes, ho, co, 1, 1, False)
             if s != 1 or c != co:
-                rows.append((conv, c, h, co, out(h, 1, s), 1))
+                rows += conv_bn(c, h, co, 1, s, False)
+            rows += [(add, co, ho, co, ho, 0), (act, co, ho, co, ho, 0)]
             h, c = ho, co
     rows += [(NODE_OPS["GlobalAveragePool"], c, h, c, 1, 0), (gemm, c, 1, NUM_CLASSES, 1, 0)]
     t = np.array(rows, dtype=np.int64)
@@ -194,21 +222,52 @@ def _resnet_nodes(config: Config) -> pd.DataFrame:
     )
 
 
+def torch_op_codes(kind: np.ndarray, op: np.ndarray, h_out: np.ndarray) -> np.ndarray:
+    """The :data:`TORCH_OPS` code of each traced op (``kind``, ``op`` and output map size
+    columns of ``trace_ops``); -1 for ops the model leaves out (reshapes)."""
+    code = np.full(len(kind), -1)
+    code[kind == "conv"] = TORCH_OPS["Conv"]
+    code[op == "max_pool2d"] = TORCH_OPS["MaxPool"]
+    code[(kind == "pool") & (op != "max_pool2d") & (h_out == 1)] = TORCH_OPS["GlobalAveragePool"]
+    code[kind == "linear"] = TORCH_OPS["Gemm"]
+    for name in ("norm", "act", "add"):
+        code[kind == name] = TORCH_OPS[name]
+    return code
+
+
+def torch_measured_table(lines: list[dict[str, Any]]) -> pd.DataFrame:
+    """:data:`NODE_COLUMNS` plus ``us`` of shipped PyTorch per-op lines (one per config:
+    ``key`` and ``ops``, each ``[kind, op, batch, c_in, h_in, c_out, h_out, kernel, stride,
+    groups, us]``, ``benchmarks/node_data.py``), the op kinds of :data:`TORCH_OPS` only."""
+    parts = []
+    for line in lines:
+        ops = pd.DataFrame(
+            line["ops"],
+            columns=["kind", "op", "n", "c", "h", "co", "ho", "k", "stride", "g", "us"],
+        )
+        code = torch_op_codes(ops["kind"].to_numpy(), ops["op"].to_numpy(), ops["ho"].to_numpy())
+        linear = code == TORCH_OPS["Gemm"]
+        ops = ops.assign(
+            key=line["key"],
+            op=code,
+            h=np.where(linear, 1, ops["h"]),
+            ho=np.where(linear, 1, ops["ho"]),
+            k=np.where(code == TORCH_OPS["Conv"], ops["k"], 0),
+        )
+        parts.append(ops.loc[code >= 0, [*NODE_COLUMNS, "us"]])
+    columns = [*NODE_COLUMNS, "us"]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
+
+
 def _traced_nodes(config: Config) -> pd.DataFrame:
-    """The node table of one network from its meta-device trace."""
+    """The op table of one network from its meta-device trace."""
     from carb_nas.features import trace_op_arrays
     from carb_nas.models import ModelSpec, meta_model
 
     spec = ModelSpec.from_config(config)
     cols, _ = trace_op_arrays(meta_model(config), spec.input_shape, "fp32")
     kind, op = cols["kind"], cols["op"]
-    code = np.full(len(kind), -1)
-    code[kind == "conv"] = NODE_OPS["Conv"]
-    code[op == "max_pool2d"] = NODE_OPS["MaxPool"]
-    code[(kind == "pool") & (op != "max_pool2d") & (cols["h_out"] == 1)] = NODE_OPS[
-        "GlobalAveragePool"
-    ]
-    code[kind == "linear"] = NODE_OPS["Gemm"]
+    code = torch_op_codes(kind, op, cols["h_out"])
     m = code >= 0
     conv = code[m] == NODE_OPS["Conv"]
     linear = code[m] == NODE_OPS["Gemm"]
@@ -227,50 +286,63 @@ def _traced_nodes(config: Config) -> pd.DataFrame:
     )
 
 
-def node_features(table: pd.DataFrame) -> np.ndarray:
-    """The model's columns of a node table (:data:`NODE_COLUMNS`)."""
+def node_features(table: pd.DataFrame, platform: str = "cpu/onnxruntime/fp32") -> np.ndarray:
+    """The model's columns of a node table (:data:`NODE_COLUMNS`); for PyTorch also whether
+    a conv runs on PyTorch's native kernels rather than oneDNN (``features.native_conv_mask``:
+    by shape and batch)."""
     t = {c: table[c].to_numpy(float) for c in NODE_COLUMNS[1:]}
     n, c, h, co, ho, k, g = (t[x] for x in ("n", "c", "h", "co", "ho", "k", "g"))
     conv = t["op"] == NODE_OPS["Conv"]
     weight = np.where(conv, co * c / g * k * k, np.where(t["op"] == NODE_OPS["Gemm"], co * c, 0))
     flops = np.where(conv | (t["op"] == NODE_OPS["Gemm"]), 2 * n * ho * ho * weight, n * c * h * h)
     out = n * co * ho * ho
+    stride = np.maximum(1, np.round(h / np.maximum(ho, 1)))
     # what stays in cache from one kernel to the next: the network's weights, its largest map
     keys = table["key"].to_numpy()
     w_total = pd.Series(np.where(conv, weight, 0)).groupby(keys).transform("sum").to_numpy()
     out_max = pd.Series(out).groupby(keys).transform("max").to_numpy()
-    return np.column_stack(
-        [
-            t["op"],
-            np.log(n),
-            np.log(c),
-            np.log(h),
-            np.log(co),
-            np.log(ho),
-            k,
-            np.maximum(1, np.round(h / np.maximum(ho, 1))),
-            g,
-            np.log1p(flops),
-            np.log(n * c * h * h),
-            np.log(out),
-            np.log1p(weight),
-            np.ceil(c / LANES) * LANES / c,
-            np.ceil(co / LANES) * LANES / co,
-            np.log1p(w_total * 4),
-            np.log(out_max * 4),
-        ]
-    )
+    columns = [
+        t["op"],
+        np.log(n),
+        np.log(c),
+        np.log(h),
+        np.log(co),
+        np.log(ho),
+        k,
+        stride,
+        g,
+        np.log1p(flops),
+        np.log(n * c * h * h),
+        np.log(out),
+        np.log1p(weight),
+        np.ceil(c / LANES) * LANES / c,
+        np.ceil(co / LANES) * LANES / co,
+        np.log1p(w_total * 4),
+        np.log(out_max * 4),
+    ]
+    if platform == "cpu/torch/fp32":
+        columns.append((conv & native_conv_mask(n, c, h, k, stride, g)).astype(float))
+    return np.column_stack(columns)
 
 
 class NodeCostModel:
-    """Per-node ONNX Runtime kernel times of one CPU kind, summed per network (see the module
-    docstring). ``fit(table)`` on :func:`measured_table`'s rows; ``predict(X)`` on config rows
+    """Per-node kernel times of one platform (:data:`PLATFORMS`) on one CPU kind, summed per
+    network (see the module docstring). ``fit(table)`` on :func:`measured_table`'s (ONNX
+    Runtime) or :func:`torch_measured_table`'s rows; ``predict(X)`` on config rows
     (``model_inputs``) gives ``latency_ms``: the sum of the network's node times, without the
     per-run overhead (a column of the calibration map, not a latency to quote)."""
 
     targets_ = ["latency_ms"]
 
-    def __init__(self, booster_text: str | None = None) -> None:
+    def __init__(
+        self, booster_text: str | None = None, platform: str = "cpu/onnxruntime/fp32"
+    ) -> None:
+        if platform not in PLATFORMS:
+            raise ModelError(
+                f"no node model for {platform!r}: expected one of {list(PLATFORMS)}. Calibrate "
+                "other platforms without one."
+            )
+        self.platform = platform
         self.booster_text = booster_text
         self._booster = None
         if booster_text is not None:
@@ -293,9 +365,9 @@ class NodeCostModel:
             raise ModelError(
                 f"unusable node rows: expected positive finite kernel times, got {len(table)} "
                 "rows with some missing or <= 0. Measure them with "
-                "measure.run_ort_nodes_campaign."
+                "measure.run_ort_nodes_campaign (or run_ops_campaign for PyTorch)."
             )
-        data = lgb.Dataset(node_features(table), np.log(us))
+        data = lgb.Dataset(node_features(table, self.platform), np.log(us))
         booster = lgb.train(NODE_PARAMS, data, num_boost_round=NODE_ROUNDS)
         self.booster_text = booster.model_to_string()
         self._booster = booster
@@ -305,85 +377,89 @@ class NodeCostModel:
         """The summed node time (ms) of each ``key`` of a node table."""
         if self._booster is None:
             raise ModelError("node model not fitted: call fit(table) first.")
-        us = np.exp(self._booster.predict(node_features(table)))
+        us = np.exp(self._booster.predict(node_features(table, self.platform)))
         return pd.Series(us / 1000).groupby(table["key"].to_numpy()).sum()
 
     def predict(self, X: pd.DataFrame, alpha: float | None = None) -> pd.DataFrame:
         """``latency_ms`` (the node sum) per config row of ``X``, in ``X``'s order."""
         configs = frame_to_configs(X[list(CONFIG_COLUMNS)])
-        sums = self.predict_table(node_table(configs))
+        sums = self.predict_table(node_table(configs, self.platform))
         return pd.DataFrame({"latency_ms": [float(sums[c.key]) for c in configs]})
 
 
 def load_default_node_model(
-    cpu_kind: str | None = None, verbose: bool = False
+    cpu_kind: str | None = None, verbose: bool = False, platform: str = "cpu/onnxruntime/fp32"
 ) -> NodeCostModel | None:
-    """The node model of ``cpu_kind``'s shipped per-node rows (default: this machine's kind),
-    trained on first use (~15 s) and cached beside the default models (and in this process);
-    None where that kind has no per-node rows."""
-    path = node_rows_path(cpu_kind)
+    """The node model of ``platform`` from ``cpu_kind``'s shipped per-node rows (default:
+    this machine's kind), trained on first use (15-40 s) and cached beside the default models
+    (and in this process); None where that kind has no such rows."""
+    path = node_rows_path(cpu_kind, platform)
     if path is None:
         return None
     digest = _digest(path)
-    loaded = _LOADED.get((str(default_model_cache_dir()), digest, NODE_ROUNDS))
-    if loaded is not None:
-        return loaded
-    model = _load_or_train(path, digest, verbose)
-    _LOADED[(str(default_model_cache_dir()), digest, NODE_ROUNDS)] = model
-    return model
+    key = (str(default_model_cache_dir()), digest, NODE_ROUNDS)
+    if key not in _LOADED:
+        _LOADED[key] = _load_or_train(path, digest, platform, verbose)
+    return _LOADED[key]
 
 
 _LOADED: dict[tuple[str, str, int], NodeCostModel] = {}  # this process's, by cache and rows
 
 
-def _load_or_train(path: Path, digest: str, verbose: bool) -> NodeCostModel:
+def _load_or_train(path: Path, digest: str, platform: str, verbose: bool) -> NodeCostModel:
+    import gzip
     import time
 
     from carb_nas.measure import read_ort_nodes
 
     cache = default_model_cache_dir()
-    cached = cache / f"cpu_onnxruntime_fp32-nodes-{digest}-r{_NODE_RECIPE_REVISION}.json"
+    stem = platform.replace("/", "_")
+    cached = cache / f"{stem}-nodes-{digest}-r{_NODE_RECIPE_REVISION}.json"
     if cached.is_file():
         try:
             doc = json.loads(cached.read_text())
-            return NodeCostModel(str(doc["booster"]))
+            return NodeCostModel(str(doc["booster"]), platform)
         except (json.JSONDecodeError, KeyError, ModelError):
             pass  # a damaged cache entry: trained again below
     _check_writable(cache)
     t0 = time.perf_counter()
-    configs, nodes = read_ort_nodes(path)
-    model = NodeCostModel().fit(measured_table(configs, nodes))
+    if platform == "cpu/onnxruntime/fp32":
+        table = measured_table(*read_ort_nodes(path))
+    else:
+        with gzip.open(path, "rt") as f:
+            table = torch_measured_table([json.loads(line) for line in f if line.strip()])
+    model = NodeCostModel(platform=platform).fit(table)
     atomic_write_text(
         cached, json.dumps({"rows": path.name, "sha256_16": digest, "booster": model.booster_text})
     )
     if verbose:
         print(
-            f"trained the ONNX Runtime node model of {path.name} in "
-            f"{time.perf_counter() - t0:.1f} s",
+            f"trained the {platform} node model of {path.name} in {time.perf_counter() - t0:.1f} s",
             flush=True,
         )
     return model
 
 
 class NodeRatio(ModuleRatio):
-    """The calibration map's column ``log_module_ratio`` for ONNX Runtime: the exact
+    """The calibration map's column ``log_module_ratio`` from a node model: the exact
     ``log(node sum / source latency)`` of each config, from this CPU kind's
     :class:`NodeCostModel` (no surrogate: a ResNet's node table is closed-form, microseconds).
 
-    A surrogate over the knobs, as torch's :class:`ModuleRatio` is, followed the exact column
-    with correlation 0.91-0.94 only, and gave back half its gain (stop 50, Intel pool, 30
-    random rows: map 9.43 %, surrogate 7.1-7.7 %, exact 6.06 %): the node sum moves with the
-    channel padding to 16 lanes, a step in width a tree of knobs follows poorly. Saved as a
-    reference to the shipped node rows it was trained on (``cpu_kind`` and their digest), not
-    as the booster: :func:`load_default_node_model` trains the same model from them."""
-
-    what = "ONNX Runtime node model"
+    A surrogate over the knobs, as torch's :class:`ModuleRatio` is, followed ONNX Runtime's
+    exact column with correlation 0.91-0.94 only, and gave back half its gain (stop 50, Intel
+    pool, 30 random rows: map 9.43 %, surrogate 7.1-7.7 %, exact 6.06 %): the node sum moves
+    with the channel padding to 16 lanes, a step in width a tree of knobs follows poorly. Saved
+    as a reference to the shipped node rows it was trained on (platform, ``cpu_kind`` and
+    their digest), not as the booster: :func:`load_default_node_model` trains the same model
+    from them."""
 
     def __init__(self, cpu_kind: str, rows_sha256_16: str, node_model: NodeCostModel) -> None:
         self.cpu_kind = cpu_kind
         self.rows_sha256_16 = rows_sha256_16
         self.node_model = node_model
+        self.platform = node_model.platform
         self.booster_text = node_model.booster_text or ""
+        self.what = f"{'ONNX Runtime' if 'onnxruntime' in self.platform else 'PyTorch'} node model"
 
     def predict(self, X: pd.DataFrame, log_source_ms: np.ndarray) -> np.ndarray:
         """``log(node sum / source)`` latency of each config row of ``X``."""
@@ -391,32 +467,39 @@ class NodeRatio(ModuleRatio):
         return np.log(np.maximum(sums, 1e-12)) - np.asarray(log_source_ms, dtype=float)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": "nodes", "cpu_kind": self.cpu_kind, "rows_sha256_16": self.rows_sha256_16}
+        return {
+            "kind": "nodes",
+            "platform": self.platform,
+            "cpu_kind": self.cpu_kind,
+            "rows_sha256_16": self.rows_sha256_16,
+        }
 
     @classmethod
     def from_reference(cls, data: Mapping[str, Any]) -> NodeRatio:
         """The :meth:`to_dict` reference loaded again; a ``ModelError`` where this install's
         node rows of that kind are gone or differ (the calibration's column would move)."""
-        kind = str(data.get("cpu_kind"))
-        path = node_rows_path(kind)
+        kind, platform = str(data.get("cpu_kind")), str(data.get("platform"))
+        path = node_rows_path(kind, platform) if platform in PLATFORMS else None
         digest = _digest(path) if path is not None else None
         if digest != data.get("rows_sha256_16"):
             raise ModelError(
-                f"calibration made with other ONNX Runtime node rows: expected the {kind} rows "
-                f"with digest {data.get('rows_sha256_16')}, got "
+                f"calibration made with other node rows: expected the {platform} rows of "
+                f"{kind} with digest {data.get('rows_sha256_16')}, got "
                 f"{'none' if path is None else digest}. Calibrate again (carb-nas calibrate)."
             )
-        model = load_default_node_model(kind)
+        model = load_default_node_model(kind, platform=platform)
         assert model is not None  # its rows exist: checked above
         return cls(kind, str(digest), model)
 
 
-def node_ratio(cpu_kind: str | None = None) -> NodeRatio | None:
-    """The exact node-sum column of ``cpu_kind`` (default: this machine's), or None where it
-    has no shipped node rows."""
+def node_ratio(
+    cpu_kind: str | None = None, platform: str = "cpu/onnxruntime/fp32"
+) -> NodeRatio | None:
+    """The exact node-sum column of ``platform`` on ``cpu_kind`` (default: this machine's),
+    or None where that kind has no shipped node rows of it."""
     kind = cpu_kind or _this_cpu_kind()
-    path = node_rows_path(kind)
-    model = load_default_node_model(kind)
+    path = node_rows_path(kind, platform)
+    model = load_default_node_model(kind, platform=platform)
     if path is None or model is None:
         return None
     return NodeRatio(kind, _digest(path), model)

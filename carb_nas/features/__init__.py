@@ -95,11 +95,13 @@ from carb_nas.features._ops import (
 from carb_nas.features._trace import trace_features
 
 TORCH_CPU_COLUMNS = _torch_cpu.COLUMNS  # 0 on rows whose runtime is not torch
+native_conv_mask = _torch_cpu.native_conv_mask
 
 __all__ = [
     "FEATURE_COLUMNS",
     "ELEMENT_BYTES",
     "TORCH_CPU_COLUMNS",
+    "native_conv_mask",
     "compute_features",
     "trace_features",
     "within_max_gflops",

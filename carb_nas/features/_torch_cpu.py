@@ -272,3 +272,18 @@ class TraceDispatch:
             "onednn_weight_mb": self.onednn_weight_bytes / MB,
             "mmap_mb": self.mmap_bytes / MB,
         }
+
+
+def native_conv_mask(
+    n: np.ndarray,
+    c: np.ndarray,
+    h: np.ndarray,
+    k: np.ndarray,
+    stride: np.ndarray,
+    groups: np.ndarray,
+) -> np.ndarray:
+    """:func:`is_native_conv` over arrays of square, undilated convs (batch ``n``, input
+    channels ``c``, map size ``h``, kernel ``k``, ``stride``, ``groups``)."""
+    below16 = (k == 1) & (stride == 1) & (n <= NATIVE_1X1_MAX_BATCH)
+    at_batch1 = (n == 1) & (groups == 1) & (k <= 3) & (c * h * h <= NATIVE_CONV_MAX_NUMEL)
+    return below16 | at_batch1

@@ -54,6 +54,7 @@ from carb_nas.calibrate import INTERVAL_ALPHA, REMEASURE_SHARE, choose_configs, 
 from carb_nas.costmodel import (
     calibrate,
     load_default_model,
+    load_default_node_model,
     model_inputs,
     module_cpu_kind,
     zoo_dataset_paths,
@@ -158,6 +159,7 @@ def main() -> None:
         reference = (first["latency_ms"].to_numpy(float) + second["latency_ms"].to_numpy(float)) / 2
         model = load_default_model(platform, verbose=False)
         kind = pool_cpu_kind(first)
+        load_default_node_model(kind, platform=platform)  # as the product: before the budget
         started = time.perf_counter()
         ratio = module_ratio(platform, model, kind) if args.module_ratio else None
         # as in the product, the ratio's traces come out of the platform's budget

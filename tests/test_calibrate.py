@@ -224,6 +224,8 @@ def test_a_torch_calibration_carries_this_kinds_module_ratio(
     column; ONNX Runtime has no module model."""
     from carb_nas.costmodel import ModuleRatio
 
+    # the surrogate's path: a CPU kind without torch node rows (test_costmodel_nodes has those)
+    monkeypatch.setattr(cal_mod, "node_ratio", lambda *a, **k: None)
     prof = FakeProfiler(torch_model, 1.3, clock=clock, seconds_per_config=0.4)
     short = calibrate_on_arrival(PLATFORM, 12, prof, source_model=torch_model, save=False)
     assert short.model.module_ratio is None  # a budget too short for its column

@@ -148,3 +148,26 @@ def test_onnxruntime_calibrations_take_the_kinds_exact_node_column(make_rows, or
     with pytest.raises(ModelError, match="other node rows.*Calibrate again"):
         type(cal).from_dict(doc, source)
     assert node_ratio("avx2") is None
+
+
+def test_torch_calibrations_take_the_kinds_exact_node_column_over_the_surrogate(
+    make_rows, torch_model
+):
+    """A CPU kind with shipped PyTorch per-op rows gives torch the exact node column (its model
+    learns every op: BN, ReLU and add too, and the native-kernel flag); a kind without keeps
+    the module model's surrogate."""
+    path = node_rows_path(SHIPPED_KIND, "cpu/torch/fp32")
+    assert path is not None, "the Intel PyTorch per-op rows must ship in carb_nas/data/nodes"
+    ratio = cal_mod.module_ratio("cpu/torch/fp32", torch_model, SHIPPED_KIND)
+    assert isinstance(ratio, NodeRatio) and ratio.what == "PyTorch node model"
+    assert ratio.to_dict()["platform"] == "cpu/torch/fp32"
+    rows = make_rows(80, seed=4)
+    rows = rows[rows["precision"] == "fp32"]
+    X = model_inputs(rows[list(CONFIG_COLUMNS)])
+    # the node sum grows with the work: batch 8 costs more than batch 1 of the same network
+    one = X.head(5).assign(batch_size=1)
+    eight = X.head(5).assign(batch_size=8)
+    s1 = ratio.node_model.predict(one)["latency_ms"].to_numpy()
+    s8 = ratio.node_model.predict(eight)["latency_ms"].to_numpy()
+    assert (s8 > s1).all() and np.median(s8 / s1) > 2
+    assert type(cal_mod.module_ratio("cpu/torch/fp32", torch_model, "avx2")) is ModuleRatio

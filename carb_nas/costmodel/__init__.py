@@ -149,6 +149,7 @@ from carb_nas.costmodel._nodes import (
     node_ratio,
     node_rows_path,
     node_table,
+    torch_measured_table,
 )
 from carb_nas.costmodel._persist import check_output_dir, manifest_sha256
 from carb_nas.costmodel._prepare import (
@@ -222,6 +223,7 @@ __all__ = [
     "measured_table",
     "node_rows_path",
     "node_table",
+    "torch_measured_table",
     "MIN_PRIOR_CONFIGS",
     "PRIOR_MAP_COLUMNS",
     "TransferPrior",

@@ -82,6 +82,7 @@ NODE_PARAMS = {
     "force_row_wise": True,
 }
 NODE_ROUNDS = 800
+MAX_KEPT_SUMS = 200_000  # configs whose node sum a model keeps (a few MB)
 _NODE_RECIPE_REVISION = 1
 _SHIPPED_NODES = Path(__file__).resolve().parents[1] / "data" / "nodes"
 
@@ -148,24 +149,46 @@ def node_table(
     ``n``)."""
     if isinstance(configs, pd.DataFrame):
         configs = frame_to_configs(configs[list(CONFIG_COLUMNS)])
+    if not configs:
+        return pd.DataFrame(columns=NODE_COLUMNS)
+    table = _stacked(configs, platform)
+    table["key"] = np.array([c.key for c in configs], dtype=object)[table["key"].to_numpy()]
+    return table
+
+
+def _stacked(configs: list[Config], platform: str) -> pd.DataFrame:
+    """:func:`node_table` with each config's position in ``configs`` as its ``key``."""
     last = max(NODE_OPS.values()) if platform == "cpu/onnxruntime/fp32" else max(TORCH_OPS.values())
-    parts = []
-    for config in configs:
-        one = _network_nodes(replace(config, batch_size=1))
-        parts.append(one[one["op"] <= last].assign(key=config.key, n=config.batch_size))
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=NODE_COLUMNS)
+    arrays = [_network_array(replace(c, batch_size=1), last) for c in configs]
+    counts = [len(a) for a in arrays]
+    t = np.concatenate(arrays)
+    t[:, 1] = np.repeat([c.batch_size for c in configs], counts)  # n: the config's batch
+    table = pd.DataFrame(t, columns=list(NODE_COLUMNS[1:]))
+    table.insert(0, "key", np.repeat(np.arange(len(configs)), counts))
+    return table
 
 
-@functools.lru_cache(maxsize=4096)
-def _network_nodes(config: Config) -> pd.DataFrame:
-    """The node table of one network at batch 1 (cached: a search asks for many batches):
-    in closed form for the ResNet space (microseconds), else from the meta-device trace."""
+@functools.lru_cache(maxsize=8192)
+def _network_array(config: Config, last_op: int) -> np.ndarray:
+    """One network's node rows at batch 1 as an int64 array (``NODE_COLUMNS`` but ``key``),
+    ops up to ``last_op``: in closed form for the ResNet space (microseconds), else from the
+    meta-device trace (a search reads thousands of networks: one frame for all, not one
+    each)."""
     if config.family in EXPANSION:
-        return _resnet_nodes(config)
-    return _traced_nodes(config)
+        t = _resnet_rows(config)
+    else:
+        t = _traced_nodes(config)[list(NODE_COLUMNS[1:])].to_numpy(np.int64)
+    return t[t[:, 0] <= last_op]
 
 
 def _resnet_nodes(config: Config) -> pd.DataFrame:
+    """:func:`_resnet_rows` as a node table of one network."""
+    table = pd.DataFrame(_resnet_rows(config), columns=list(NODE_COLUMNS[1:]))
+    table.insert(0, "key", config.key)
+    return table
+
+
+def _resnet_rows(config: Config) -> np.ndarray:
     """The ops of a basic / bottleneck ResNet (``carb_nas.models``' layout: 7x7/2 stem,
     3x3/2 max pool, stages striding at their first block, 1x1/stride downsample; each conv
     followed by its BatchNorm), the rows :func:`_traced_nodes` gives, without tracing (a
@@ -206,20 +229,9 @@ def _resnet_nodes(config: Config) -> pd.DataFrame:
             rows += [(add, co, ho, co, ho, 0), (act, co, ho, co, ho, 0)]
             h, c = ho, co
     rows += [(NODE_OPS["GlobalAveragePool"], c, h, c, 1, 0), (gemm, c, 1, NUM_CLASSES, 1, 0)]
-    t = np.array(rows, dtype=np.int64)
-    return pd.DataFrame(
-        {
-            "key": config.key,
-            "op": t[:, 0],
-            "n": 1,
-            "c": t[:, 1],
-            "h": t[:, 2],
-            "co": t[:, 3],
-            "ho": t[:, 4],
-            "k": t[:, 5],
-            "g": 1,
-        }
-    )
+    t = np.array(rows, dtype=np.int64)  # op, c, h, co, ho, k
+    one = np.ones(len(t), dtype=np.int64)
+    return np.column_stack([t[:, 0], one, t[:, 1:6], one])  # n = 1, g = 1
 
 
 def torch_op_codes(kind: np.ndarray, op: np.ndarray, h_out: np.ndarray) -> np.ndarray:
@@ -345,6 +357,7 @@ class NodeCostModel:
         self.platform = platform
         self.booster_text = booster_text
         self._booster = None
+        self._sums: dict[str, float] = {}  # node sum (ms) by config key
         if booster_text is not None:
             import lightgbm as lgb
 
@@ -371,20 +384,31 @@ class NodeCostModel:
         booster = lgb.train(NODE_PARAMS, data, num_boost_round=NODE_ROUNDS)
         self.booster_text = booster.model_to_string()
         self._booster = booster
+        self._sums = {}
         return self
 
     def predict_table(self, table: pd.DataFrame) -> pd.Series:
         """The summed node time (ms) of each ``key`` of a node table."""
         if self._booster is None:
             raise ModelError("node model not fitted: call fit(table) first.")
-        us = np.exp(self._booster.predict(node_features(table, self.platform)))
+        features = node_features(table, self.platform)
+        # a deep network repeats its blocks' nodes: each distinct node is predicted once
+        group = table.groupby(list(NODE_COLUMNS), sort=False).ngroup().to_numpy()
+        first = np.unique(group, return_index=True)[1]
+        us = np.exp(self._booster.predict(features[first]))[group]
         return pd.Series(us / 1000).groupby(table["key"].to_numpy()).sum()
 
     def predict(self, X: pd.DataFrame, alpha: float | None = None) -> pd.DataFrame:
-        """``latency_ms`` (the node sum) per config row of ``X``, in ``X``'s order."""
+        """``latency_ms`` (the node sum) per config row of ``X``, in ``X``'s order; each
+        config's sum is kept (a search, its re-scoring and validation ask again)."""
         configs = frame_to_configs(X[list(CONFIG_COLUMNS)])
-        sums = self.predict_table(node_table(configs, self.platform))
-        return pd.DataFrame({"latency_ms": [float(sums[c.key]) for c in configs]})
+        new = list({c.key: c for c in configs if c.key not in self._sums}.values())
+        if new:
+            if len(self._sums) > MAX_KEPT_SUMS:
+                self._sums.clear()
+            sums = self.predict_table(_stacked(new, self.platform))  # keyed by position
+            self._sums.update({new[i].key: float(v) for i, v in sums.items()})
+        return pd.DataFrame({"latency_ms": [float(self._sums[c.key]) for c in configs]})
 
 
 def load_default_node_model(

@@ -17,10 +17,11 @@ The product's budget is simulated with each config's measured profile time: conf
 until 80 % of ``--time-budget-s`` (per platform, default 30 s), then the configs the fitted
 map fits worst measured again (their second pass; the faster kept) with the rest. The
 calibration (:func:`carb_nas.costmodel.calibrate`) is scored on the held-out configs. As in
-the product, torch's map has the module ratio of the pool's CPU kind (read from its rows'
-fingerprint; :func:`carb_nas.calibrate.module_ratio`), its traces timed here and taken out of
-torch's budget; ``--module-ratio 0`` leaves it out. Held-out configs are drawn only among those
-the module model of that kind never trained on.
+the product, each map has the column of the pool's CPU kind (read from its rows'
+fingerprint; :func:`carb_nas.calibrate.module_ratio`): the exact node column where the kind
+has node rows, else torch's module-model surrogate, whose traces are timed here and taken out
+of torch's budget; ``--module-ratio 0`` leaves them out. Held-out configs are drawn only among
+those the module model of that kind never trained on.
 
 Last line: ``representative_mape=<..> farthest_mape=<..> random_mape=<..> all_mape=<..>``
 (latency MAPE in %, mean over seeds and the two platforms). Measured (stop 48, 10 seeds, 30 s):
@@ -33,7 +34,10 @@ the module model never saw; with / without the module ratio): representative 5.5
 ``--pool docs/passes/calibration_pool_intel``: the same 300 configs measured the same way on
 an Intel Xeon VM with AVX-512 and AMX (stop 49), with / without the module ratio:
 representative 8.18 / 9.34 (torch 6.59 / 8.91, ORT 9.77), farthest 8.79 / 10.26, random 8.33 /
-9.51, every row 7.49 / 8.99 (torch 6.07 / 9.07).
+9.51, every row 7.49 / 8.99 (torch 6.07 / 9.07). Stop 50, the Intel kind's node models giving
+both maps an exact column (``calibrate.module_ratio``; the node model loaded before the
+budget, as in the product): representative 6.05 (torch 5.49, ORT 6.61), farthest 6.52, random
+5.86, every row 5.22 (torch 5.13, ORT 5.32).
 
     PYTHONPATH=. python benchmarks/calibration_orders.py [--seeds 10] [--time-budget-s 30]
         [--pool DIR] [--module-ratio 0|1]

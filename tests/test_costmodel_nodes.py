@@ -101,6 +101,9 @@ def test_a_nodes_campaign_resumes_and_refuses_another_platforms_rows(tmp_path):
         run_ort_nodes_campaign([_cfg(resolution=48)], tmp_path, runs=1)
     with pytest.raises(ConfigError, match="not a per-node campaign"):
         read_ort_nodes(tmp_path / "nowhere")
+    with pytest.raises(ConfigError, match="invalid runs"):
+        run_ort_nodes_campaign([a], tmp_path / "fresh", runs=0)
+    assert not (tmp_path / "fresh").exists()  # refused before the directory was made
 
 
 def test_the_node_model_predicts_held_out_networks_node_sums(shipped):

@@ -101,8 +101,7 @@ def measure_ort_nodes(config: Config, runs: int = 5) -> list[dict[str, Any]]:
 
     from carb_nas.measure._runtimes import _build_seeded, export_onnx
 
-    if runs < 1:
-        raise ConfigError(f"invalid runs: expected an integer >= 1, got {runs!r}. Pass runs=5.")
+    _check_runs(runs)
     torch.set_num_threads(1)
     shape = (3, config.resolution, config.resolution)
     x = np.random.default_rng(0).standard_normal((config.batch_size, *shape)).astype(np.float32)
@@ -145,6 +144,11 @@ def measure_ort_nodes(config: Config, runs: int = 5) -> list[dict[str, Any]]:
     return nodes
 
 
+def _check_runs(runs: Any) -> None:
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
+        raise ConfigError(f"invalid runs: expected an integer >= 1, got {runs!r}. Pass runs=5.")
+
+
 def run_ort_nodes_campaign(
     configs: Iterable[Config],
     out_dir: str | Path,
@@ -154,6 +158,7 @@ def run_ort_nodes_campaign(
     """Measure the nodes of every config not yet in ``out_dir``; returns how many were
     measured now. Each config appends one line to ``nodes.jsonl`` (its knobs, the
     fingerprint, its nodes or ``status: error``); interrupt it and call it again to go on."""
+    _check_runs(runs)  # before the directory is made
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     fp = json.dumps(ort_nodes_fingerprint(), sort_keys=True)

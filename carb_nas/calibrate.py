@@ -629,8 +629,9 @@ def calibrate_on_arrival(
     if platform in NODE_PLATFORMS and time_budget_s >= MODULE_RATIO_MIN_BUDGET_S:
         load_default_node_model(platform=platform)  # likewise (first use: 15-40 s, then cached)
     t0 = time.perf_counter()
-    # the module ratio's traces (~7 s) count against the budget, so fewer configs are measured;
-    # on a short budget, too few for its column (MANY_ROWS), it is not fitted
+    # the module ratio's surrogate traces 300 configs (~7 s, torch on a CPU kind without node
+    # rows) within the budget, so fewer configs are measured; the node column is ready at
+    # once. On a short budget, too few rows for the column (MANY_ROWS): neither
     ratio = module_ratio(platform, source) if time_budget_s >= MODULE_RATIO_MIN_BUDGET_S else None
     if ratio is not None and progress is not None:
         progress(0, time.perf_counter() - t0, float(time_budget_s))

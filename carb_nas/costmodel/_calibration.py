@@ -560,7 +560,7 @@ class ModuleRatio:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ModuleRatio:
-        if data.get("kind") == "nodes":  # ONNX Runtime's exact node-sum column
+        if data.get("kind") == "nodes":  # a node model's exact column (costmodel._nodes)
             from carb_nas.costmodel._nodes import NodeRatio
 
             return NodeRatio.from_reference(data)
@@ -570,8 +570,7 @@ class ModuleRatio:
 def fit_module_ratio(
     source_model: Any, module_model: Any, configs: pd.DataFrame, platform: Mapping[str, str]
 ) -> ModuleRatio:
-    """A :class:`ModuleRatio` of ``module_model`` (a ``ModuleCostModel``, or for ONNX
-    Runtime a ``NodeCostModel``: its per-node sum) against
+    """A :class:`ModuleRatio` of ``module_model`` (a ``ModuleCostModel``) against
     ``source_model`` (a config ``CostModel``), fitted on ``configs`` (config rows of the
     source's space, a few hundred) at ``platform``'s runtime and precision (the source's
     own platform: the ratio is between two models of one platform)."""
@@ -586,10 +585,7 @@ def fit_module_ratio(
         )
     X = model_inputs(configs[list(CONFIG_COLUMNS)].assign(**platform))
     source = source_model.predict(X)["latency_ms"].to_numpy(float)
-    # a NodeCostModel predicts config rows itself; a ModuleCostModel predicts networks
-    predictor = module_model if hasattr(module_model, "predict_table") else None
-    module = (predictor or ConfigModuleModel(module_model)).predict(X)["latency_ms"]
-    module = module.to_numpy(float)
+    module = ConfigModuleModel(module_model).predict(X)["latency_ms"].to_numpy(float)
     ok = np.isfinite(source) & np.isfinite(module) & (source > 0) & (module > 0)
     z = np.log(source[ok])
     data = lgb.Dataset(ModuleRatio.inputs(X[ok], z), np.log(module[ok] / source[ok]))

@@ -181,13 +181,6 @@ def _network_array(config: Config, last_op: int) -> np.ndarray:
     return t[t[:, 0] <= last_op]
 
 
-def _resnet_nodes(config: Config) -> pd.DataFrame:
-    """:func:`_resnet_rows` as a node table of one network."""
-    table = pd.DataFrame(_resnet_rows(config), columns=list(NODE_COLUMNS[1:]))
-    table.insert(0, "key", config.key)
-    return table
-
-
 def _resnet_rows(config: Config) -> np.ndarray:
     """The ops of a basic / bottleneck ResNet (``carb_nas.models``' layout: 7x7/2 stem,
     3x3/2 max pool, stages striding at their first block, 1x1/stride downsample; each conv

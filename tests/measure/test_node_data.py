@@ -1,0 +1,42 @@
+"""benchmarks/node_data.py's torch lines: what a real ops campaign of a ResNet config ships is
+what costmodel.torch_measured_table reads, op for op the config's node table."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from carb_nas.costmodel import node_table, torch_measured_table
+from carb_nas.measure import run_ops_campaign
+from carb_nas.space import CONFIG_COLUMNS, Config
+from tests.measure.test_ops_measure import QUICK
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _node_data():
+    spec = importlib.util.spec_from_file_location("node_data", ROOT / "benchmarks/node_data.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_shipped_torch_lines_read_back_as_the_configs_node_table(tmp_path):
+    mod = _node_data()
+    config = Config("basic", 8, 0.25, 32, 2, "fp32", "torch")
+    spec = {"key": config.key, **{c: getattr(config, c) for c in CONFIG_COLUMNS}}
+    assert run_ops_campaign([spec], mod._build, tmp_path, protocol=QUICK, profiled_runs=1) == 1
+    lines = mod.torch_lines(tmp_path)
+    assert len(lines) == 1 and lines[0]["key"] == config.key and lines[0]["latency_ms"] > 0
+    measured = torch_measured_table(lines)
+    cols = ["op", "n", "c", "h", "co", "ho", "k", "g"]
+    expected = node_table([config], "cpu/torch/fp32")[cols]
+    got = measured[cols]
+    pd.testing.assert_frame_equal(
+        got.sort_values(cols).reset_index(drop=True).astype(np.int64),
+        expected.sort_values(cols).reset_index(drop=True).astype(np.int64),
+    )
+    assert (measured["us"] > 0).all()

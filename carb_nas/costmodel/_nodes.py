@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import sys
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -405,11 +406,12 @@ class NodeCostModel:
 
 
 def load_default_node_model(
-    cpu_kind: str | None = None, verbose: bool = False, platform: str = "cpu/onnxruntime/fp32"
+    cpu_kind: str | None = None, verbose: bool = True, platform: str = "cpu/onnxruntime/fp32"
 ) -> NodeCostModel | None:
     """The node model of ``platform`` from ``cpu_kind``'s shipped per-node rows (default:
-    this machine's kind), trained on first use (15-40 s) and cached beside the default models
-    (and in this process); None where that kind has no such rows."""
+    this machine's kind), trained on first use (torch 3 s, ONNX Runtime ~15 s: its rows are
+    paired with traced nodes first; said on stderr) and cached beside the default models (and
+    in this process); None where that kind has no such rows."""
     path = node_rows_path(cpu_kind, platform)
     if path is None:
         return None
@@ -439,6 +441,13 @@ def _load_or_train(path: Path, digest: str, platform: str, verbose: bool) -> Nod
         except (json.JSONDecodeError, KeyError, ModelError):
             pass  # a damaged cache entry: trained again below
     _check_writable(cache)
+    if verbose:
+        print(
+            f"carb_nas: training the {platform} node model on {path.name} (once, 3-40 s; "
+            "then cached)",
+            file=sys.stderr,
+            flush=True,
+        )
     t0 = time.perf_counter()
     if platform == "cpu/onnxruntime/fp32":
         table = measured_table(*read_ort_nodes(path))
@@ -450,10 +459,7 @@ def _load_or_train(path: Path, digest: str, platform: str, verbose: bool) -> Nod
         cached, json.dumps({"rows": path.name, "sha256_16": digest, "booster": model.booster_text})
     )
     if verbose:
-        print(
-            f"trained the {platform} node model of {path.name} in {time.perf_counter() - t0:.1f} s",
-            flush=True,
-        )
+        print(f"carb_nas: trained in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     return model
 
 

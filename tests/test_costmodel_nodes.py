@@ -123,6 +123,10 @@ def test_the_node_model_predicts_held_out_networks_node_sums(shipped):
     assert NodeCostModel(model.booster_text).predict_table(table).equals(model.predict_table(table))
     with pytest.raises(ModelError, match="damaged node model"):
         NodeCostModel("tree\nnot a booster")
+    with pytest.raises(ModelError, match="expected the config columns"):
+        model.predict(held_cfg[["family", "depth"]])
+    with pytest.raises(ModelError, match="loaded from shipped rows"):
+        NodeRatio(SHIPPED_KIND, model)  # fitted here: a saved calibration could not name it
     with pytest.raises(ModelError, match="positive finite"):
         NodeCostModel().fit(table.assign(us=0.0))
 

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from carb_nas._json import jsonable
+from carb_nas.costmodel._common import booster_from_text
 from carb_nas.costmodel._prepare import model_inputs
 from carb_nas.datasets import TARGETS, load_dataset
 from carb_nas.errors import ModelError
@@ -529,16 +530,10 @@ class ModuleRatio:
     what = "module model"  # what a calibration summary says the column comes from
 
     def __init__(self, booster_text: str) -> None:
-        import lightgbm as lgb
-
         self.booster_text = booster_text
-        try:
-            self._booster = lgb.Booster(model_str=booster_text)
-        except lgb.basic.LightGBMError as e:
-            raise ModelError(
-                f"damaged module ratio: expected a LightGBM booster's text (fit_module_ratio), "
-                f"got {booster_text[:40]!r}... ({e}). Calibrate again (carb-nas calibrate)."
-            ) from e
+        self._booster = booster_from_text(
+            booster_text, "module ratio", "Calibrate again (carb-nas calibrate)."
+        )
 
     @staticmethod
     def inputs(X: pd.DataFrame, log_source_ms: np.ndarray) -> np.ndarray:

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from carb_nas.errors import ModelError
+from carb_nas.space import CONFIG_COLUMNS
 
 FORMAT_NAME = "carb_nas.costmodel"
 # 2: offsets may be fitted sums of columns (``offset_coefs``); 3: the manifest carries the
@@ -72,6 +73,29 @@ def library_versions() -> dict[str, str]:
         "skops": skops.__version__,
         "numpy": np.__version__,
     }
+
+
+def booster_from_text(text: str, what: str, fix: str) -> Any:
+    """A LightGBM booster from its saved text; a damaged text is a one-line ``ModelError``
+    naming ``what`` it was and how to ``fix`` it, not LightGBM's traceback."""
+    import lightgbm as lgb
+
+    try:
+        return lgb.Booster(model_str=text)
+    except lgb.basic.LightGBMError as e:
+        raise ModelError(
+            f"damaged {what}: expected a LightGBM booster's text, got {text[:40]!r}... ({e}). {fix}"
+        ) from e
+
+
+def check_config_columns(X: pd.DataFrame, who: str) -> None:
+    """Refuse, in one line, a frame without the config columns a model of configs reads."""
+    missing = [c for c in CONFIG_COLUMNS if c not in X.columns]
+    if missing:
+        raise ModelError(
+            f"the {who} predicts configs: expected the config columns {list(CONFIG_COLUMNS)}, "
+            f"got a frame without {missing}. Pass costmodel.model_inputs(configs)."
+        )
 
 
 def sha256_file(path: Path) -> str:

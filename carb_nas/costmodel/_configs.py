@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from carb_nas.costmodel._common import check_config_columns
 from carb_nas.errors import ModelError
 from carb_nas.space import CONFIG_COLUMNS, frame_to_configs
 
@@ -72,13 +73,7 @@ class ConfigModuleModel:
         with ``alpha``, ``<target>_lower`` / ``_upper``, in ``X``'s order."""
         from carb_nas.models import ModelSpec, meta_model
 
-        missing = [c for c in CONFIG_COLUMNS if c not in X.columns]
-        if missing:
-            raise ModelError(
-                f"the module model predicts configs: expected the config columns "
-                f"{list(CONFIG_COLUMNS)}, got a frame without {missing}. Pass "
-                "costmodel.model_inputs(configs)."
-            )
+        check_config_columns(X, "module model")
         columns = [
             c for t in self.targets_ for c in ((t, f"{t}_lower", f"{t}_upper") if alpha else (t,))
         ]

@@ -24,7 +24,6 @@ column, where the CPU kind has such rows.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import sys
 from collections.abc import Mapping
@@ -37,6 +36,7 @@ import pandas as pd
 
 from carb_nas._io import atomic_write_text
 from carb_nas.costmodel._calibration import ModuleRatio
+from carb_nas.costmodel._common import booster_from_text, check_config_columns, sha256_file
 from carb_nas.costmodel._defaults import (
     _check_writable,
     _this_cpu_kind,
@@ -247,39 +247,28 @@ def torch_measured_table(lines: list[dict[str, Any]]) -> pd.DataFrame:
     groups, us]``, ``benchmarks/node_data.py``), the op kinds of :data:`TORCH_OPS` only."""
     parts = []
     for line in lines:
-        ops = pd.DataFrame(
-            line["ops"],
-            columns=["kind", "op", "n", "c", "h", "co", "ho", "k", "stride", "g", "us"],
-        )
-        code = torch_op_codes(ops["kind"].to_numpy(), ops["op"].to_numpy(), ops["ho"].to_numpy())
-        linear = code == TORCH_OPS["Gemm"]
-        ops = ops.assign(
-            key=line["key"],
-            op=code,
-            h=np.where(linear, 1, ops["h"]),
-            ho=np.where(linear, 1, ops["ho"]),
-            k=np.where(code == TORCH_OPS["Conv"], ops["k"], 0),
-        )
-        parts.append(ops.loc[code >= 0, [*NODE_COLUMNS, "us"]])
+        ops = pd.DataFrame(line["ops"], columns=[*TRACE_COLUMNS[:-1], "stride", "groups", "us"])
+        cols = {c: ops[c].to_numpy() for c in TRACE_COLUMNS}
+        kept = torch_op_codes(cols["kind"], cols["op"], cols["h_out"]) >= 0
+        parts.append(_from_trace(line["key"], cols).assign(us=ops["us"].to_numpy()[kept]))
     columns = [*NODE_COLUMNS, "us"]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=columns)
 
 
-def _traced_nodes(config: Config) -> pd.DataFrame:
-    """The op table of one network from its meta-device trace."""
-    from carb_nas.features import trace_op_arrays
-    from carb_nas.models import ModelSpec, meta_model
+TRACE_COLUMNS = ("kind", "op", "batch", "c_in", "h_in", "c_out", "h_out", "kernel", "groups")
+"""The columns of the traced op table (``features.trace_ops``) a node row is made of."""
 
-    spec = ModelSpec.from_config(config)
-    cols, _ = trace_op_arrays(meta_model(config), spec.input_shape, "fp32")
-    kind, op = cols["kind"], cols["op"]
-    code = torch_op_codes(kind, op, cols["h_out"])
+
+def _from_trace(key: str, cols: Mapping[str, np.ndarray]) -> pd.DataFrame:
+    """The node rows (:data:`NODE_COLUMNS`) of a traced op table's columns
+    (:data:`TRACE_COLUMNS`), ops the model leaves out dropped: a linear layer's map size is
+    1, only a conv has a kernel and groups."""
+    code = torch_op_codes(cols["kind"], cols["op"], cols["h_out"])
     m = code >= 0
-    conv = code[m] == NODE_OPS["Conv"]
-    linear = code[m] == NODE_OPS["Gemm"]
+    conv, linear = code[m] == TORCH_OPS["Conv"], code[m] == TORCH_OPS["Gemm"]
     return pd.DataFrame(
         {
-            "key": config.key,
+            "key": key,
             "op": code[m],
             "n": cols["batch"][m],
             "c": cols["c_in"][m],
@@ -290,6 +279,16 @@ def _traced_nodes(config: Config) -> pd.DataFrame:
             "g": np.where(conv, cols["groups"][m], 1),
         }
     )
+
+
+def _traced_nodes(config: Config) -> pd.DataFrame:
+    """The op table of one network from its meta-device trace."""
+    from carb_nas.features import trace_op_arrays
+    from carb_nas.models import ModelSpec, meta_model
+
+    spec = ModelSpec.from_config(config)
+    cols, _ = trace_op_arrays(meta_model(config), spec.input_shape, "fp32")
+    return _from_trace(config.key, cols)
 
 
 def node_features(table: pd.DataFrame, platform: str = "cpu/onnxruntime/fp32") -> np.ndarray:
@@ -352,17 +351,13 @@ class NodeCostModel:
         self.booster_text = booster_text
         self._booster = None
         self._sums: dict[str, float] = {}  # node sum (ms) by config key
+        self.rows_sha256_16: str | None = None  # the shipped rows it was trained on, if any
         if booster_text is not None:
-            import lightgbm as lgb
-
-            try:
-                self._booster = lgb.Booster(model_str=booster_text)
-            except lgb.basic.LightGBMError as e:
-                raise ModelError(
-                    f"damaged node model: expected a LightGBM booster's text "
-                    f"(NodeCostModel.fit), got {booster_text[:40]!r}... ({e}). Delete the cached "
-                    "file; it is trained again on first use."
-                ) from e
+            self._booster = booster_from_text(
+                booster_text,
+                "node model",
+                "Delete the cached file; it is trained again on first use.",
+            )
 
     def fit(self, table: pd.DataFrame) -> NodeCostModel:
         import lightgbm as lgb
@@ -395,6 +390,7 @@ class NodeCostModel:
     def predict(self, X: pd.DataFrame, alpha: float | None = None) -> pd.DataFrame:
         """``latency_ms`` (the node sum) per config row of ``X``, in ``X``'s order; each
         config's sum is kept (a search, its re-scoring and validation ask again)."""
+        check_config_columns(X, "node model")
         configs = frame_to_configs(X[list(CONFIG_COLUMNS)])
         new = list({c.key: c for c in configs if c.key not in self._sums}.values())
         if new:
@@ -415,10 +411,11 @@ def load_default_node_model(
     path = node_rows_path(cpu_kind, platform)
     if path is None:
         return None
-    digest = _digest(path)
+    digest = sha256_file(path)[:16]
     key = (str(default_model_cache_dir()), digest, NODE_ROUNDS)
     if key not in _LOADED:
         _LOADED[key] = _load_or_train(path, digest, platform, verbose)
+        _LOADED[key].rows_sha256_16 = digest
     return _LOADED[key]
 
 
@@ -443,8 +440,8 @@ def _load_or_train(path: Path, digest: str, platform: str, verbose: bool) -> Nod
     _check_writable(cache)
     if verbose:
         print(
-            f"carb_nas: training the {platform} node model on {path.name} (once, 3-40 s; "
-            "then cached)",
+            f"carb_nas: training the {platform} node model on {path.name} (once, a few "
+            "seconds; then cached)",
             file=sys.stderr,
             flush=True,
         )
@@ -476,9 +473,15 @@ class NodeRatio(ModuleRatio):
     their digest), not as the booster: :func:`load_default_node_model` trains the same model
     from them."""
 
-    def __init__(self, cpu_kind: str, rows_sha256_16: str, node_model: NodeCostModel) -> None:
+    def __init__(self, cpu_kind: str, node_model: NodeCostModel) -> None:
+        if node_model.rows_sha256_16 is None:
+            raise ModelError(
+                "unusable node model for a calibration column: expected one loaded from shipped "
+                "rows (load_default_node_model), got one fitted here, which a saved calibration "
+                "could not name. Use costmodel.node_ratio(cpu_kind, platform)."
+            )
         self.cpu_kind = cpu_kind
-        self.rows_sha256_16 = rows_sha256_16
+        self.rows_sha256_16 = node_model.rows_sha256_16
         self.node_model = node_model
         self.platform = node_model.platform
         self.booster_text = node_model.booster_text or ""
@@ -502,17 +505,16 @@ class NodeRatio(ModuleRatio):
         """The :meth:`to_dict` reference loaded again; a ``ModelError`` where this install's
         node rows of that kind are gone or differ (the calibration's column would move)."""
         kind, platform = str(data.get("cpu_kind")), str(data.get("platform"))
-        path = node_rows_path(kind, platform) if platform in PLATFORMS else None
-        digest = _digest(path) if path is not None else None
+        model = load_default_node_model(kind, platform=platform) if platform in PLATFORMS else None
+        digest = None if model is None else model.rows_sha256_16
         if digest != data.get("rows_sha256_16"):
             raise ModelError(
                 f"calibration made with other node rows: expected the {platform} rows of "
-                f"{kind} with digest {data.get('rows_sha256_16')}, got "
-                f"{'none' if path is None else digest}. Calibrate again (carb-nas calibrate)."
+                f"{kind} with digest {data.get('rows_sha256_16')}, got {digest or 'none'}. "
+                "Calibrate again (carb-nas calibrate)."
             )
-        model = load_default_node_model(kind, platform=platform)
-        assert model is not None  # its rows exist: checked above
-        return cls(kind, str(digest), model)
+        assert model is not None  # its digest matched
+        return cls(kind, model)
 
 
 def node_ratio(
@@ -521,12 +523,5 @@ def node_ratio(
     """The exact node-sum column of ``platform`` on ``cpu_kind`` (default: this machine's),
     or None where that kind has no shipped node rows of it."""
     kind = cpu_kind or _this_cpu_kind()
-    path = node_rows_path(kind, platform)
     model = load_default_node_model(kind, platform=platform)
-    if path is None or model is None:
-        return None
-    return NodeRatio(kind, _digest(path), model)
-
-
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    return None if model is None else NodeRatio(kind, model)

@@ -20,7 +20,6 @@ ONNX Runtime analogue of the PyTorch per-op rows (``_ops``).
 from __future__ import annotations
 
 import json
-import os
 import platform as _platform
 import statistics
 import tempfile
@@ -33,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from carb_nas.errors import ConfigError, MeasurementError
+from carb_nas.measure._ops import _append, _done_keys  # the ops campaign's resumable lines
 from carb_nas.measure._profiler import cpu_identity, cpu_model_name
 from carb_nas.space import CONFIG_COLUMNS, Config
 
@@ -177,7 +177,7 @@ def run_ort_nodes_campaign(
             rec = {**base, "status": "ok", "nodes": measure_ort_nodes(config, runs)}
         except (MeasurementError, RuntimeError) as e:
             rec = {**base, "status": "error", "error": f"{type(e).__name__}: {e}"[:500]}
-        _append(out / NODES, rec)
+        _append(out / NODES, [rec])
         done.add(config.key)
         n += 1
         if progress is not None:
@@ -214,38 +214,3 @@ def read_ort_nodes(path: str | Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             for i, node in enumerate(rec["nodes"]):
                 nodes.append({"key": rec["key"], "node": i, **node})
     return pd.DataFrame(configs), pd.DataFrame(nodes, columns=list(NODE_COLUMNS))
-
-
-def _done_keys(path: Path, fingerprint: str) -> set[str]:
-    """Keys already measured in ``path``; refuses rows of another platform fingerprint."""
-    if not path.exists():
-        return set()
-    keys = set()
-    with open(path) as f:
-        for line in f:
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line torn by a kill: that config is measured again
-            if rec.get("fingerprint") != fingerprint:
-                raise ConfigError(
-                    f"{path} holds rows of another platform: expected fingerprint "
-                    f"{fingerprint[:120]}..., got {str(rec.get('fingerprint'))[:120]}.... "
-                    "Measure into a new directory."
-                )
-            keys.add(rec["key"])
-    return keys
-
-
-def _append(path: Path, record: dict[str, Any]) -> None:
-    torn = False
-    if path.exists() and path.stat().st_size:
-        with open(path, "rb") as f:
-            f.seek(-1, os.SEEK_END)
-            torn = f.read(1) != b"\n"
-    with open(path, "a") as f:
-        if torn:  # a line cut by a kill: end it, so it stays alone
-            f.write("\n")
-        f.write(json.dumps(record) + "\n")
-        f.flush()
-        os.fsync(f.fileno())

@@ -121,11 +121,15 @@ def run(
             print(f"{platform}: {target} MAPE {b_t:.1f}% -> {a_t:.1f}%", flush=True)
     spec = cal.model.maps_["latency_ms"]
     rep = cal.repeatability()
+    repeats = (
+        f"calibration's repeatability {rep['median_pct']:.1f}% over {rep['n']} configs"
+        if rep["n"]
+        else "calibrated in one pass (no repeatability)"
+    )
     print(
         f"{platform}: {int(ok.sum())} validation configs; calibrated on {cal.n_rows} configs in "
         f"{seconds:.1f} s ({spec['method']}); latency MAPE {before:.1f}% -> {after:.1f}%; "
-        f"the two validation measurements differ by a MAPE of {floor:.1f}%; calibration's "
-        f"single-pass repeatability {rep['median_pct']:.1f}% over {rep['n']} configs; "
+        f"the two validation measurements differ by a MAPE of {floor:.1f}%; {repeats}; "
         f"probe-normalized (typical {typical:.3f} ms): after {after_n:.1f}%, floor {floor_n:.1f}%",
         flush=True,
     )

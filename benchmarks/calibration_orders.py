@@ -37,7 +37,8 @@ representative 8.18 / 9.34 (torch 6.59 / 8.91, ORT 9.77), farthest 8.79 / 10.26,
 9.51, every row 7.49 / 8.99 (torch 6.07 / 9.07). Stop 50, the Intel kind's node models giving
 both maps an exact column (``calibrate.module_ratio``; the node model loaded before the
 budget, as in the product): representative 6.05 (torch 5.49, ORT 6.61), farthest 6.52, random
-5.86, every row 5.22 (torch 5.13, ORT 5.32).
+5.86, every row 5.22 (torch 5.13, ORT 5.32). Stop 51, node rows of 1,500 configs: representative
+5.61 (torch 5.31, ORT 5.91), farthest 6.18, random 5.52, every row 4.81.
 
     PYTHONPATH=. python benchmarks/calibration_orders.py [--seeds 10] [--time-budget-s 30]
         [--pool DIR] [--module-ratio 0|1]

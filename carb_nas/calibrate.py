@@ -627,7 +627,7 @@ def calibrate_on_arrival(
     # first use: 12 s for ONNX Runtime fp32 here) would otherwise eat the measurements
     source = source_model if source_model is not None else load_default_model(platform)
     if platform in NODE_PLATFORMS and time_budget_s >= MODULE_RATIO_MIN_BUDGET_S:
-        load_default_node_model(platform=platform)  # likewise (first use: 3-15 s, then cached)
+        load_default_node_model(platform=platform)  # likewise (first use: 5-6 s, then cached)
     t0 = time.perf_counter()
     # the module ratio's surrogate traces 300 configs (~7 s, torch on a CPU kind without node
     # rows) within the budget, so fewer configs are measured; the node column is ready at

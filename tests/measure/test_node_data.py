@@ -40,3 +40,15 @@ def test_shipped_torch_lines_read_back_as_the_configs_node_table(tmp_path):
         expected.sort_values(cols).reset_index(drop=True).astype(np.int64),
     )
     assert (measured["us"] > 0).all()
+
+
+def test_a_larger_draw_extends_a_smaller_one_and_leaves_the_pools_out():
+    # a campaign grows in place (resumable by key) only if the first n configs stay the same
+    mod = _node_data()
+    small, large = mod.draw("onnxruntime", 30, 0), mod.draw("onnxruntime", 90, 0)
+    pd.testing.assert_frame_equal(small, large.iloc[:30].reset_index(drop=True))
+    stem = "cpu_onnxruntime_fp32"
+    pooled = pd.concat([pd.read_parquet(p / f"{stem}_pass1.parquet") for p in mod.POOLS])
+    seen = set(pooled[mod.KNOBS].astype(str).itertuples(index=False, name=None))
+    drawn = set(large[mod.KNOBS].astype(str).itertuples(index=False, name=None))
+    assert mod.POOLS and not drawn & seen

@@ -14,7 +14,7 @@ the matched ops' shape columns and times, one JSON line per config, the ORT form
 this CPU's module kind (``costmodel.module_cpu_kind``), read by
 ``costmodel.load_default_node_model``. Last line: ``configs=<..> nodes=<..> median_us=<..>``.
 The default 1,500 configs (stop 51: the node models' held-out error still fell from 600;
-about 7 min for ONNX Runtime and 19 min for torch on a quiet 2-core VM) are what is shipped.
+about 11 min for ONNX Runtime and 20 min for torch on a quiet 2-core VM) are what is shipped.
 
     PYTHONPATH=$PWD python benchmarks/node_data.py measure DIR [--runtime onnxruntime|torch]
         [--n 1500] [--seed 0]

@@ -479,6 +479,26 @@ def test_facility_location_follows_density_weights_and_coverage():
     assert len(facility_location_order(twins, np.ones(4), 4)) == 1
 
 
+def test_facility_location_in_blocks_picks_as_the_whole_matrix_does():
+    # distances are computed 512 rows at a time (memory): across a block boundary the picks
+    # are those of the plain greedy rule on the full pairwise matrix
+    from carb_nas.costmodel import facility_location_order
+
+    rng = np.random.default_rng(3)
+    points, w = rng.normal(size=(700, 3)), rng.uniform(0.5, 2.0, 700)
+    covered = rng.normal(size=(600, 3))
+    pair = np.sqrt(((points[:, None] - points[None]) ** 2).sum(axis=2))
+    cur = np.sqrt(((points[:, None] - covered[None]) ** 2).sum(axis=2)).min(axis=1)
+    expected = []
+    for _ in range(20):
+        gain = (np.maximum(cur[None, :] - pair, 0.0) * w[None, :]).sum(axis=1)
+        gain[expected] = -np.inf
+        expected.append(int(np.argmax(gain)))
+        cur = np.minimum(cur, pair[expected[-1]])
+    assert facility_location_order(points, w, 20, covered=covered) == expected
+    assert max(expected) >= 512  # the picks span both blocks
+
+
 def test_round_model_uses_the_physical_offsets(grid):
     from carb_nas.active import fit_round_model
     from carb_nas.costmodel import PHYSICAL_OFFSETS, model_inputs

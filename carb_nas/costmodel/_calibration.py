@@ -238,17 +238,31 @@ def _d_optimal(G: np.ndarray, order: list[int], n: int) -> np.ndarray:
     return np.asarray(order, dtype=np.int64)
 
 
-MAX_FACILITY_POINTS = 4096  # rows facility_location_order scores (pair matrix ~64 MB)
+MAX_FACILITY_POINTS = 4096  # rows facility_location_order scores (pair matrix 64 MB)
+_BLOCK_ROWS = 512  # rows of a distance block: 512 x 4096 float64 is 16 MB
 
 
 def nearest_distance(Xc: np.ndarray, Xm: np.ndarray) -> np.ndarray:
     """Distance of every row of ``Xc`` to its nearest row of ``Xm`` (chunked: pools are large)."""
+    from scipy.spatial.distance import cdist
+
     dist = np.full(len(Xc), np.inf)
-    for start in range(0, len(Xm), 512):
-        block = Xm[start : start + 512]
-        d = np.sqrt(((Xc[:, None, :] - block[None, :, :]) ** 2).sum(axis=2)).min(axis=1)
-        dist = np.minimum(dist, d)
+    for start in range(0, len(Xm), _BLOCK_ROWS):
+        block = cdist(Xc, Xm[start : start + _BLOCK_ROWS]).min(axis=1)
+        dist = np.minimum(dist, block)
     return dist
+
+
+def _pair_distances(K: np.ndarray) -> np.ndarray:
+    """The float32 distance matrix of ``K``'s rows, by blocks of rows: broadcasting the
+    differences made an N x N x d array first (4096 rows of 8 coordinates: 540 MB); scipy's
+    cdist differences each pair exactly, so coinciding rows stay at 0."""
+    from scipy.spatial.distance import cdist
+
+    pair = np.empty((len(K), len(K)), dtype=np.float32)
+    for start in range(0, len(K), _BLOCK_ROWS):
+        pair[start : start + _BLOCK_ROWS] = cdist(K[start : start + _BLOCK_ROWS], K)
+    return pair
 
 
 def facility_location_order(
@@ -274,7 +288,7 @@ def facility_location_order(
         pick_from = np.sort(rng.choice(len(points), limit, replace=False))
     K = np.asarray(points, dtype=np.float32)[pick_from]
     w = np.asarray(weights, dtype=np.float32)[pick_from]
-    pair = np.sqrt(np.maximum(((K[:, None, :] - K[None, :, :]) ** 2).sum(axis=2), 0.0))
+    pair = _pair_distances(K)
     if covered is not None and len(covered):
         cur = nearest_distance(K, np.asarray(covered, dtype=np.float32))
     else:
@@ -282,8 +296,12 @@ def facility_location_order(
         cur = np.full(len(K), float(pair.max()) + 1.0 if pair.size else 1.0, dtype=np.float32)
     order: list[int] = []
     taken = np.zeros(len(K), dtype=bool)
+    buf = np.empty_like(pair)  # one N x N scratch for every pick's gains, not three
     for _ in range(min(int(n), len(K))):
-        gain = (np.maximum(cur[None, :] - pair, 0.0) * w[None, :]).sum(axis=1)
+        np.subtract(cur[None, :], pair, out=buf)
+        np.maximum(buf, 0.0, out=buf)
+        buf *= w[None, :]
+        gain = buf.sum(axis=1)
         gain[taken] = -np.inf
         i = int(np.argmax(gain))
         if not gain[i] > 0:

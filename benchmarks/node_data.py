@@ -34,6 +34,7 @@ import pandas as pd
 
 from carb_nas.costmodel import module_cpu_kind
 from carb_nas.datasets import load_dataset
+from carb_nas.errors import ConfigError
 from carb_nas.measure import (
     read_ops_campaign,
     read_ort_nodes,
@@ -55,7 +56,13 @@ def draw(runtime: str, n: int, seed: int) -> pd.DataFrame:
     pooled = pd.concat([pd.read_parquet(p / f"{stem}_pass1.parquet")[KNOBS] for p in POOLS])
     seen = set(pooled.astype(str).itertuples(index=False, name=None))
     keep = [t not in seen for t in frame[KNOBS].astype(str).itertuples(index=False, name=None)]
-    return frame[keep].sample(n=n, random_state=seed).reset_index(drop=True)
+    frame = frame[keep]
+    if not 1 <= n <= len(frame):
+        raise ConfigError(
+            f"invalid --n for {platform}: expected 1 to {len(frame)} (its shipped ResNet configs "
+            f"outside the calibration pools), got {n}. Pass --n {min(1500, len(frame))}."
+        )
+    return frame.sample(n=n, random_state=seed).reset_index(drop=True)
 
 
 def _build(spec: dict) -> tuple:
@@ -106,6 +113,13 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=1500)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
+    try:
+        run(args)
+    except ConfigError as e:  # a bad --n or directory: one line, not a traceback
+        sys.exit(f"node_data.py: {e}")
+
+
+def run(args: argparse.Namespace) -> None:
     say = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
     if args.what == "measure":
         frame = draw(args.runtime, args.n, args.seed)
@@ -117,14 +131,19 @@ def main() -> None:
             run_ops_campaign(specs, _build, args.dir, progress=say)
     if args.runtime == "onnxruntime":
         configs, nodes = read_ort_nodes(args.dir)
-        fingerprint, n_nodes, us = configs["fingerprint"].iloc[0], len(nodes), nodes["us"]
+        fingerprints, us = configs.get("fingerprint", pd.Series()).tolist(), nodes["us"]
         text = (args.dir / "nodes.jsonl").read_text()
     else:
         lines = torch_lines(args.dir)
-        fingerprint = lines[0]["fingerprint"]
-        us = pd.Series([o[-1] for line in lines for o in line["ops"]])
-        configs, n_nodes = lines, len(us)
+        fingerprints = [line["fingerprint"] for line in lines]
+        us = pd.Series([o[-1] for line in lines for o in line["ops"]], dtype=float)
         text = "".join(json.dumps(line) + "\n" for line in lines)
+    if not fingerprints:
+        raise ConfigError(
+            f"nothing measured in {args.dir}: expected at least one config measured ok, got "
+            "none (every line failed, or none was written). Run `measure` first."
+        )
+    fingerprint, n_configs, n_nodes = fingerprints[0], len(fingerprints), len(us)
     if args.what == "ship":
         cpu = json.loads(fingerprint)["cpu"]
         kind = module_cpu_kind(cpu.get("isa", []), cpu.get("vendor"))
@@ -133,7 +152,7 @@ def main() -> None:
         with open(out, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as f:
             f.write(text.encode())  # mtime 0: reproducible bytes
         say(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB)")
-    print(f"configs={len(configs)} nodes={n_nodes} median_us={us.median():.1f}")
+    print(f"configs={n_configs} nodes={n_nodes} median_us={us.median():.1f}")
 
 
 if __name__ == "__main__":

@@ -490,8 +490,8 @@ def module_ratio(platform: str, source: Any, cpu_kind: str | None = None) -> Mod
     latency MAPE without / with the column 8.91 -> 6.59 % on an Intel Xeon, 6.15 -> 5.87 % on
     an AMD Zen 3 (30 s replayed, the ratio's traces out of them; stop 49, docs/costmodel.md).
     Where the kind has shipped per-node rows of the platform (``costmodel.node_ratio``; ONNX
-    Runtime and PyTorch fp32 on ``intel-avx512``, stop 50), the node model's exact node sum
-    instead: ONNX Runtime on the Intel pool 9.77 -> 6.61 %.
+    Runtime and PyTorch fp32 on ``intel-avx512``, stops 50-51), the node model's exact node
+    sum instead: on the Intel pool ONNX Runtime 9.77 -> 5.91 %, torch 6.59 -> 5.31 %.
     ``cpu_kind``: the model's (``costmodel.MODULE_CPU_KINDS``), default this machine's."""
     device, runtime, precision = split_platform(platform)
     if platform != f"{device}/{runtime}/{precision}":

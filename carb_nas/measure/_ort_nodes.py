@@ -45,7 +45,6 @@ __all__ = [
 ]
 
 NODES = "nodes.jsonl"
-WARMUP_RUNS = 3
 NODE_COLUMNS = ("key", "node", "op", "x", "w", "y", "sum", "us")
 """A node row: the config's ``key``, the node's position in the run, its ONNX ``op`` type, the
 shapes of its data input ``x``, weight ``w`` (empty for ops without one) and output ``y``,

@@ -3,13 +3,16 @@ what costmodel.torch_measured_table reads, op for op the config's node table."""
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from carb_nas.costmodel import node_table, torch_measured_table
+from carb_nas.errors import ConfigError
 from carb_nas.measure import run_ops_campaign
 from carb_nas.space import CONFIG_COLUMNS, Config
 from tests.measure.test_ops_measure import QUICK
@@ -52,3 +55,13 @@ def test_a_larger_draw_extends_a_smaller_one_and_leaves_the_pools_out():
     seen = set(pooled[mod.KNOBS].astype(str).itertuples(index=False, name=None))
     drawn = set(large[mod.KNOBS].astype(str).itertuples(index=False, name=None))
     assert mod.POOLS and not drawn & seen
+
+
+def test_a_draw_larger_than_the_dataset_and_an_empty_campaign_are_refused(tmp_path):
+    mod = _node_data()
+    with pytest.raises(ConfigError, match="invalid --n .* got 999999"):
+        mod.draw("onnxruntime", 999999, 0)
+    (tmp_path / "nodes.jsonl").write_text('{"key": "a", "status": "error"}\n')
+    args = argparse.Namespace(what="ship", dir=tmp_path, runtime="onnxruntime", n=1, seed=0)
+    with pytest.raises(ConfigError, match="nothing measured"):
+        mod.run(args)

@@ -2,7 +2,8 @@
 
 Public surface (heavy parts import lazily so ``import carb_nas`` stays cheap):
 ``Config``, ``Space``, ``load_space``, ``build_model``, ``compute_features``,
-``trace_features``, ``CostModel``, ``CarbNasError``, ``ModelSpec``, ``predict_costs``
+``trace_features``, ``CostModel``, ``CarbNasError``, ``ModelSpec``, ``load_predictor`` (the
+one loader: a platform name or model directory -> a ``Predictor``) and ``predict_costs``
 (costs with intervals of any ``nn.Module``, factory or config).
 """
 
@@ -36,6 +37,8 @@ __all__ = [
     "ModelSpec",
     "predict_costs",
     "PredictedCosts",
+    "load_predictor",
+    "Predictor",
     "__version__",
 ]
 
@@ -45,7 +48,9 @@ _LAZY = {
     "trace_features": "carb_nas.features",
     "CostModel": "carb_nas.costmodel",
     "ModelSpec": "carb_nas.models",
-    "predict_costs": "carb_nas.scoring",
+    "predict_costs": "carb_nas.predictors",
+    "load_predictor": "carb_nas.predictors",
+    "Predictor": "carb_nas.predictors",
     "PredictedCosts": "carb_nas.scoring",
 }
 

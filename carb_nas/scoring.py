@@ -46,7 +46,6 @@ __all__ = [
     "model_targets",
     "platform_name",
     "PredictedCosts",
-    "predict_costs",
     "predict_spec",
     "spec_inputs",
     "unseen_families",
@@ -54,18 +53,19 @@ __all__ = [
 
 
 def resolve_model(model: Any, role: str = "cost model", specs: bool = False) -> Any:
-    """A fitted cost model from a CostModel, a saved model directory or a shipped platform name
-    (``cpu/torch/fp32``); MissingFileError / ModelError naming ``role`` otherwise. ``specs``:
-    the caller predicts model specs, so a kernel-level ModuleCostModel directory is accepted."""
+    """``model`` checked as a fitted predictor (a ``PlatformPredictor``, a ``CostModel`` or,
+    with ``specs``, a ``ModuleCostModel``); ModelError naming ``role`` otherwise. Names and
+    directories are resolved by ``carb_nas.predictors.load_predictor``, before this."""
     if isinstance(model, (str, Path)):
-        from carb_nas.costmodel import load_model, load_predictor
-
-        return (load_predictor if specs else load_model)(model, role)
+        raise ModelError(
+            f"unresolved {role}: expected a loaded predictor, got the name {str(model)!r}. "
+            "Load it first with carb_nas.load_predictor(name)."
+        )
     if not callable(getattr(model, "predict", None)) or getattr(model, "targets_", None) is None:
         raise ModelError(
             f"unusable {role}: expected a fitted carb_nas.costmodel.CostModel (with predict "
             f"and targets_), got {type(model).__name__}. Fit it first or load one with "
-            "CostModel.load(dir) / load_default_model(platform)."
+            "carb_nas.load_predictor(platform)."
         )
     return model
 
@@ -399,28 +399,6 @@ class PredictedCosts:
         return out
 
 
-_MODELS: dict[tuple[str, float, bool], Any] = {}
-#: which default predictor ``predict_costs`` gives a ResNet-space config on a platform name:
-#: ``"module"`` (the module model, as every other spec) or ``"resnet"`` (the platform's
-#: ResNet CostModel); chosen by accuracy on the zoo's ResNet rows (docs/costmodel.md)
-RESNET_CONFIGS_BY = "module"
-
-
-def _cached_model(platform: Any, specs: bool = True) -> Any:
-    """:func:`resolve_model`, loading a named or saved model once per process (a model
-    directory is loaded again when it changes)."""
-    if not isinstance(platform, (str, Path)):
-        return resolve_model(platform, "cost model", specs=specs)
-    p = Path(platform)
-    stamp = p.stat().st_mtime if p.exists() else 0.0
-    key = (str(platform), stamp, specs)
-    if key not in _MODELS:
-        if len(_MODELS) > 16:
-            _MODELS.clear()
-        _MODELS[key] = resolve_model(platform, "cost model", specs=specs)
-    return _MODELS[key]
-
-
 def _traced_spec_features(spec: Any) -> dict[str, Any]:
     """Features of a factory's or module's spec, traced on the meta device, cached by key;
     a module that cannot run there or rejects the input shape is one clear ConfigError."""
@@ -543,108 +521,3 @@ def predict_spec(model: Any, spec: Any, alpha: float | None = 0.1) -> tuple[pd.D
             )
     pred = predict_frame(model, X, alpha=alpha, X=X)
     return pred, unseen
-
-
-def predict_costs(
-    model: Any,
-    input_shape: Any = None,
-    platform: Any = "cpu/torch/fp32",
-    *,
-    precision: str | None = None,
-    alpha: float = 0.1,
-    kwargs: Any = None,
-) -> PredictedCosts:
-    """Predicted costs, with ``1 - alpha`` intervals, of any model on ``platform``.
-
-    ``model``: an ``nn.Module`` (with ``input_shape``, batch first, e.g. ``(1, 3, 224,
-    224)``), a :class:`carb_nas.Config` of a built-in family, a
-    :class:`carb_nas.models.ModelSpec`, or a factory name ``"package.module:function"``
-    (with ``kwargs`` and ``input_shape``). ``platform``: a shipped platform name
-    (``cpu/torch/fp32``), a saved model directory or a fitted ``CostModel``. ``precision``:
-    default the platform's. The module is traced on the meta device (nothing is allocated
-    or run); its weights are untouched.
-
-    On a shipped platform name with a multi-family dataset (``cpu/torch/fp32``) the
-    predictor is the kernel-level module model (``costmodel.load_default_module_model``:
-    trained on first use on carb_nas/data/zoo, cached); a config in the ResNet space goes to
-    the platform's ResNet ``CostModel`` where :data:`RESNET_CONFIGS_BY` says so (see
-    docs/costmodel.md for the measurement behind that choice). Ops the module model never
-    measured are listed in ``unmodelled_ops`` and a warning; a ResNet-only cost model given
-    another architecture says ``unseen=True`` and warns; expect poor accuracy there.
-    On this machine: :func:`carb_nas.calibrate.calibrated_costs` (the same, scaled by this
-    machine's factors from ``carb-nas calibrate PLATFORM``).
-    """
-    import warnings
-
-    from carb_nas.costmodel import ModuleCostModel
-    from carb_nas.models import ModelSpec
-    from carb_nas.space import Config
-
-    resnet = isinstance(model, Config) and model.family in RESNET_FAMILIES
-    if resnet and RESNET_CONFIGS_BY == "resnet" and isinstance(platform, str):
-        cost_model = _cached_model(platform, specs=False)
-    else:
-        cost_model = _cached_model(platform)
-    if precision is None:
-        precision = deployed_level(cost_model, "precision", "fp32")
-    if isinstance(model, ModelSpec):
-        spec = model
-    elif isinstance(model, Config):
-        spec = ModelSpec.from_config(model)
-    elif isinstance(model, str):
-        if input_shape is None:
-            raise ConfigError(
-                f"missing input shape: expected input_shape for the factory {model!r}, got "
-                "none. Pass e.g. input_shape=(1, 3, 224, 224)."
-            )
-        spec = ModelSpec.from_factory(model, input_shape, kwargs, precision)
-    else:
-        if input_shape is None:
-            raise ConfigError(
-                f"missing input shape: expected input_shape for the {type(model).__name__} "
-                "module, got none. Pass e.g. input_shape=(1, 3, 224, 224)."
-            )
-        spec = ModelSpec.from_module(model, input_shape, precision)
-    pred, unseen = predict_spec(cost_model, spec, alpha)
-    unmodelled: tuple[str, ...] = ()
-    if isinstance(cost_model, ModuleCostModel):
-        unmodelled = tuple(pred["unmodelled_ops"].iloc[0]) if unseen else ()
-        if unmodelled:
-            warnings.warn(
-                f"the module cost model ({platform_name(cost_model)}) never measured ops "
-                f"{list(unmodelled)} of {spec.name}: their estimate (from the measured ops of "
-                "their kind, or the roofline for a kind never measured) is added and "
-                "widens the latency interval by as much.",
-                UserWarning,
-                stacklevel=2,
-            )
-    elif unseen:
-        what = spec.config.family if spec.config is not None else "architecture"
-        levels = trained_levels(cost_model, "family") or []
-        # a multi-family model (the GPU platforms have no kernel-level model) generalizes
-        # as to a held-out family; a ResNet-only one hardly at all
-        note = (
-            f"it predicts from the traced features alone, as for a family held out in "
-            f"`carb-nas evaluate --leave-one-family-out` ({len(levels)} families seen)"
-            if len(levels) > 2
-            else _UNSEEN_NOTE
-        )
-        warnings.warn(
-            f"the cost model ({platform_name(cost_model)}) never saw this {what} "
-            f"({spec.name}): {note}.",
-            UserWarning,
-            stacklevel=2,
-        )
-    row = pred.iloc[0]
-    values = {}
-    for target in model_targets(cost_model):
-        v = float(row[target])
-        lo, hi = row.get(f"{target}_lower", v), row.get(f"{target}_upper", v)
-        values[target] = (v, float(lo), float(hi))
-    X = spec_inputs(spec).iloc[0]
-    from carb_nas.features import FEATURE_COLUMNS
-
-    features = {c: float(X[c]) for c in FEATURE_COLUMNS}
-    return PredictedCosts(spec.key, spec.name, platform_name(cost_model), alpha, values,
-                          features, unseen, unmodelled,
-                          str(getattr(cost_model, "default_origin_", "")))  # fmt: skip

@@ -1,5 +1,7 @@
-"""The default-model registry: a model per shipped platform, trained on first use and cached,
-and :func:`load_model`, the one way every command turns a ``--model`` value into a model."""
+"""The default-model registry: a model per shipped platform, trained on first use and cached.
+
+``carb_nas.predictors.load_predictor`` is the one place that turns a platform name into a
+predictor; it builds it from the models of this registry."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from typing import Any
 
 from carb_nas.costmodel._common import FORMAT_VERSION, TELEMETRY_COLUMNS, err, frame_sha256
 from carb_nas.costmodel._estimator import CostModel
+from carb_nas.costmodel._kernels import is_module_model_dir  # noqa: F401 - re-exported
 from carb_nas.costmodel._learners import resolve_preset
 from carb_nas.costmodel._prepare import physical_offsets, prepare_table, schema_rows
 from carb_nas.errors import MissingFileError, ModelError
@@ -440,7 +443,7 @@ def load_default_module_model(
 
 
 def check_model(spec: str | Path, role: str = "model") -> None:
-    """What :func:`load_model` refuses, refused without loading or training anything: a
+    """What a platform name's loader refuses, refused without loading or training anything: a
     ``spec`` that is neither a directory nor a shipped platform name (``MissingFileError``),
     or a platform name with no shipped model or dataset (``ModelError``). Commands that load
     several models check them all first, so a bad second one costs no training of the
@@ -458,71 +461,3 @@ def check_model(spec: str | Path, role: str = "model") -> None:
         f"CostModel.save) or a shipped platform name such as cpu/torch/fp32 or "
         f"cpu/torch/fp32/zoo, got {text!r}. Check the path."
     )
-
-
-def load_model(spec: str | Path, role: str = "model") -> CostModel:
-    """A CostModel from a saved model directory or a shipped platform name such as
-    ``cpu/torch/fp32``, ``cpu/torch/fp32/zoo`` or ``cpu/openvino/int8`` (see
-    :func:`load_default_model`). ``role`` names the option in the
-    error, e.g. ``"--source-model"``."""
-    p = Path(spec)
-    if p.is_dir():
-        from carb_nas.costmodel._kernels import is_module_model_dir
-
-        if is_module_model_dir(p):  # predicts traced modules (rows + ops), not config frames
-            raise ModelError(
-                f"unusable {role}: expected a CostModel directory (written by `carb-nas "
-                f"train`), got the kernel-level ModuleCostModel in {str(p)!r}, which predicts "
-                "model specs only. Use it with `carb-nas predict --model-spec` or "
-                "carb_nas.predict_costs, or pass a CostModel here."
-            )
-        return CostModel.load(p)
-    check_model(spec, role)
-    return load_default_model(str(spec))
-
-
-def families_for_module_model(spec: str | Path, families: Any) -> list[str]:
-    """The families among ``families`` that send configs scored by ``spec`` to the module
-    model: those outside the ResNet space (``space.RESNET_FAMILIES``, what a platform's config
-    model was trained on) when ``spec`` is a shipped platform name with a module model
-    (``cpu/torch/fp32``); none otherwise (a directory, a qualified dataset name such as
-    ``cpu/torch/fp32/zoo-zen4``, another platform: the model named is the model used)."""
-    from carb_nas.space import RESNET_FAMILIES
-
-    if not isinstance(spec, (str, Path)):  # no name (a missing option): its loader says so
-        return []
-    text = str(spec)
-    if text.count("/") != 2 or Path(spec).exists() or zoo_dataset_paths(text) is None:
-        return []
-    return sorted({str(f) for f in families} - set(RESNET_FAMILIES))
-
-
-def load_config_model(spec: str | Path, families: Any, role: str = "model") -> Any:
-    """The model that scores configs of ``families`` for ``spec``: :func:`load_model`'s, or,
-    where :func:`families_for_module_model` names a family, the platform's default module
-    model over configs (``ConfigModuleModel``; ``.scaled(factors)`` for this machine's, from
-    ``calibrate.machine_factors``), as ``carb_nas.predict_costs`` predicts such a network.
-    On a Zen 3, 44 zoo configs: latency MAPE 10.1 % against 24.2 % for the calibrated ResNet
-    config model (docs/costmodel.md, stop 45)."""
-    if families_for_module_model(spec, families):
-        from carb_nas.costmodel._configs import ConfigModuleModel
-
-        text = str(spec)
-        return ConfigModuleModel(load_default_module_model(text), name=f"{text} module model")
-    return load_model(spec, role)
-
-
-def load_predictor(spec: str | Path, role: str = "model") -> Any:
-    """The model that predicts model specs (``predict_costs``, ``predict --model-spec``):
-    the kernel-level ``ModuleCostModel`` a directory holds; for a shipped platform name with
-    a multi-family dataset (cpu/torch/fp32), the default module model
-    (:func:`load_default_module_model`); otherwise :func:`load_model`."""
-    from carb_nas.costmodel._kernels import ModuleCostModel, is_module_model_dir
-
-    p = Path(spec)
-    if p.is_dir() and is_module_model_dir(p):
-        return ModuleCostModel.load(p)
-    text = str(spec)
-    if text.count("/") == 2 and not p.exists() and zoo_dataset_paths(text) is not None:
-        return load_default_module_model(text)
-    return load_model(spec, role)

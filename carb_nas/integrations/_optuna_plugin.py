@@ -2,8 +2,8 @@
 
 Your study keeps its objective, directions, sampler and storage; one call inside the objective
 adds predicted costs and one constraint per budget, either to the network your objective
-builds itself (:meth:`CostConstraints.constrain`, with the kernel-level module model: any
-CNN)::
+builds itself (:meth:`CostConstraints.constrain`, with the platform's kernel-level module model:
+any CNN)::
 
     from carb_nas.integrations import CostConstraints
 
@@ -17,10 +17,9 @@ CNN)::
 or to a config suggested from a carb_nas space (:meth:`CostConstraints.suggest`)::
 
     import optuna
-    from carb_nas.costmodel import load_default_model
     from carb_nas.integrations import CostConstraints
 
-    costs = CostConstraints(load_default_model("cpu/torch/fp32"), budgets={"latency_ms": 50})
+    costs = CostConstraints("cpu/torch/fp32", budgets={"latency_ms": 50})
 
     def objective(trial):
         config = costs.suggest(trial, "cpu")   # suggest, predict, constrain (maybe prune)
@@ -75,8 +74,9 @@ from carb_nas.budgets import (
     parse_budgets,
     platform_name,
 )
-from carb_nas.errors import BudgetError, ConfigError, ModelError
-from carb_nas.scoring import resolve_model, trained_families_note, trained_levels
+from carb_nas.errors import BudgetError, ModelError
+from carb_nas.predictors import load_predictor
+from carb_nas.scoring import trained_families_note, trained_levels
 from carb_nas.search.trial_params import (
     ATTR_BUDGETS,
     ATTR_CONFIDENCE,
@@ -103,33 +103,9 @@ def _model_inputs(frame: pd.DataFrame) -> pd.DataFrame:
     return model_inputs(frame)
 
 
-#: what ``CostConstraints(model)`` takes for the default kernel-level module model
+#: what ``CostConstraints(model)`` takes for the default platform's predictor
 DEFAULT_MODULE_MODEL = "default"
-
-
-def _resolve(model: Any) -> Any:
-    """The predictor ``CostConstraints`` was given: ``None`` / ``"default"`` the default
-    module model of cpu/torch/fp32 (trained on first use, then cached); a directory
-    ``ModuleCostModel.save`` or ``CostModel.save`` wrote; a shipped platform name (its
-    config-table CostModel); or a fitted model object."""
-    if model is None or (isinstance(model, str) and model == DEFAULT_MODULE_MODEL):
-        from carb_nas.costmodel import load_default_module_model
-
-        return load_default_module_model()
-    if isinstance(model, (str, Path)) and Path(model).is_dir():
-        return resolve_model(model, specs=True)  # a module model's directory too
-    return resolve_model(model)
-
-
-def _module_platform(model: Any) -> str | None:
-    """``model`` when it is a shipped platform name with a module model beside its config
-    model (``cpu/torch/fp32``); else None."""
-    from carb_nas.costmodel import families_for_module_model
-    from carb_nas.space import ZOO_FAMILIES
-
-    if not isinstance(model, str) or not families_for_module_model(model, list(ZOO_FAMILIES)):
-        return None
-    return model
+DEFAULT_PLATFORM = "cpu/torch/fp32"
 
 
 def _is_module_model(model: Any) -> bool:
@@ -156,18 +132,12 @@ class CostConstraints:
     """Predicted costs and budget constraints for the trials of an existing Optuna study.
 
     Args:
-        model: the cost model. ``"default"`` (or ``None``): the kernel-level module model
-            of ``cpu/torch/fp32`` (:func:`carb_nas.costmodel.load_default_module_model`:
-            per-operator models summed, for any CNN; trained on first use, a few minutes
-            once, then cached). Or a fitted :class:`carb_nas.costmodel.ModuleCostModel`, a
-            fitted :class:`carb_nas.costmodel.CostModel` (the config-table models, trained
-            on the ResNet spaces), a directory either one's ``save`` wrote, or a shipped
-            platform name such as ``"cpu/torch/fp32"``: its CostModel for ResNet spaces; where
-            the platform has a module model (``cpu/torch/fp32``), that one for spaces of other
-            families and for :meth:`constrain`, as ``carb_nas.predict_costs`` and the CLI
-            predict them (loaded on first need). :meth:`constrain` works with both kinds;
-            :meth:`suggest` too (a module model predicts the config's network, built on the
-            meta device, for eager PyTorch configs).
+        model: anything :func:`carb_nas.load_predictor` takes: a shipped platform name
+            such as ``"cpu/torch/fp32"`` (``"default"`` or ``None``: that one), a directory a
+            ``save`` wrote, a fitted model or a loaded predictor. A platform's CARB cascade
+            predicts configs of the families its data holds; its kernel-level module model
+            (``cpu/torch/fp32``) every other network, including the modules given to
+            :meth:`constrain` -- as ``carb_nas.predict_costs`` and the CLI predict them.
         budgets: upper limits in the target's unit, per batch, e.g.
             ``{"latency_ms": 50, "peak_mem_mb": 200}`` or ``["latency_ms=50"]``; a
             ``<target>_per_image`` name divides the batch's cost by the batch size. Targets
@@ -184,12 +154,10 @@ class CostConstraints:
         normalize: store constraints as ``(cost - budget) / budget`` instead of
             ``cost - budget``. Samplers sum the positive parts of constraints to rank
             infeasible trials, which mixes units (ms + MB) unless normalized.
-        calibrated: scale every prediction (and interval) by this machine's factors,
-            :func:`carb_nas.calibrate.machine_factors` of the model's platform
-            (``cpu/torch/fp32`` for ``"default"``), from the configs ``carb-nas calibrate
-            PLATFORM`` measured here (for a platform name's module model, its own factors
-            from the same configs); a ModelError now when there is no such calibration.
-            Only with ``"default"`` or a shipped platform name.
+        calibrated: apply this machine's calibration of the model's platform (made by
+            ``carb-nas calibrate PLATFORM``) when it exists -- the default, as every command
+            and ``carb_nas.predict_costs`` do; ``False`` predicts uncalibrated. Only a
+            platform name (or ``"default"``) has a calibration.
 
     The study's directions, sampler and storage are never touched; the values written are
     plain JSON, so any storage (in-memory, JournalStorage, RDB) works.
@@ -203,7 +171,7 @@ class CostConstraints:
         confidence: float | None = None,
         prune: bool = False,
         normalize: bool = False,
-        calibrated: bool = False,
+        calibrated: bool = True,
     ) -> None:
         # Validated before any trial runs: a typo in a budget must not surface after hours
         # (the options first: a bad one costs no first-use training of the default model).
@@ -211,34 +179,16 @@ class CostConstraints:
         for name, flag in (("prune", prune), ("normalize", normalize), ("calibrated", calibrated)):
             if not isinstance(flag, bool):
                 raise BudgetError(f"invalid {name}: expected True or False, got {flag!r}.")
-        if calibrated and not (model is None or isinstance(model, str)):
-            raise ConfigError(
-                "calibrated=True scales a default model by this machine's calibration of its "
-                "platform: expected model 'default' or a shipped platform name such as "
-                f"'cpu/torch/fp32', got {type(model).__name__}. Pass the name, or drop it."
-            )
         parsed = parse_budgets(budgets)
-        self.factors: dict[str, float] = {}  # this machine's, per target (calibrated=True)
-        default = model is None or model == DEFAULT_MODULE_MODEL
-        if calibrated and default:
-            from carb_nas.calibrate import machine_factors
-
-            # predict_costs's module model of cpu/torch/fp32, the one "default" loads: no
-            # calibration is one line here, before that model's first-use training (~80 s)
-            self.factors = machine_factors("cpu/torch/fp32")
-        self.model = _one_row_model(_resolve(model))
-        if calibrated and not default:
-            from carb_nas.calibrate import machine_factors
-
-            self.factors = machine_factors(str(model), self.model)
+        default = model is None or (isinstance(model, str) and model == DEFAULT_MODULE_MODEL)
+        self.predictor = load_predictor(DEFAULT_PLATFORM if default else model,
+                                        calibrated=calibrated)  # fmt: skip
+        base = self.predictor.config_model
+        self.model = _one_row_model(base if base is not None else self.predictor.module_model)
+        # this machine's factors, per target, where the model given is a module model alone
+        self.factors: dict[str, float] = {} if base is not None else self.predictor.module_factors
         self.kernel_level = _is_module_model(self.model)
-        self.calibrated = calibrated
-        # a platform name whose ResNet config model has a module model beside it
-        # (costmodel.families_for_module_model): the module model scores other families'
-        # configs and users' modules, as the CLI and predict_costs do (stop 45: on a Zen 3, 44
-        # zoo configs, latency MAPE 10.1 % against 24.2 % for the calibrated ResNet model)
-        self._module_spec = _module_platform(model) if not default else None
-        self._module: tuple[Any, dict[str, float]] | None = None
+        self.calibrated = self.predictor.calibrated
         self.targets = model_targets(self.model)
         # The same budget rules as `carb-nas screen/search --budget` (carb_nas.budgets).
         self.budgets = parsed
@@ -250,6 +200,7 @@ class CostConstraints:
         self._scaled_studies: set[tuple[int, str]] = set()
         self._warned_module = False
         self._warned_ops: set[str] = set()
+        self._checked_module = False
 
     def __repr__(self) -> str:
         return (
@@ -273,25 +224,18 @@ class CostConstraints:
 
     def _predictor(self, families: list[str] | None) -> tuple[Any, dict[str, float]]:
         """``(model, factors)`` that predict networks of ``families`` (``None``: a user's
-        module): the model given, or a platform name's module model (``_module_spec``) for
-        families its config model never saw and for modules, loaded on first need."""
-        from carb_nas.costmodel import families_for_module_model
-
-        spec = self._module_spec
-        if spec is None or (families is not None and not families_for_module_model(spec, families)):
+        module): the platform's CARB cascade for families its data holds, its module model
+        (times this machine's factors) for the others, as ``PlatformPredictor`` routes."""
+        p = self.predictor
+        if p.module_model is None or p.config_model is None:
             return self.model, self.factors
-        if self._module is None:
-            from carb_nas.costmodel import load_default_module_model
-
-            module = load_default_module_model(spec)
-            check_budgets(self.budgets, module, role=f"{spec} module model")
-            factors: dict[str, float] = {}
-            if self.calibrated:
-                from carb_nas.calibrate import machine_factors
-
-                factors = machine_factors(spec, predictor=module)
-            self._module = (module, factors)
-        return self._module
+        known = p.config_families()
+        if families is not None and (known is None or set(families) <= set(known)):
+            return self.model, self.factors
+        if not self._checked_module:
+            check_budgets(self.budgets, p.module_model, role=f"{p.platform} module model")
+            self._checked_module = True
+        return p.module_model, p.module_factors
 
     def _predict(
         self, config: Config, X: Any, model: Any, factors: Mapping[str, float]

@@ -46,6 +46,14 @@ def _cheap_default_models(tmp_path_factory):
     mp.undo()
 
 
+@pytest.fixture(autouse=True)
+def _fresh_predictors(monkeypatch):
+    """Each test resolves platform names afresh: tests patch the registry under the loader."""
+    from carb_nas.predictors import _load
+
+    monkeypatch.setattr(_load, "_CACHE", {})
+
+
 @pytest.fixture(scope="session")
 def make_rows():
     """``make_rows(n, seed=0, space="resnet", energy=True, telemetry=False)``: SYNTHETIC rows."""
@@ -95,7 +103,6 @@ def model_dirs(tmp_path_factory, torch_model, ort_model):
 def tiny_module_defaults(monkeypatch, model_cache):
     """The default module model (``costmodel.load_default_module_model``) on 9 zoo networks
     per family group, in an empty cache for this test (the real one trains on all 340)."""
-    from carb_nas import scoring
     from carb_nas.costmodel import _defaults
 
     monkeypatch.setattr(
@@ -103,5 +110,4 @@ def tiny_module_defaults(monkeypatch, model_cache):
         "DEFAULT_MODULE_PARAMS",
         {**_defaults.DEFAULT_MODULE_PARAMS, "rows_per_family": 9},
     )
-    monkeypatch.setattr(scoring, "_MODELS", {})
     return model_cache

@@ -349,7 +349,9 @@ def test_training_the_default_model_on_first_use_is_not_taken_from_the_budget(
         clock.now += 100.0  # longer than the whole budget
         return torch_model
 
-    monkeypatch.setattr(cal_mod, "load_default_model", slow_first_use)
+    from carb_nas.predictors import _load
+
+    monkeypatch.setattr(_load, "load_default_model", slow_first_use)
     prof = FakeProfiler(torch_model, clock=clock, seconds_per_config=1.0)
     cal = calibrate_on_arrival(PLATFORM, 20, prof)
     assert cal.n_rows >= 10 and cal.seconds <= 20
@@ -501,6 +503,15 @@ def test_cli_calibrate_bad_input_is_one_line(args, needle, model_cache):
     assert "Traceback" not in res.output and not (model_cache / "calibrations").exists()
 
 
+def _default_model_is(monkeypatch, model):
+    """The registry's default model of every platform is ``model`` (patched under the one
+    loader, ``carb_nas.predictors``)."""
+    from carb_nas.predictors import _load, _store
+
+    for module in (_load, _store):
+        monkeypatch.setattr(module, "load_default_model", lambda p, verbose=True, **k: model)
+
+
 def _fake_platform_profilers(monkeypatch, models, factor=1.3, seconds=1.0):
     """Every Profiler carb_nas.calibrate builds is a FakeProfiler on a fake clock: the
     ``clock`` fixture's when a test has it (a test's own FakeProfiler on it then advances the
@@ -508,25 +519,24 @@ def _fake_platform_profilers(monkeypatch, models, factor=1.3, seconds=1.0):
     installed = getattr(cal_mod.time.perf_counter, "__self__", None)
     clock = installed if isinstance(installed, FakeClock) else FakeClock()
     monkeypatch.setattr(cal_mod.time, "perf_counter", clock.perf_counter)
-    monkeypatch.setattr(
-        cal_mod,
-        "calibration_profiler",
+    from carb_nas.predictors import _store
+
+    fake = (
         lambda platform, source, protocol="adaptive": FakeProfiler(
             models["/".join(platform.split("/")[:3])],  # a qualified dataset's platform
             factor,
             platform="/".join(platform.split("/")[:3]),
             clock=clock,
             seconds_per_config=seconds,
-        ),
+        )
     )
-    monkeypatch.setattr(cal_mod, "check_runnable", lambda platform: platform.split("/"))
+    for module in (cal_mod, _store):
+        monkeypatch.setattr(module, "calibration_profiler", fake)
+        monkeypatch.setattr(module, "check_runnable", lambda platform: platform.split("/"))
 
 
 def test_cli_calibrate_json_and_recalibration_note(torch_model, model_cache, monkeypatch):
-    import carb_nas.costmodel._defaults as cm
-
-    monkeypatch.setattr(cm, "load_default_model", lambda platform, verbose=True: torch_model)
-    monkeypatch.setattr(cal_mod, "load_default_model", lambda p, verbose=True: torch_model)
+    _default_model_is(monkeypatch, torch_model)
     _fake_platform_profilers(monkeypatch, {PLATFORM: torch_model})
     res = CliRunner().invoke(cli, ["calibrate", PLATFORM, "--time-budget-s", "8", "--json"])
     assert res.exit_code == 0, res.output
@@ -639,10 +649,7 @@ def test_cli_validate_recalibrate_checks_the_model_first(tmp_path, model_dirs):
 
 # -- validate --calibrated: this machine's calibrated model, or one line naming the fix ---------
 def _patch_defaults(monkeypatch, torch_model):
-    import carb_nas.costmodel._defaults as cm
-
-    monkeypatch.setattr(cm, "load_default_model", lambda platform, verbose=True: torch_model)
-    monkeypatch.setattr(cal_mod, "load_default_model", lambda p, verbose=True: torch_model)
+    _default_model_is(monkeypatch, torch_model)
     _fake_platform_profilers(monkeypatch, {PLATFORM: torch_model})
 
 
@@ -744,54 +751,46 @@ def test_validate_says_when_the_machine_runs_slower_than_when_it_was_calibrated(
                     reference_ms=0.5)).speed is None  # fmt: skip
 
 
-# -- calibrated_costs: predict_costs scaled by this machine's factor ---------------------------
-def test_calibrated_costs_scale_predict_costs_by_this_machines_factor(
+# -- calibrated by default: every entry point applies this machine's calibration ---------------
+def test_every_entry_point_applies_this_machines_calibration_by_default(
     torch_model, model_cache, clock, monkeypatch
 ):
-    import carb_nas.scoring as scoring
-    from carb_nas import predict_costs
-    from carb_nas.calibrate import calibrated_costs, machine_factors
-    from carb_nas.space import Config
-
-    _patch_defaults(monkeypatch, torch_model)
-    monkeypatch.setattr(cal_mod, "_MACHINE_FACTORS", {})
-    monkeypatch.setattr(scoring, "_cached_model", lambda platform, specs=True: torch_model)
-    monkeypatch.setattr(scoring, "resolve_model", lambda *a, **k: torch_model)
-    config = Config("basic", 18, 0.5, 64, 4)
-    with pytest.raises(ModelError, match="no calibration of cpu/torch/fp32 on this machine"):
-        calibrated_costs(config)  # nothing measured here yet: one clear error
-    prof = FakeProfiler(torch_model, 1.3, clock=clock, seconds_per_config=1.0)
-    calibrate_on_arrival(PLATFORM, 8, prof, source_model=torch_model, passes=1)
-    factors = machine_factors(PLATFORM, torch_model)  # the rows ran 1.3x the prediction
-    assert factors == pytest.approx({"latency_ms": 1.3, "peak_mem_mb": 1.0})
-    plain, cal = predict_costs(config), calibrated_costs(config)
-    assert cal["latency_ms"] == pytest.approx(1.3 * plain["latency_ms"])
-    assert cal.interval("latency_ms")[1] == pytest.approx(1.3 * plain.interval("latency_ms")[1])
-    assert cal["peak_mem_mb"] == pytest.approx(plain["peak_mem_mb"])
-    assert "calibrated to this machine (latency_ms x1.30" in cal.model
-    with pytest.raises(ConfigError, match="need a platform name"):
-        calibrated_costs(config, platform=torch_model)
-
-
-def test_optuna_plugin_calibrated_scales_its_costs(torch_model, model_cache, clock, monkeypatch):
-    import carb_nas.integrations._optuna_plugin as plugin
+    from carb_nas import load_predictor, predict_costs
     from carb_nas.integrations import CostConstraints
     from carb_nas.space import Config
 
+    from user_nets import make_cnn
+
     _patch_defaults(monkeypatch, torch_model)
-    monkeypatch.setattr(plugin, "resolve_model", lambda *a, **k: torch_model)
-    with pytest.raises(ModelError, match="no calibration of cpu/torch/fp32"):
-        CostConstraints(PLATFORM, calibrated=True)  # refused when built, before any trial
-    with pytest.raises(ConfigError, match="calibrated=True scales a default model"):
-        CostConstraints(torch_model, calibrated=True)
-    prof = FakeProfiler(torch_model, 1.3, clock=clock, seconds_per_config=1.0)
-    calibrate_on_arrival(PLATFORM, 8, prof, source_model=torch_model, passes=1)
     config = Config("basic", 18, 0.5, 64, 4)
-    plain = CostConstraints(PLATFORM, confidence=0.9).predict(config)
-    here = CostConstraints(PLATFORM, confidence=0.9, calibrated=True).predict(config)
-    assert here["latency_ms"] == pytest.approx(1.3 * plain["latency_ms"])
-    assert here["latency_ms_upper"] == pytest.approx(1.3 * plain["latency_ms_upper"])
-    assert here["peak_mem_mb"] == pytest.approx(plain["peak_mem_mb"])
+    before = load_predictor(PLATFORM)
+    assert not before.provenance.calibrated and "not calibrated" in before.provenance.describe()
+    plain, plain_net = predict_costs(config), predict_costs(make_cnn(), (2, 3, 32, 32))
+    prof = FakeProfiler(torch_model, 1.3, clock=clock, seconds_per_config=1.0)
+    cal = calibrate_on_arrival(PLATFORM, 8, prof, passes=1)  # the FAKE machine runs 1.3x
+    here = load_predictor(PLATFORM)  # the same name, now this machine's
+    assert here.provenance.calibrated and "calibrated to this machine" in here.default_origin_
+    costs = predict_costs(config)
+    assert costs["latency_ms"] == pytest.approx(1.3 * plain["latency_ms"], rel=0.02)
+    assert costs["peak_mem_mb"] == pytest.approx(plain["peak_mem_mb"], rel=0.02)
+    assert "calibrated to this machine" in costs.model
+    assert predict_costs(config, calibrated=False)["latency_ms"] == plain["latency_ms"]
+    # the plugin, on the same name, gives the same answer, and opts out the same way
+    assert CostConstraints(PLATFORM).predict(config)["latency_ms"] == pytest.approx(
+        costs["latency_ms"]
+    )
+    uncal = CostConstraints(PLATFORM, calibrated=False).predict(config)
+    assert uncal["latency_ms"] == pytest.approx(plain["latency_ms"])
+    # a user's module: the kernel-level model times the one factor the calibration printed
+    factor = cal.module_factors["latency_ms"]
+    assert here.module_factors == cal.module_factors
+    assert f"latency_ms x{factor:.2f} applied" in cal.summary()
+    assert load_calibration(PLATFORM).module_factors == cal.module_factors  # stored, reread
+    net = predict_costs(make_cnn(), (2, 3, 32, 32))
+    assert net["latency_ms"] == pytest.approx(factor * plain_net["latency_ms"])
+    assert net.interval("latency_ms")[1] == pytest.approx(
+        factor * plain_net.interval("latency_ms")[1]
+    )
 
 
 def test_cli_predict_calibrated_configs_and_model_specs(
@@ -849,7 +848,10 @@ def test_no_calibration_is_said_before_the_default_model_loads(model_cache, monk
     def trains(*a, **k):
         raise AssertionError("the default model was loaded")
 
-    monkeypatch.setattr(cal_mod, "load_default_model", trains)
+    from carb_nas.predictors import _load, _store
+
+    monkeypatch.setattr(_load, "load_default_model", trains)
+    monkeypatch.setattr(_store, "load_default_model", trains)
     assert load_calibration(PLATFORM) is None
     # a calibration of another platform does not count; one of this platform does
     other = calibration_dir("cpu/torch/fp32/zoo-zen5", {"m": 1})

@@ -161,7 +161,8 @@ def main() -> None:
     p.add_argument(
         "--kernel-samples", default=None,
         help="kernel samples of this dataset's machine, comma-separated campaign directories "
-        "(any_cnn_data.py kernels) or exports (e.g. research/runs/passes/kernels-zen4/kernels.csv.gz): "
+        "(any_cnn_data.py kernels) or exports "
+        "(e.g. research/runs/passes/kernels-zen4/kernels.csv.gz): "
         "their single ops join every fold's per-op fit",
     )  # fmt: skip
     p.add_argument(

@@ -1,5 +1,6 @@
 """Arriving on a GPU that is not ours, measured: the H200 of GPU sitting 2 against the shipped
-rows of sitting 1 (``research/runs/passes/gpu-h200-2``; the sitting's script is ``sitting.sh`` there).
+rows of sitting 1 (``research/runs/passes/gpu-h200-2``; the sitting's script is ``sitting.sh``
+there).
 
 Sitting 2 (2026-12-04, a lent H200 of the same kind: CPU model, driver and torch as sitting 1)
 measured, on the GPU, ``benchmarks/calibration.py --platform cuda/torch/fp16`` (16 shipped configs

@@ -17,8 +17,10 @@ records the profiler's CV.
 
 Last line: ``p90_ratio_median=<LoadGen p90 / profiler p90, median over configs> ...``.
 
-    PYTHONPATH=. python benchmarks/seed004.py --part p90 --out research/runs/characterization/seed004_runs
-    PYTHONPATH=. python benchmarks/seed004.py --part table --out research/runs/characterization/seed004_runs
+    PYTHONPATH=. python benchmarks/seed004.py --part p90 \
+        --out research/runs/characterization/seed004_runs
+    PYTHONPATH=. python benchmarks/seed004.py --part table \
+        --out research/runs/characterization/seed004_runs
 """
 
 from __future__ import annotations

@@ -115,7 +115,8 @@ def test_median_pick_without_a_probe_column_uses_raw_latency(data):
 
 
 def test_linear_draw_above_the_first_ceiling_keeps_the_first_draw_and_its_range(data):
-    shipped = pd.read_csv(ROOT / "research/runs/passes/kernels-zen4/kernels.csv.gz", usecols=["key"])
+    kernels = ROOT / "research/runs/passes/kernels-zen4/kernels.csv.gz"
+    shipped = pd.read_csv(kernels, usecols=["key"])
     first = data.linear_specs(150, seed=0)  # the shipped samples' draw, before the range knobs
     assert {s["key"] for s in first} <= set(shipped["key"])
     large = data.linear_specs(40, 1000.0, seed=1, min_weight_mb=450.0)

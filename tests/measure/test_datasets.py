@@ -180,7 +180,8 @@ def test_median_of_passes_keeps_the_middle_real_row(real_rows, tmp_path):
 
 
 def test_shipped_torch_dataset_is_the_median_of_its_stored_passes():
-    """Provenance: the shipped rows are exactly `carb-nas dataset merge` of research/runs/passes/."""
+    """Provenance: the shipped rows are exactly `carb-nas dataset merge` of the stored passes
+    (research/runs/passes/)."""
     pytest.importorskip("pyarrow")
     from pathlib import Path
 

@@ -9,7 +9,8 @@ machine factor (the median measured / predicted ratio of the other networks, as 
 calibration's would give), the share within 10 and 15 % after it, and the calibrated MAPE per
 family group.
 
-- ``research/runs/checks/module_default_zen4_32.csv``: on a Zen 4 VM, stop 39 (research/notes/costmodel.md).
+- ``research/runs/checks/module_default_zen4_32.csv``: on a Zen 4 VM, stop 39
+  (research/notes/costmodel.md).
 - ``research/runs/checks/module_default_zen3_32.csv``: on a Zen 3 VM, stop 41.
 - ``research/runs/checks/module_default_intel_32.csv``: on an Intel Xeon VM with AVX-512 and AMX
   (family 6 model 167), stop 49.

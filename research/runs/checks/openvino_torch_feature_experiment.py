@@ -18,7 +18,8 @@ from carb_nas.datasets import load_dataset
 ov_src, torch_name = sys.argv[1], sys.argv[2]
 seeds = [int(s) for s in (sys.argv[3] if len(sys.argv) > 3 else "0,1,2").split(",")]
 preset = sys.argv[4] if len(sys.argv) > 4 else "carb"
-# a shipped name, a rows file or a pass (research/runs/passes/...): load_dataset reads and checks each
+# a shipped name, a rows file or a pass (research/runs/passes/...): load_dataset reads and
+# checks each
 ov = load_dataset(ov_src, ok_only=True).reset_index(drop=True)
 tz = load_dataset(torch_name, ok_only=True)
 PAIR = ["family", "depth", "width", "resolution", "batch_size"]

@@ -6,7 +6,8 @@ cross-GPU transfer reports.
 Writes research/runs/published/costmodels.json (``carb-nas published evaluate`` on every published
 benchmark, fast preset, 5 folds) and research/runs/transfer/published_<A>__to__<B>/ (``carb-nas
 transfer A B --report ...``, few-shot 10,25,50,100 with 5 draws), and prints one summary line
-per figure; the reading is in research/runs/transfer/published_gpus.md and research/runs/published/README.md.
+per figure; the reading is in research/runs/transfer/published_gpus.md and
+research/runs/published/README.md.
 """
 
 from __future__ import annotations

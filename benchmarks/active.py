@@ -27,7 +27,7 @@ with another split and random order; the figures are medians over seeds.
 The reference is the model fitted on the whole pool (per seed). ``<way>_rows_to_match`` is
 the smallest fraction of the pool at which that way's latency MAPE is within 10 % (relative)
 of the reference's, the median over seeds. Writes a PNG of the median learning curves
-(``--png``, default ``docs/active_learning.png``).
+(``--png``, default ``research/runs/active_learning.png``).
 
     nice python benchmarks/active.py [--platform cpu/torch/fp32] [--seeds 0,1,2]
         [--learner physical|fast] [--uncertainty committee|interval] [--max-fraction 0.25]
@@ -70,7 +70,7 @@ random/stratified/active 20.40/21.43/20.63 % at 136 rows, 19.53/19.85/18.65 % at
 18.48/18.30/17.58 % at 544, all rows 16.74 % (memory 0.46 %): the curve is flat from ~300 rows
 (the rows' own scatter), so every way matches within a quarter to a third of the pool and which
 first is the seed's noise. Active is not clearly below random there either; the PNG is
-docs/active_learning_zoo.png.
+research/runs/active_learning_zoo.png.
 """
 
 from __future__ import annotations
@@ -271,7 +271,7 @@ def main() -> None:
         help="what every way is scored with: the fast preset with the default models' physical "
         "offsets (default), or without them (the earlier figures)",
     )
-    ap.add_argument("--png", default="docs/active_learning.png")
+    ap.add_argument("--png", default="research/runs/active_learning.png")
     ap.add_argument(
         "--max-fraction",
         type=float,

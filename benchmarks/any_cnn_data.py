@@ -8,7 +8,7 @@ processes), with the per-operator table of the same runs; resumable.
     PYTHONPATH=$PWD python benchmarks/any_cnn_data.py export CAMPAIGN [CAMPAIGN_RE ...]
         [--name zoo-<machine>] [--pick lowest-cv|median]
     PYTHONPATH=$PWD python benchmarks/any_cnn_data.py measure --out CAMPAIGN2
-        --specs docs/passes/<name>/specs.json.gz --skip-in carb_nas/data/zoo/<file>.csv
+        --specs research/runs/passes/<name>/specs.json.gz --skip-in carb_nas/data/zoo/<file>.csv
     PYTHONPATH=$PWD python benchmarks/any_cnn_data.py kernels --out KERNELS [--n 300]
         [--seed 0] [--kind gconv|linear|dwconv|act|conv|wideconv] [--min-weight-mb 0]
         [--max-weight-mb 450] [--batches 1,2,4,8,16] [--reference]
@@ -44,7 +44,7 @@ a kernel space that the families' networks leave mostly empty (channels per grou
 multiple of 8, 1-8 px, GEMVs of 100+ MB of weights, an activation only one family uses, a
 channel count only one family has); ``export-kernels`` writes them as one CSV, a row per
 sample, which ``benchmarks/any_cnn.py --kernel-samples`` adds to every fold's per-op fit
-(docs/costmodel.md, stops 36-39).
+(research/notes/costmodel.md, stops 36-39).
 """
 
 from __future__ import annotations
@@ -209,7 +209,7 @@ def measure(args: argparse.Namespace) -> None:
         ]
     elif cached.exists():
         specs = json.loads(cached.read_text())
-    elif args.specs:  # a shipped draw (docs/passes/...): a later sitting continues it
+    elif args.specs:  # a shipped draw (research/runs/passes/...): a later sitting continues it
         specs = json.loads(gzip.decompress(_existing(args.specs, "--specs").read_bytes()))
         Path(args.out).mkdir(parents=True, exist_ok=True)
         cached.write_text(json.dumps(specs))

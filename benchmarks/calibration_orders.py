@@ -1,6 +1,7 @@
 """Which configs to calibrate on, replayed on a pool measured on one machine (no measurement).
 
-``docs/passes/calibration_pool_zen3/`` holds 300 shipped ResNet configs (a seeded draw of the
+``research/runs/passes/calibration_pool_zen3/`` holds 300 shipped ResNet configs (a seeded draw
+of the
 ONNX Runtime fp32 configs under 40 M parameters) measured twice on a quiet AMD Zen 3 VM with
 the calibration profiler (torch and ONNX Runtime fp32 alternating config by config, one row a
 pass, each with its profile time ``profile_s``). Per seed, 40 configs are held out as the
@@ -31,7 +32,8 @@ the module model never saw; with / without the module ratio): representative 5.5
 (torch 5.87 / 6.15, ORT 5.12), farthest 6.39 / 6.39, random 6.39 / 6.54, every row 4.74 /
 5.08.
 
-``--pool docs/passes/calibration_pool_intel``: the same 300 configs measured the same way on
+``--pool research/runs/passes/calibration_pool_intel``: the same 300 configs measured the same
+way on
 an Intel Xeon VM with AVX-512 and AMX (stop 49), with / without the module ratio:
 representative 8.18 / 9.34 (torch 6.59 / 8.91, ORT 9.77), farthest 8.79 / 10.26, random 8.33 /
 9.51, every row 7.49 / 8.99 (torch 6.07 / 9.07). Stop 50, the Intel kind's node models giving
@@ -66,7 +68,7 @@ from carb_nas.costmodel import (
 )
 from carb_nas.space import CONFIG_COLUMNS
 
-POOL = Path(__file__).resolve().parents[1] / "docs" / "passes" / "calibration_pool_zen3"
+POOL = Path(__file__).resolve().parents[1] / "research/runs/passes/calibration_pool_zen3"
 PLATFORMS = ("cpu/torch/fp32", "cpu/onnxruntime/fp32")
 WAYS = ("representative", "farthest", "random", "all")
 N_VALIDATE = 40

@@ -1,11 +1,12 @@
 """Arriving on a GPU that is not ours, measured: the H200 of GPU sitting 2 against the shipped
-rows of sitting 1 (``docs/passes/gpu-h200-2``; the sitting's script is ``sitting.sh`` there).
+rows of sitting 1 (``research/runs/passes/gpu-h200-2``; the sitting's script is ``sitting.sh``
+there).
 
 Sitting 2 (2026-12-04, a lent H200 of the same kind: CPU model, driver and torch as sitting 1)
 measured, on the GPU, ``benchmarks/calibration.py --platform cuda/torch/fp16`` (16 shipped configs
 before and after a 45 s calibration: its rows in ``cal/``, its output in ``cal.log``) and 105 new
 configs of the seeded draw at fp16 and fp32 (``gpu_campaign.py measure --skip-in
-docs/passes/gpu-h200``). This script replays what those rows say, here on the CPU:
+research/runs/passes/gpu-h200``). This script replays what those rows say, here on the CPU:
 
 - the same configs measured again: sitting 2's rows against the shipped rows of the same config
   (median measured ratio and its quartiles, per target);
@@ -33,7 +34,7 @@ import pandas as pd
 from sklearn.metrics import mean_absolute_percentage_error
 
 ROOT = Path(__file__).resolve().parents[1]
-SITTING = ROOT / "docs" / "passes" / "gpu-h200-2"
+SITTING = ROOT / "research" / "runs" / "passes" / "gpu-h200-2"
 TARGETS = ("latency_ms", "energy_j", "peak_mem_mb")
 KNOBS = ["family", "depth", "width", "resolution", "batch_size"]
 

@@ -4,7 +4,7 @@ families and of CARB's ResNet space as fit, torch fp16 and fp32, with NVML energ
     PYTHONPATH=$PWD:$PWD/benchmarks python benchmarks/gpu_campaign.py draw --out SPECS.json.gz
     PYTHONPATH=$PWD:$PWD/benchmarks python benchmarks/gpu_campaign.py measure --out DIR
         --specs SPECS.json.gz [--minutes 7] [--precisions fp16,fp32] [--device cuda:0]
-        [--skip-in docs/passes/gpu-h200] [--first N] [--reference-probe]
+        [--skip-in research/runs/passes/gpu-h200] [--first N] [--reference-probe]
     PYTHONPATH=$PWD:$PWD/benchmarks python benchmarks/gpu_campaign.py export DIR [DIR ...]
         --name zoo-h200
 
@@ -109,7 +109,7 @@ def smi(out: Path, what: str) -> None:
 
 def read_rows(part: str | Path) -> list[dict]:
     """The rows of a sitting's directory: its ``rows-*.jsonl`` (as written) and
-    ``rows-*.jsonl.gz`` (as kept in docs/passes); a line cut by a kill is skipped."""
+    ``rows-*.jsonl.gz`` (as kept in research/runs/passes); a line cut by a kill is skipped."""
     files = sorted(Path(part).glob("rows-*.jsonl")) + sorted(Path(part).glob("rows-*.jsonl.gz"))
     rows = []
     for f in files:
@@ -142,7 +142,7 @@ def measure(
 ) -> dict[str, Any]:
     """Measure ``specs`` at each precision until ``minutes`` pass; return the tallies.
     ``skip_in``: earlier sittings' directories whose ok rows are not measured again (a later
-    sitting continues the draw, e.g. from docs/passes/gpu-h200). ``reference_probe``: the
+    sitting continues the draw, e.g. from research/runs/passes/gpu-h200). ``reference_probe``: the
     Profiler's (True on a GPU: the launch probe in each row's ``reference_ms``)."""
     from carb_nas.errors import CarbNasError
     from carb_nas.measure import NoMeter, NVMLMeter, Profiler

@@ -1,7 +1,7 @@
 #!/bin/bash
 # The next GPU sitting, prepared (about 9 minutes on a lent H200; no install: the image's
 # torch, pandas and nvidia-ml-py do). Results under $OUT, in at most 8 files.
-#   1. GPU sitting 2's 26 fp16 configs (docs/passes/gpu-h200-2/repeat_specs.json.gz), four
+#   1. GPU sitting 2's 26 fp16 configs (research/runs/passes/gpu-h200-2/repeat_specs.json.gz), four
 #      passes alternating no probe / launch probe (a, c / b, d): does sitting 2's 1.48x over
 #      sitting 1 repeat without its CPU probe (a, c against the shipped rows), and does the
 #      launch probe follow the latency between passes (d / b)?
@@ -26,15 +26,15 @@ for pass in a b c d; do
   case $pass in b | d) probe=--reference-probe ;; esac
   echo "== repeat pass $pass $probe" | tee -a "$OUT/repeat.log"
   python3 benchmarks/gpu_campaign.py measure --out "$W/repeat-$pass" \
-    --specs docs/passes/gpu-h200-2/repeat_specs.json.gz --precisions "$PRECISION" --minutes "$PASS_MIN" --device "$DEVICE" \
+    --specs research/runs/passes/gpu-h200-2/repeat_specs.json.gz --precisions "$PRECISION" --minutes "$PASS_MIN" --device "$DEVICE" \
     $probe 2>&1 | tail -2 | tee -a "$OUT/repeat.log"
 done
 EL=$(($(date +%s) - T0))
 MIN=$(python3 -c "print(round(max(0.5, ($BUDGET_S - $EL) / 60), 2))")
 echo "[$EL s] the draw for $MIN min" | tee -a "$OUT/repeat.log"
 python3 benchmarks/gpu_campaign.py measure --out "$W/camp" \
-  --specs docs/passes/gpu-h200/specs.json.gz --skip-in docs/passes/gpu-h200 \
-  --skip-in docs/passes/gpu-h200-2 --minutes "$MIN" --device "$DEVICE" --reference-probe \
+  --specs research/runs/passes/gpu-h200/specs.json.gz --skip-in research/runs/passes/gpu-h200 \
+  --skip-in research/runs/passes/gpu-h200-2 --minutes "$MIN" --device "$DEVICE" --reference-probe \
   $([ "$DEVICE" = cpu ] && echo --precisions fp32) 2>&1 | tee "$OUT/campaign.log"
 nvidia-smi --query-gpu=name,clocks.sm,temperature.gpu,power.draw --format=csv >> "$OUT/smi.txt" 2>&1
 tar czf "$OUT/sitting.tgz" -C "$W" .

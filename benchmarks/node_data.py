@@ -2,7 +2,7 @@
 
 ``measure``: a seeded draw of ``--n`` ResNet configs of the shipped dataset of ``--runtime``
 (``onnxruntime``: ``cpu/onnxruntime/fp32``; ``torch``: ``cpu/torch/fp32``), leaving out the 300
-configs of the calibration pools (``docs/passes/calibration_pool_*``, which score the
+configs of the calibration pools (``research/runs/passes/calibration_pool_*``, which score the
 calibration replay: a node model that saw them would flatter it), is measured into ``DIR``
 (resumable: run it again after a kill; a larger ``--n`` extends a smaller draw of the same
 seed, its first configs being the same, so a campaign grows in place): ONNX Runtime by
@@ -44,7 +44,7 @@ from carb_nas.measure import (
 from carb_nas.space import CONFIG_COLUMNS, RESNET_FAMILIES, Config, frame_to_configs
 
 ROOT = Path(__file__).resolve().parents[1]
-POOLS = sorted((ROOT / "docs" / "passes").glob("calibration_pool_*"))
+POOLS = sorted((ROOT / "research" / "runs" / "passes").glob("calibration_pool_*"))
 KNOBS = ["family", "depth", "width", "resolution", "batch_size"]
 
 

@@ -11,7 +11,8 @@ The passes are ``carb-nas profile CONFIGS --runtime openvino --precision fp32|in
 --threads 1`` campaigns over configs of the torch zoo dataset (``configs.csv``: family, depth,
 width, resolution, batch_size), given as campaign directories (read read-only with
 ``carb_nas.measure.campaign_rows``: one row per key) or as row tables exported from them
-(``docs/passes/cpu_openvino_*/``). ``export`` groups the passes by platform; a platform with
+(``research/runs/passes/cpu_openvino_*/``). ``export`` groups the passes by platform; a platform
+with
 several passes keeps each config's median-latency ok row (``datasets.median_of_passes``: with
 two passes the faster one, contention only slows a run down). It keeps the rows whose config
 pairs with a torch zoo row (on family, depth, width, resolution, batch_size), sorts them by key

@@ -17,8 +17,10 @@ records the profiler's CV.
 
 Last line: ``p90_ratio_median=<LoadGen p90 / profiler p90, median over configs> ...``.
 
-    PYTHONPATH=. python benchmarks/seed004.py --part p90 --out docs/characterization/seed004_runs
-    PYTHONPATH=. python benchmarks/seed004.py --part table --out docs/characterization/seed004_runs
+    PYTHONPATH=. python benchmarks/seed004.py --part p90 \
+        --out research/runs/characterization/seed004_runs
+    PYTHONPATH=. python benchmarks/seed004.py --part table \
+        --out research/runs/characterization/seed004_runs
 """
 
 from __future__ import annotations
@@ -141,7 +143,7 @@ def part_table(out: Path, runtimes: list[str], families: list[str] | None = None
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--part", choices=["p90", "table"], required=True)
-    ap.add_argument("--out", default="docs/characterization/seed004_runs")
+    ap.add_argument("--out", default="research/runs/characterization/seed004_runs")
     ap.add_argument("--runtimes", default="torch,onnxruntime,openvino,litert")
     ap.add_argument("--families", default=None, help="e.g. vgg,densenet (default: all four)")
     a = ap.parse_args()

@@ -14,7 +14,7 @@ sklearn ``r2_score``) on every other row of B.
 
 Last line: ``fewshot_r2_n10=<mean> ± <sd> fewshot_r2_n25=<mean> ± <sd>`` (latency R2 over the
 seeds). Last measured (2026-12-05, repeats 10, prior auto): ``fewshot_r2_n10=0.955 ± 0.007
-fewshot_r2_n25=0.964 ± 0.002``; history in docs/benchmarks.md.
+fewshot_r2_n25=0.964 ± 0.002``; history in research/notes/benchmarks.md.
 Goal (issue 18): R2 >= 0.95 at N = 10: met.
 """
 

@@ -167,7 +167,7 @@ def _zoo(name):
     return str(zoo_dir() / name)
 
 
-KERNELS = "docs/passes/kernels-zen4/kernels.csv.gz"
+KERNELS = "research/runs/passes/kernels-zen4/kernels.csv.gz"
 
 
 def test_kernel_samples_of_another_machine_are_refused_before_any_training(tmp_path):

@@ -490,14 +490,14 @@ def test_sum_at_least_matches_brute_force() -> None:
 
 
 def test_mmap_mb_predicts_the_page_faults_measured_on_real_networks() -> None:
-    # docs/checks/fresh_process_796.parquet: shipped torch configs re-measured with
+    # research/runs/checks/fresh_process_796.parquet: shipped torch configs re-measured with
     # `carb-nas profile --fresh-process` on the development machine: every one with
     # mmap_mb > 0 (78) and 718 without
     from pathlib import Path
 
     from carb_nas.datasets import load_dataset
 
-    path = Path(__file__).parents[1] / "docs" / "checks" / "fresh_process_796.parquet"
+    path = Path(__file__).parents[1] / "research" / "runs" / "checks" / "fresh_process_796.parquet"
     rows = load_dataset(path, ok_only=True)
     assert len(rows) == 796 and rows["fingerprint"].str.contains('"fresh_process": true').all()
     pages = compute_features(rows)["mmap_mb"].to_numpy() * 1e6 / 4096

@@ -308,7 +308,7 @@ def test_the_gpu_example_prints_every_stage(capsys, monkeypatch):
 
 
 def test_capacity_proxy_against_published_resnet_accuracy(capsys):
-    ns = runpy.run_path(str(ROOT / "docs" / "published" / "capacity_proxy.py"))
+    ns = runpy.run_path(str(ROOT / "research" / "runs" / "published" / "capacity_proxy.py"))
     r = ns["main"]()
     capsys.readouterr()
     assert r["space"]["params_max_abs_diff_m"] < 0.01  # our closed form = timm's counts

@@ -115,7 +115,8 @@ def test_median_pick_without_a_probe_column_uses_raw_latency(data):
 
 
 def test_linear_draw_above_the_first_ceiling_keeps_the_first_draw_and_its_range(data):
-    shipped = pd.read_csv(ROOT / "docs/passes/kernels-zen4/kernels.csv.gz", usecols=["key"])
+    kernels = ROOT / "research/runs/passes/kernels-zen4/kernels.csv.gz"
+    shipped = pd.read_csv(kernels, usecols=["key"])
     first = data.linear_specs(150, seed=0)  # the shipped samples' draw, before the range knobs
     assert {s["key"] for s in first} <= set(shipped["key"])
     large = data.linear_specs(40, 1000.0, seed=1, min_weight_mb=450.0)
@@ -182,7 +183,7 @@ def test_dense_conv_draw_covers_odd_channel_counts_and_builds_one_dense_conv(dat
 
 
 def test_export_kernels_extends_an_earlier_export_and_keeps_the_lower_cv_pass(data, tmp_path):
-    shipped = pd.read_csv(ROOT / "docs/passes/kernels-zen4/kernels.csv.gz")
+    shipped = pd.read_csv(ROOT / "research/runs/passes/kernels-zen4/kernels.csv.gz")
     first = shipped[shipped["key"].isin(shipped["key"].unique()[:6])].drop(columns="latency_ms")
     a, b = tmp_path / "a.csv", tmp_path / "b.csv"
     first.to_csv(a, index=False, float_format="%.6g")

@@ -180,13 +180,14 @@ def test_median_of_passes_keeps_the_middle_real_row(real_rows, tmp_path):
 
 
 def test_shipped_torch_dataset_is_the_median_of_its_stored_passes():
-    """Provenance: the shipped rows are exactly `carb-nas dataset merge` of docs/passes/."""
+    """Provenance: the shipped rows are exactly `carb-nas dataset merge` of the stored passes
+    (research/runs/passes/)."""
     pytest.importorskip("pyarrow")
     from pathlib import Path
 
     from carb_nas.datasets import median_of_passes, read_table
 
-    d = Path(__file__).resolve().parents[2] / "docs" / "passes" / "cpu_torch_fp32"
+    d = Path(__file__).resolve().parents[2] / "research" / "runs" / "passes" / "cpu_torch_fp32"
     paths = sorted(d.glob("*.parquet"))
     assert len(paths) == 4
     merged = median_of_passes([read_table(p) for p in paths], [p.name for p in paths])

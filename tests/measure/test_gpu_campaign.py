@@ -61,7 +61,8 @@ def test_measures_resumes_and_refuses_fake_export(gc_mod, tmp_path):
     assert again["measured"] == 0 and len(_rows(tmp_path / "c" / "rows-fp32.jsonl")) == 2
     none = gc_mod.measure(SPECS, tmp_path / "d", minutes=0, **kw)  # deadline already passed
     assert none["measured"] == 0
-    # a later sitting continues the draw from an earlier one's rows, gzipped as in docs/passes
+    # a later sitting continues the draw from an earlier one's rows, gzipped as in
+    # research/runs/passes
     kept = tmp_path / "kept"
     kept.mkdir()
     raw = (tmp_path / "c" / "rows-fp32.jsonl").read_bytes()

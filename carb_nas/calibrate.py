@@ -69,7 +69,7 @@ from carb_nas.predictors import (
     save_calibration,
     split_platform,
 )
-from carb_nas.predictors._store import REMEASURED
+from carb_nas.predictors import REMEASURED
 from carb_nas.space import (
     CONFIG_COLUMNS,
     RESNET_FAMILIES,

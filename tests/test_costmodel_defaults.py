@@ -88,18 +88,20 @@ def test_an_unwritable_cache_is_refused_before_training(tmp_path, monkeypatch, t
     assert blocker.read_text() == "not a directory"
 
 
-def test_load_model_takes_a_directory_or_a_platform_name(tiny_defaults, monkeypatch, tmp_path):
-    import carb_nas.costmodel._defaults as defaults
-    from carb_nas.costmodel import load_model
+def test_load_predictor_takes_a_directory_or_a_platform_name(tiny_defaults, monkeypatch, tmp_path):
     from carb_nas.errors import MissingFileError
+    from carb_nas.predictors import _load, load_predictor
 
     cache, params = tiny_defaults
     model = load_default_model("cpu/onnxruntime/int8", verbose=False, params=params)
     (entry,) = (cache / "models").iterdir()
-    assert load_model(entry).targets_ == model.targets_
+    assert load_predictor(entry).targets == tuple(model.targets_)
     asked = []
-    monkeypatch.setattr(defaults, "load_default_model", lambda p: asked.append(p) or model)
-    assert load_model("cpu/onnxruntime/int8") is model and asked == ["cpu/onnxruntime/int8"]
-    with pytest.raises(MissingFileError, match="carb-nas train") as e:
-        load_model(tmp_path / "nowhere", "--model")
+    monkeypatch.setattr(_load, "load_default_model", lambda p, **k: asked.append(p) or model)
+    named = load_predictor("cpu/onnxruntime/int8")
+    assert named.config_model is model and asked == ["cpu/onnxruntime/int8"]
+    assert named.module_model is None and named.platform == "cpu/onnxruntime/int8"
+    assert load_predictor("cpu/onnxruntime/int8") is named  # once per process
+    with pytest.raises(MissingFileError, match="carb-nas model train") as e:
+        load_predictor(tmp_path / "nowhere", role="--model")
     assert str(e.value).startswith("--model not found") and "\n" not in str(e.value)

@@ -123,24 +123,14 @@ def test_predict_costs_uses_the_kernel_level_predictor(fake_data, tmp_path):
         carb_nas.predict_costs(_net(16, 2, act=nn.GELU), (2, 3, 16, 16), platform=m)
 
 
-def test_a_module_model_dir_is_refused_where_a_cost_model_is_needed(fake_data, tmp_path):
-    from click.testing import CliRunner
-
-    from carb_nas.cli import cli
-    from carb_nas.costmodel import load_model, load_predictor
+def test_a_module_model_dir_loads_as_a_module_only_predictor(fake_data, tmp_path):
+    from carb_nas.predictors import load_predictor
 
     rows, ops = fake_data
     ModuleCostModel(mode="kernel").fit(rows, ops).save(tmp_path / "km")
-    with pytest.raises(ModelError, match="ModuleCostModel.*predict --model-spec"):
-        load_model(tmp_path / "km", "--source-model")
-    assert isinstance(load_predictor(tmp_path / "km"), ModuleCostModel)
-    configs = tmp_path / "configs.csv"
-    configs.write_text("family,depth,width,resolution,batch_size\nbasic,18,1.0,32,1\n")
-    out = tmp_path / "pred.csv"
-    r = CliRunner().invoke(cli, ["predict", str(tmp_path / "km"), str(configs), "-o", str(out)])
-    assert r.exit_code == 1 and "Traceback" not in r.output
-    assert len(r.output.strip().splitlines()) == 1 and "ModuleCostModel" in r.output
-    assert not out.exists()
+    loaded = load_predictor(tmp_path / "km")
+    assert isinstance(loaded.module_model, ModuleCostModel) and loaded.config_model is None
+    assert loaded.provenance.model_kind == "kernel-level module model"
 
 
 def test_ops_beyond_the_measured_range_get_the_prior_times_its_edge_bias(fake_data, tmp_path):

@@ -17,11 +17,11 @@ from carb_nas.costmodel import (
     ModuleCostModel,
     _defaults,
     load_default_module_model,
-    load_predictor,
     zoo_dataset_paths,
     zoo_kernel_samples_path,
 )
 from carb_nas.datasets import load_kernel_samples
+from carb_nas.predictors import load_predictor
 from carb_nas.errors import ModelError
 
 #: the real recipe, read at import (the suite's session fixture swaps in a cheap one)
@@ -99,7 +99,7 @@ def test_first_use_trains_caches_and_later_calls_load(tiny_module_defaults, monk
         raise AssertionError("the cached module model should have been loaded, not retrained")
 
     monkeypatch.setattr(ModuleCostModel, "fit", no_training)
-    again = load_predictor("cpu/torch/fp32")
+    again = load_predictor("cpu/torch/fp32", calibrated=False).module_model
     assert isinstance(again, ModuleCostModel)
     assert again.default_origin_.startswith("loaded")
     # a damaged entry is retrained, not trusted

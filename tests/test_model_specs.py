@@ -53,7 +53,7 @@ def test_predict_costs_of_a_module_with_intervals() -> None:
         lo, hi = costs.interval(target)
         assert 0 < lo <= costs[target] <= hi
     assert not costs.unseen and costs.unmodelled_ops == () and costs.features["flops"] > 0
-    assert costs.model == "a model file shipped with carb_nas"
+    assert "kernel-level module model" in costs.model and "not calibrated" in costs.model
     # the user's weights are untouched (traced on the meta device)
     assert all((p == q).all() for p, q in zip(net.parameters(), before))
     bigger = predict_costs(make_cnn(64, layers=4), (4, 3, 32, 32), platform=PLATFORM)

@@ -603,17 +603,17 @@ def test_constrain_bad_inputs_fail_before_anything_is_written(module_model):
 
 
 def test_module_model_from_default_or_a_directory(module_model, monkeypatch, tmp_path):
-    import carb_nas.costmodel as costmodel
+    from carb_nas.predictors import _load
 
     loads = []
     monkeypatch.setattr(
-        costmodel, "load_default_module_model", lambda *a, **k: loads.append(a) or module_model
+        _load, "load_default_module_model", lambda *a, **k: loads.append(a) or module_model
     )
-    for given in ("default", None):
+    for given in ("default", None):  # the default platform's predictor: modules by its module
         costs = CostConstraints(given, {"latency_ms": 1.0})
-        assert costs.model is module_model and costs.kernel_level
-    assert CostConstraints(budgets={"peak_mem_mb": 5.0}).kernel_level
-    assert len(loads) == 3
+        assert costs.predictor.module_model is module_model
+        assert costs.predictor.platform == "cpu/torch/fp32"
+    assert len(loads) == 1  # loaded once per process
     module_model.save(tmp_path / "km")
     from_dir = CostConstraints(str(tmp_path / "km"), {"latency_ms": 1.0})
     assert from_dir.kernel_level and from_dir.targets == module_model.targets_
@@ -621,7 +621,7 @@ def test_module_model_from_default_or_a_directory(module_model, monkeypatch, tmp
         CostConstraints(module_model, {"energy_j": 1.0})
     with pytest.raises(BudgetError, match="invalid prune"):  # options first: no training
         CostConstraints("default", {"latency_ms": 1.0}, prune="yes")
-    assert len(loads) == 3
+    assert len(loads) == 1
 
 
 def test_suggest_with_a_module_model_predicts_the_configs_network(module_model):

@@ -184,13 +184,13 @@ def test_optuna_plugin_with_the_platform_name_scores_a_family_space_with_the_mod
     module_model, tmp_path, monkeypatch
 ):
     """CostConstraints('cpu/torch/fp32') scores a ResNet space with the ResNet config model and
-    a space of other families with the module model, as the CLI does; calibrated, each by its
-    own factor of this machine's calibration."""
+    a space of other families with the module model, as the CLI does; with a calibrated
+    predictor, the module model's answers times its factor."""
     import optuna
 
-    import carb_nas.calibrate as calibrate
-    from carb_nas.costmodel import load_model
+    from carb_nas import load_predictor
     from carb_nas.integrations import CostConstraints
+    from carb_nas.predictors import PlatformPredictor, Provenance
     from carb_nas.scoring import predict_spec
     from carb_nas.search.trial_params import trial_config
 
@@ -204,20 +204,19 @@ def test_optuna_plugin_with_the_platform_name_scores_a_family_space_with_the_mod
         own, _ = predict_spec(module_model, ModelSpec.from_config(trial_config(t)), None)
         assert t.user_attrs["carb_nas.predicted.latency_ms"] == pytest.approx(own["latency_ms"][0])
     resnet = Config("basic", 10, 0.5, 64, 4)
-    config_model = load_model("cpu/torch/fp32")
+    config_model = load_predictor("cpu/torch/fp32", calibrated=False).config_model
     expected = config_model.predict(model_inputs(pd.DataFrame([asdict(resnet)])))
     assert costs.predict(resnet)["latency_ms"] == pytest.approx(expected["latency_ms"][0])
 
-    # calibrated: the ResNet model's factor for ResNet configs, the module model's for others
-    def factors(platform, predictor=None, profiler=None):
-        return {"latency_ms": 0.5 if predictor is module_model else 2.0}
-
-    monkeypatch.setattr(calibrate, "machine_factors", factors)
-    monkeypatch.setattr(
-        "carb_nas.costmodel.load_default_module_model", lambda *a, **k: module_model
+    # calibrated: the module model's answers times this machine's factor of it
+    calibrated = PlatformPredictor(
+        config_model,
+        module_model,
+        module_factors={"latency_ms": 0.5},
+        provenance=Provenance("cpu/torch/fp32", "carb cascade + kernel-level", calibrated=True),
     )
-    here = CostConstraints("cpu/torch/fp32", calibrated=True)
+    here = CostConstraints(calibrated)
     mobile = Config("mobilenet_v3_small", 6, 0.25, 32, 2)
     own, _ = predict_spec(module_model, ModelSpec.from_config(mobile), None)
     assert here.predict(mobile)["latency_ms"] == pytest.approx(0.5 * own["latency_ms"][0])
-    assert here.predict(resnet)["latency_ms"] == pytest.approx(2 * expected["latency_ms"][0])
+    assert here.predict(resnet)["latency_ms"] == pytest.approx(expected["latency_ms"][0])

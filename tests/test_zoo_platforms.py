@@ -185,10 +185,10 @@ def test_a_platform_without_a_dataset_is_one_line_before_any_training(tiny_zoo, 
 
 
 def test_bare_and_qualified_names_share_one_cached_model(tiny_zoo, tiny_recipe):
-    from carb_nas.costmodel import load_model
+    from carb_nas.predictors import load_predictor
 
-    first = load_model("cpu/openvino/int8")
-    again = load_model("cpu/openvino/int8/zoo")
+    first = load_predictor("cpu/openvino/int8", calibrated=False).config_model
+    again = load_predictor("cpu/openvino/int8/zoo", calibrated=False).config_model
     assert first.default_origin_.startswith("trained")
     assert again.default_origin_.startswith("loaded")
     (entry,) = (tiny_recipe / "models").iterdir()
@@ -211,7 +211,7 @@ def _screen(space, tmp_path, top_k):
     assert len(short) == top_k and doc["shortlisted"] == top_k and doc["pareto_configs"]
     # stage 1's figures are the torch model's, stage 2's the OpenVINO INT8 model's (on the
     # same configs as OpenVINO INT8 runs them)
-    from carb_nas.costmodel import load_model
+    from carb_nas.predictors import load_predictor
     from carb_nas.scoring import predict_frame
 
     # the shortlist's configs as deployed on the target, ranked as deployed on the source
@@ -219,8 +219,10 @@ def _screen(space, tmp_path, top_k):
     assert set(short["source_runtime"]) == {"torch"} and set(short["source_precision"]) == {"fp32"}
     ov = short[[*PAIR, "precision", "runtime"]]
     configs = ov.assign(runtime=short["source_runtime"], precision=short["source_precision"])
-    torch_pred = predict_frame(load_model("cpu/torch/fp32/zoo"), configs)
-    ov_pred = predict_frame(load_model("cpu/openvino/int8"), ov)
+    torch_pred = predict_frame(
+        load_predictor("cpu/torch/fp32/zoo", calibrated=False).config_model, configs
+    )
+    ov_pred = predict_frame(load_predictor("cpu/openvino/int8", calibrated=False).config_model, ov)
     assert short["source_latency_ms"].to_numpy() == pytest.approx(torch_pred["latency_ms"])
     assert short["latency_ms"].to_numpy() == pytest.approx(ov_pred["latency_ms"])
     assert not short["latency_ms"].to_numpy() == pytest.approx(torch_pred["latency_ms"])
@@ -248,11 +250,11 @@ def _search(space, tmp_path, trials):
 
 def test_search_rescores_the_pareto_set_on_openvino_int8(tiny_zoo, tmp_path):
     doc, pareto = _search(tiny_zoo, tmp_path, trials=6)
-    from carb_nas.costmodel import load_model
+    from carb_nas.predictors import load_predictor
     from carb_nas.scoring import predict_frame
 
     ov = pareto[[*PAIR, "precision", "runtime"]].assign(runtime="openvino", precision="int8")
-    ov_pred = predict_frame(load_model("cpu/openvino/int8"), ov)
+    ov_pred = predict_frame(load_predictor("cpu/openvino/int8", calibrated=False).config_model, ov)
     assert pareto["target_latency_ms"].to_numpy() == pytest.approx(ov_pred["latency_ms"])
     assert pareto["target_within_budget"].dtype == bool
 

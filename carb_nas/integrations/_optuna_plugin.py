@@ -182,7 +182,7 @@ class CostConstraints:
         parsed = parse_budgets(budgets)
         default = model is None or (isinstance(model, str) and model == DEFAULT_MODULE_MODEL)
         self.predictor = load_predictor(DEFAULT_PLATFORM if default else model,
-                                        calibrated=calibrated)  # fmt: skip
+                                        calibrated=calibrated, role="cost model")  # fmt: skip
         base = self.predictor.config_model
         self.model = _one_row_model(base if base is not None else self.predictor.module_model)
         # this machine's factors, per target, where the model given is a module model alone

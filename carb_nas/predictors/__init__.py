@@ -23,6 +23,7 @@ from carb_nas.predictors._load import (
 from carb_nas.predictors._predictor import PlatformPredictor, Predictor, Provenance
 from carb_nas.predictors._store import (
     CALIBRATION_FORMAT,
+    REMEASURED,
     Calibration,
     calibration_dir,
     calibration_profiler,
@@ -47,6 +48,7 @@ __all__ = [
     "platform_table",
     "predict_costs",
     "CALIBRATION_FORMAT",
+    "REMEASURED",
     "Calibration",
     "calibration_dir",
     "calibration_profiler",

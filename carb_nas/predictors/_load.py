@@ -20,6 +20,7 @@ from carb_nas.costmodel import (
 from carb_nas.errors import MissingFileError, ModelError
 from carb_nas.predictors._predictor import PlatformPredictor, Provenance
 from carb_nas.predictors._store import (
+    calibration_stamp,
     has_calibration,
     load_calibration,
     module_factors_of,
@@ -27,7 +28,7 @@ from carb_nas.predictors._store import (
 
 __all__ = ["load_predictor", "check_predictor", "is_platform_name", "platform_table"]
 
-_CACHE: dict[tuple[str, float, bool], PlatformPredictor] = {}
+_CACHE: dict[tuple[str, float, bool, float], PlatformPredictor] = {}
 _CACHE_MAX = 16
 
 
@@ -116,7 +117,9 @@ def load_predictor(
         return _wrap(name_or_path, "a model object")
     p = Path(name_or_path)
     stamp = p.stat().st_mtime if p.exists() else 0.0
-    key = (str(name_or_path), stamp, bool(calibrated))
+    # a calibration made (or replaced) since is seen by the next load
+    cal_stamp = calibration_stamp(str(name_or_path)) if calibrated and not p.exists() else 0.0
+    key = (str(name_or_path), stamp, bool(calibrated), cal_stamp)
     if key not in _CACHE:
         if len(_CACHE) >= _CACHE_MAX:
             _CACHE.clear()

@@ -86,6 +86,22 @@ def has_calibration(platform: str) -> bool:
     )
 
 
+def calibration_stamp(platform: str) -> float:
+    """The newest modification time of any cached calibration of ``platform`` (0.0: none):
+    a loaded predictor is reused only while this is unchanged."""
+    root = calibration_dir(platform, {}).parent
+    stem = platform.replace("/", "_")
+    if not root.is_dir():
+        return 0.0
+    stamps = [
+        (d / "calibration.json").stat().st_mtime
+        for d in root.iterdir()
+        if re.fullmatch(re.escape(stem) + r"-[0-9a-f]{16}", d.name)
+        and (d / "calibration.json").is_file()
+    ]
+    return max(stamps, default=0.0)
+
+
 def split_platform(platform: str) -> tuple[str, str, str]:
     """(device, runtime, precision) of ``DEVICE/RUNTIME/PRECISION[/DATASET]``: a qualified
     name (``cpu/torch/fp32/zoo-zen5``) is the default model of that shipped dataset."""

@@ -56,6 +56,7 @@ from carb_nas.costmodel import (
 from carb_nas.datasets import SCHEMA, load_dataset
 from carb_nas.errors import ConfigError, ModelError
 from carb_nas.predictors import (
+    REMEASURED,
     Calibration,
     calibration_dir,
     calibration_profiler,
@@ -69,7 +70,6 @@ from carb_nas.predictors import (
     save_calibration,
     split_platform,
 )
-from carb_nas.predictors import REMEASURED
 from carb_nas.space import (
     CONFIG_COLUMNS,
     RESNET_FAMILIES,

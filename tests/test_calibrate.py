@@ -521,15 +521,15 @@ def _fake_platform_profilers(monkeypatch, models, factor=1.3, seconds=1.0):
     monkeypatch.setattr(cal_mod.time, "perf_counter", clock.perf_counter)
     from carb_nas.predictors import _store
 
-    fake = (
-        lambda platform, source, protocol="adaptive": FakeProfiler(
+    def fake(platform, source, protocol="adaptive"):
+        return FakeProfiler(
             models["/".join(platform.split("/")[:3])],  # a qualified dataset's platform
             factor,
             platform="/".join(platform.split("/")[:3]),
             clock=clock,
             seconds_per_config=seconds,
         )
-    )
+
     for module in (cal_mod, _store):
         monkeypatch.setattr(module, "calibration_profiler", fake)
         monkeypatch.setattr(module, "check_runnable", lambda platform: platform.split("/"))
@@ -755,11 +755,11 @@ def test_validate_says_when_the_machine_runs_slower_than_when_it_was_calibrated(
 def test_every_entry_point_applies_this_machines_calibration_by_default(
     torch_model, model_cache, clock, monkeypatch
 ):
+    from user_nets import make_cnn
+
     from carb_nas import load_predictor, predict_costs
     from carb_nas.integrations import CostConstraints
     from carb_nas.space import Config
-
-    from user_nets import make_cnn
 
     _patch_defaults(monkeypatch, torch_model)
     config = Config("basic", 18, 0.5, 64, 4)

@@ -21,8 +21,8 @@ from carb_nas.costmodel import (
     zoo_kernel_samples_path,
 )
 from carb_nas.datasets import load_kernel_samples
-from carb_nas.predictors import load_predictor
 from carb_nas.errors import ModelError
+from carb_nas.predictors import load_predictor
 
 #: the real recipe, read at import (the suite's session fixture swaps in a cheap one)
 REAL_MODULE_PARAMS = dict(_defaults.DEFAULT_MODULE_PARAMS)

@@ -4,8 +4,8 @@ The default models describe the machine their data was measured on. On another m
 CPU, another day of the same cloud VM) latency is off by a factor that the conformal intervals do
 not cover. :func:`calibrate_on_arrival` measures a small, informative set of configs here within
 a time budget, fits the few-shot calibration of :func:`carb_nas.costmodel.calibrate` and caches
-the result keyed by this machine's platform fingerprint; :func:`load_calibrated_model` returns it
-on later runs (``None`` when this machine has none yet).
+the result keyed by this machine's platform fingerprint; :func:`carb_nas.load_predictor` applies
+it by default on later runs.
 
 Which configs: the shipped dataset's configs of the platform (the ones the model was trained
 on), ordered so that every prefix is representative -- greedy weighted facility location in
@@ -20,13 +20,9 @@ measured in ``passes`` interleaved rounds and its fastest row kept
 goes); the first round stops when one more config, with its later rounds, would overrun the
 budget. The first two rounds of a config say how far this machine's timings move on their own
 (``Calibration.repeatability``): on a shared or throttled machine that spread bounds how
-closely a single measurement can check any prediction (on this project's 2-core VM on one day,
-two single passes over 20 configs differed by a MAPE of 13.5 %, the fastest of 3 by 5.9 %).
+closely a single measurement can check any prediction (docs/measurement.md).
 
-Cache: ``$CARB_NAS_CACHE/calibrations/<platform>-<machine key>/`` with ``calibration.json``
-(fingerprint, source-model identity, the fitted maps) and ``rows.csv`` (the measured rows), both
-plain text, written atomically (:func:`carb_nas._io.atomic_directory`). A calibration whose
-fingerprint is another machine's, or whose source model is not today's default, is refused.
+Where a calibration is cached and how it is matched to this machine: ``carb_nas.predictors``.
 """
 
 from __future__ import annotations
@@ -93,38 +89,32 @@ __all__ = [
 MIN_TIME_BUDGET_S = 5.0  # profiler set-up plus one config: less measures nothing
 MIN_CALIBRATION_ROWS = 3  # the smallest map with a leave-one-out error
 MAX_PREDICTED_MS = 60.0  # configs predicted slower than this cost seconds each to measure
-# the largest models take seconds to build (and export: 2.5 s at 18 M parameters, 51 s at 267 M
-# for ORT fp32 here); the 0.75 quantile (8.6 M) of before stop 48 left the wide nets unmeasured
+# the largest models take many seconds to build and export; a lower quantile would leave the
+# wide networks unmeasured
 MAX_PARAMS_QUANTILE = 0.95
-# candidates the representative order scores (a pair matrix of 4 MB; 200 picks in ~0.5 s)
+# candidates the representative order scores (bounds its pair matrix)
 MAX_FACILITY_POOL = 1024
 # configs of the other built-in families featurized to choose from: each traces its network on
-# the meta device (~50 ms), so the 4,471 configs of cpu/torch/fp32/zoo-zen5 took the whole
-# time budget (4 min) before one was measured; a seeded sample of the pool instead
+# the meta device, so a whole multi-family pool would take the time budget before one config
+# was measured; a seeded sample of the pool instead
 MAX_TRACED_POOL = 240
 # configs of the shipped dataset a calibration's module ratio is fitted on (:func:`module_ratio`;
-# 4-7 s of the module model's traces, taken out of the budget). Replayed on 300 configs measured
-# twice (stop 49; benchmarks/calibration_orders.py), torch with / without it: Intel Xeon 6.59 /
-# 8.91 %, AMD Zen 3 5.87 / 6.15 %; 600 configs and 11 s less of measuring: 6.83 / 6.48 %
+# the module model's traces are taken out of the budget; benchmarks/calibration_orders.py
+# replays the choice)
 MODULE_RATIO_CONFIGS = 300
 NODE_PLATFORMS = ("cpu/onnxruntime/fp32", "cpu/torch/fp32")  # those a node model can describe
 # a budget (seconds, per platform) from which it is fitted: a shorter one measures too few
 # configs for its column (costmodel MANY_ROWS)
 MODULE_RATIO_MIN_BUDGET_S = 20.0
-# rounds per config, the fastest kept (see profile_passes). 1: within 30 s per model, more
-# configs beat fewer cleaner ones here (ONNX Runtime 11.1 % after 16 configs of 1 pass, 24.7 %
-# after 6 configs of 3; torch 13.8 % / 12.3 %); --passes 3 also reports the repeatability
+# rounds per config, the fastest kept (see profile_passes). 1: within a short budget, more
+# configs beat fewer cleaner ones; --passes 3 also reports the repeatability
 PASSES = 1
 # with one pass, the share of the budget kept to measure again the configs the fitted map
-# fits worst (the faster of the two kept): one slow single measurement bends the map. Replayed
-# on two Zen 3 runs of the same configs (stop 41), measuring the 5 worst again took ONNX
-# Runtime 11.2 -> 6.1 % and torch 7.5 -> 6.9 %, and changed nothing where no row was off
+# fits worst (the faster of the two kept): one slow single measurement bends the map
 REMEASURE_SHARE = 0.2
 NOISY_REPEATABILITY_PCT = 10.0  # above this, a note says single measurements cannot check closer
 # above this median CV of a config's timed runs, a note says the machine was noisy: the only
-# noise figure of a one-pass calibration (no config is measured twice in whole passes). On a
-# quiet Zen 3 the calibrations' medians were 1.2-4.6 %, 7-8 % in noisy patches; on a shared
-# Intel VM one conv timed 200 times in a row had a CV of 15-19 %
+# noise figure of a one-pass calibration (no config is measured twice in whole passes)
 NOISY_RUN_CV_PCT = 10.0
 INTERVAL_ALPHA = 0.1
 
@@ -192,8 +182,8 @@ def choose_configs(
     )
     # representative, not extreme: each next config stands for the most candidates (weighted)
     # not yet near a chosen one, so every prefix follows the space as a search or validation
-    # draws from it; farthest-point order (before stop 48) measured the corners first, and a
-    # map fitted on corners missed the interior (ORT fp32: wide nets at batch 3-8 +10-30 %)
+    # draws from it; a farthest-point order measures the corners first, and a map fitted on
+    # corners misses the interior
     order = facility_location_order(
         knobs, weight, n, rng=np.random.default_rng(0), max_points=MAX_FACILITY_POOL
     )
@@ -255,12 +245,9 @@ def module_ratio(platform: str, source: Any, cpu_kind: str | None = None) -> Mod
     shipped configs (:class:`carb_nas.costmodel.ModuleRatio`, on ``MODULE_RATIO_CONFIGS`` of
     them), one more column for the calibration map; None where the platform has none for this
     CPU kind. PyTorch: the module model (per-op costs measured on this CPU's kind; the config
-    model's rows come from another machine): on 300 configs measured twice, torch's calibrated
-    latency MAPE without / with the column 8.91 -> 6.59 % on an Intel Xeon, 6.15 -> 5.87 % on
-    an AMD Zen 3 (30 s replayed, the ratio's traces out of them; stop 49, docs/costmodel.md).
-    Where the kind has shipped per-node rows of the platform (``costmodel.node_ratio``; ONNX
-    Runtime and PyTorch fp32 on ``intel-avx512``, stops 50-51), the node model's exact node
-    sum instead: on the Intel pool ONNX Runtime 9.77 -> 5.91 %, torch 6.59 -> 5.31 %.
+    model's rows come from another machine). Where the kind has shipped per-node rows of the
+    platform (``costmodel.node_ratio``), the node model's exact node sum instead (its effect
+    on accuracy: docs/accuracy.md).
     ``cpu_kind``: the model's (``costmodel.MODULE_CPU_KINDS``), default this machine's."""
     device, runtime, precision = split_platform(platform)
     if platform != f"{device}/{runtime}/{precision}":
@@ -330,10 +317,10 @@ def calibrate_on_arrival(
                 f"{profiler.platform}. Pass a profiler built for {measured}."
             )
     # the budget is for choosing and measuring: loading the default model (training it on
-    # first use: 12 s for ONNX Runtime fp32 here) would otherwise eat the measurements
+    # first use) would otherwise eat the measurements
     source = source_model if source_model is not None else _default_source(platform)
     if platform in NODE_PLATFORMS and time_budget_s >= MODULE_RATIO_MIN_BUDGET_S:
-        load_default_node_model(platform=platform)  # likewise (first use: 5-6 s, then cached)
+        load_default_node_model(platform=platform)  # likewise (trained on first use, then cached)
     t0 = time.perf_counter()
     # the module ratio's surrogate traces 300 configs (~7 s, torch on a CPU kind without node
     # rows) within the budget, so fewer configs are measured; the node column is ready at
@@ -358,8 +345,8 @@ def calibrate_on_arrival(
     # a config's cost: the median time of its profile() calls so far, so neither the set-up
     # nor the first call's one-off costs (imports, the runtime's first session) count
     durations: list[float] = []
-    # a profiler made here is closed when measuring ends or fails; a loaded default model
-    # made each config's gc.collect() 0.11-0.17 s until the heap was frozen (stop 43)
+    # a profiler made here is closed when measuring ends or fails; the heap is frozen so each
+    # config's gc.collect() does not scan the loaded default model
     with contextlib.closing(prof) if own else contextlib.nullcontext(), frozen_heap():
         fingerprint = machine_fingerprint(prof)
         for config in configs:

@@ -24,7 +24,7 @@ budgets={"latency_ms": 50})`` profiles every config with :class:`carb_nas.measur
   ``validate --recalibrate``) corrects;
 - the machine's speed now against when the model was calibrated (``machine_speed``: the
   speed probe's median here over the calibration rows' one), and a warning beyond
-  ``SPEED_WARN_RATIO``: a shared VM runs convolution code 10-25 % slower for minutes at a time
+  ``SPEED_WARN_RATIO``: a shared VM can run convolution code slower for minutes at a time
   (docs/measurement.md), which moves every measured latency by as much.
 
 ``append=PATH`` adds the new measurement rows to a dataset CSV/Parquet (written atomically).
@@ -399,7 +399,7 @@ def _ratio_warnings(ratios: Mapping[str, Mapping[str, Any]], platform: str) -> l
             out.append(
                 f"measured {t} is x{r['median']:.2f} the prediction (median of {r['n']} "
                 f"configs), outside what the intervals allow (x{lo:.2f} to x{hi:.2f}): the "
-                f"model is off for this machine; run carb-nas calibrate {platform} (or "
+                f"model is off for this machine; run carb-nas calibrate {platform} again (or "
                 "validate --recalibrate) to correct it"
             )
     return out
@@ -439,7 +439,7 @@ def validate(
     progress: Any = None,
     fresh_process: bool = False,
     scored: Scored | None = None,
-    calibration: Any = None,
+    quantization_data: Any = None,
     scenario: Any = None,
     loadgen_dir: str | Path | None = None,
     passes: int = 1,
@@ -468,9 +468,9 @@ def validate(
             fresh as the processes that measured the shipped data.
         scored: the predictions a search made for exactly these configs (row for row, e.g.
             ``SearchResult.scored``): used as they are instead of predicting again.
-        calibration: static int8 only: the calibration set, an ``(N, 3, H, W)`` array or a
-            ``.npy`` path, checked against every config's resolution before any work (None:
-            the runtime's seeded set).
+        quantization_data: static int8 only: the inputs the quantizer calibrates its ranges
+            on, an ``(N, 3, H, W)`` array or a ``.npy`` path, checked against every config's
+            resolution before any work (None: the runtime's seeded set).
         scenario / loadgen_dir: measure under an MLPerf LoadGen scenario
             (:func:`validate_scenario`).
         passes: measure the shortlist this many times, in interleaved rounds, and keep each
@@ -504,7 +504,7 @@ def validate(
             model=model,
             budgets=budgets,
             threads=threads,
-            calibration=calibration,
+            quantization_data=quantization_data,
             device=device,
             report_dir=report_dir,
             loadgen_dir=loadgen_dir,
@@ -533,6 +533,7 @@ def validate(
         from carb_nas.measure import check_runtime
 
         check_runtime(device, runtime, precision)  # supported, and its extra installed
+    calibration = quantization_data  # the runtimes' own name for the quantizer's inputs
     check_calibration(calibration, precision, frame)
     if report_dir is not None:
         check_writable_dir(report_dir)
@@ -856,7 +857,7 @@ def validate_scenario(
     model: Any = None,
     budgets: Iterable[str] | Mapping[str, Any] | None = None,
     threads: int | None = None,
-    calibration: Any = None,
+    quantization_data: Any = None,
     device: str = "cpu",
     report_dir: str | Path | None = None,
     loadgen_dir: str | Path | None = None,
@@ -924,7 +925,7 @@ def validate_scenario(
             "nothing to validate: expected at least one config, got an empty table. Run "
             "carb-nas search or screen first."
         )
-    check_calibration(calibration, precision, frame)
+    check_calibration(quantization_data, precision, frame)
     if report_dir is not None:
         check_writable_dir(report_dir)
     if loadgen_dir is not None:
@@ -964,7 +965,7 @@ def validate_scenario(
             precision,
             settings,
             threads=threads,
-            calibration=calibration,
+            calibration=quantization_data,
             progress=progress,
         )
         results = [

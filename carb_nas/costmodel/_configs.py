@@ -5,12 +5,10 @@ A search, a screen and a validation score *configs* (frames of ``model_inputs``)
 module, a :class:`~carb_nas.models.ModelSpec`). :class:`ConfigModuleModel` puts the second
 behind the first's interface: every row of ``X`` is a built-in family's config, built on the
 meta device and predicted by the per-operator models and their network correction, then
-multiplied by this machine's factors (``carb_nas.calibrate.machine_factors``) when given.
+multiplied by this machine's factors (a calibration's ``module_factors``) when given.
 
-Why: on 44 configs of the zoo space that no shipped dataset holds, measured on a Zen 3 (stop
-45, docs/costmodel.md), latency MAPE was 24.2 % with the calibrated ResNet-only default model,
-14.1-14.3 % with a config-level model of a shipped zoo dataset calibrated on 125-142 rows, and
-10.1 % (68 % within +-10 %) with this one and one machine factor.
+Why: a config of a family the platform's config model never saw is predicted more closely by
+summing its operators than by the config model's features alone (docs/accuracy.md).
 """
 
 from __future__ import annotations
@@ -47,7 +45,7 @@ class ConfigModuleModel:
             raise ModelError(
                 f"unusable module model: expected a fitted carb_nas.costmodel.ModuleCostModel, "
                 f"got {type(module_model).__name__}. Load one with "
-                "costmodel.load_default_module_model(platform)."
+                "carb_nas.load_predictor(platform).module_model."
             )
         bad = {t: f for t, f in (factors or {}).items() if not (np.isfinite(f) and f > 0)}
         if bad:
@@ -64,8 +62,8 @@ class ConfigModuleModel:
         self.default_name_ = name
 
     def scaled(self, factors: Mapping[str, float]) -> ConfigModuleModel:
-        """The same module model times ``factors`` (e.g. ``calibrate.machine_factors(platform,
-        predictor=self.module_model)``), nothing loaded again."""
+        """The same module model times ``factors`` (e.g. a calibration's ``module_factors``),
+        nothing loaded again."""
         return ConfigModuleModel(self.module_model, factors, self.default_name_)
 
     def predict(self, X: pd.DataFrame, alpha: float | None = None) -> pd.DataFrame:

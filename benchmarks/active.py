@@ -52,7 +52,7 @@ factor in every batch x family cell (batch <= 2 basic 5.7 -> 3.7 %, batch 33-256
 With random rows MAPE falls as n^-0.3, so matching within 10 % needs ~73 % of the pool; at 25 %
 active would have to be worth ~3x as many random rows (measured: 1.0-1.07x).
 
-Stop 44 (seed 0's split, random rows): a Gaussian process (scikit-learn, Matern 5/2 with a length
+Seed 0's split, random rows: a Gaussian process (scikit-learn, Matern 5/2 with a length
 scale per input + white noise, on log depth, width, resolution, batch, FLOPs, activation and
 parameter MB and the family) follows the same curve, 7.14 / 5.64 / 4.59 / 3.69 % at 272 / 544 /
 1,088 / 2,704 rows, its fitted noise falling with n (log sd 8.2 -> 4.1 %): the rows resolve
@@ -61,7 +61,7 @@ measuring time as a feature: 4.12 -> 4.09 %, 4.44 -> 4.41 %); the rows' own CV m
 A power law asks for the same fraction of any pool (1.1^(-1/0.3) ~ 0.73), so the goal needs a
 pool on which the all-rows model reaches the measurement floor, where the curve flattens.
 
-Stop 45, such a pool: ``--platform cpu/torch/fp32/zoo-epyc`` (2,435 one-pass rows of every
+Such a pool: ``--platform cpu/torch/fp32/zoo-epyc`` (2,435 one-pass rows of every
 family on a Zen 3; pool 1,826, test 609; the replay needed ``handle_unknown="ignore"`` and
 strata that fall back to the family: families of one or two rows at small sizes), seeds
 0,1,2, 355 s: ``active_rows_to_match=0.2979 random_rows_to_match=0.2108`` (stratified

@@ -124,7 +124,8 @@ _UNITS = {"depth": " layers", "width": "", "resolution": " pixels", "batch_size"
 MAX_KNOB_VALUES = 100_000  # values one range table may expand to (checked before expanding)
 MAX_GRID_CONFIGS = 10_000_000  # configs a grid may enumerate (checked before enumerating)
 
-# Ranges of the CARB paper (seed 001); a space with `carb_ranges = true` must stay inside them.
+# Ranges of the CARB paper (arXiv:2608.10506); a space with `carb_ranges = true` must stay
+# inside them.
 CARB_RANGES: dict[str, tuple[float, float]] = {
     "depth.basic": (8, 152),
     "depth.bottleneck": (50, 200),

@@ -13,7 +13,7 @@ figures before issue 18's second pass).
 - ``random``: a seeded random order;
 - ``stratified``: a seeded sample stratified over family x batch-size quartile x resolution
   half (sklearn ``train_test_split(stratify=...)``) at each size;
-- ``active``: :func:`carb_nas.active.choose_active` -- the same seeded random rows as
+- ``active``: :func:`carb_nas_research.active.choose_active` -- the same seeded random rows as
   ``random`` at the first size, then rounds of a tenth of the rows chosen so far (at least
   16): query by committee (bootstrap LightGBM models of the chosen rows' latency relative to
   its physical prior), their spread weighting a greedy facility location over the pool in the
@@ -29,7 +29,7 @@ the smallest fraction of the pool at which that way's latency MAPE is within 10 
 of the reference's, the median over seeds. Writes a PNG of the median learning curves
 (``--png``, default ``docs/active_learning.png``).
 
-    nice python benchmarks/active.py [--platform cpu/torch/fp32] [--seeds 0,1,2]
+    nice python research/benchmarks/active.py [--platform cpu/torch/fp32] [--seeds 0,1,2]
         [--learner physical|fast] [--uncertainty committee|interval] [--max-fraction 0.25]
 
 Last line: ``active_rows_to_match=<f> random_rows_to_match=<f>``. Last measured (cpu/torch/fp32,
@@ -77,6 +77,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -85,10 +86,12 @@ import pandas as pd
 from sklearn.metrics import mean_absolute_percentage_error, r2_score
 from sklearn.model_selection import train_test_split
 
-from carb_nas.active import choose_active, config_keys
 from carb_nas.costmodel import CostModel, physical_offsets, prepare_table
 from carb_nas.datasets import load_dataset
 from carb_nas.space import CONFIG_COLUMNS
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # research/: carb_nas_research
+from carb_nas_research.active import choose_active, config_keys  # noqa: E402
 
 TARGETS = ("latency_ms", "peak_mem_mb")
 MATCH = 1.10  # within 10 % (relative) of the all-rows model's latency MAPE

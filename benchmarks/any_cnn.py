@@ -25,17 +25,17 @@ ms_per_model_wall=<ms> cpu_cv=.. nocache_cpu_ms=.. cold_cpu_ms=.. repeats=N load
 ``ms_per_model`` of the default module model (repeats 3, this shared 2-core VM at load
 3.0-3.4, the previous code run just before: research/notes/costmodel.md): warm CPU median 136.0 ->
 82.9 ms and 133.6 -> 95.1 ms after the per-op predictions moved to one booster call on numpy
-arrays, cached per distinct op row (session 15). Session 16 (the trace: structure key, layer
+arrays, cached per distinct op row. Then the trace (structure key, layer
 and block cache, per-op shortcuts; ``--speed-only --repeats 1``, the previous code just
 before, load 3.1 / 3.5): 97.0 -> 50.4 ms warm CPU, cold 135.3 -> 79.1 ms; at load 2.2,
 82.5 -> 36.1 ms (``--repeats 1``) and 87.3 -> 46.5 ms (``--repeats 3``, CV 1.08).
-Session 18 (no frame on the predict path, one booster call, conv / linear meta results from
+Then (no frame on the predict path, one booster call, conv / linear meta results from
 their shape formula; another, faster VM, ``--speed-only --repeats 3``, old and new alternating
 at load 2.5-3.1): 20.4 -> 13.3 and 16.6 -> 12.8 ms warm CPU (research/notes/costmodel.md).
 
 ``--per-kind`` also prints, per held-out family and op kind, the predicted / measured op time
 of a kernel model that never saw the family (:func:`carb_nas.costmodel.lofo_kind_breakdown`):
-where the per-op predictions err (session 17, research/notes/costmodel.md).
+where the per-op predictions err (research/notes/costmodel.md).
 """
 
 from __future__ import annotations

@@ -629,7 +629,7 @@ def export_kernels(args: argparse.Namespace) -> None:
     rows = _pick(rows.assign(_lost=share < MIN_CPU_PER_WALL), args.pick)  # a pass per campaign
     ops = pd.concat([o.assign(_part=i) for i, (_, o) in enumerate(read)], ignore_index=True)
     ops = ops.merge(rows[["key", "_part"]], on=["key", "_part"]).drop(columns="_part")
-    # the sample's whole-module latency too (stop 39 on): what anchoring a sample would need
+    # the sample's whole-module latency too: what anchoring a sample would need
     per_sample = [c for c in (*KERNEL_SAMPLE_COLUMNS, "latency_ms") if c in rows]
     out = rows[per_sample].merge(ops, on="key")
     out.to_csv(args.out, index=False, float_format="%.6g")

@@ -58,7 +58,7 @@ PLATFORMS = ("cpu/torch/fp32", "cpu/onnxruntime/fp32")
 def node_row_keys(platform: str) -> set[str]:
     """Keys of the configs in this CPU kind's shipped node rows of ``platform``: measured on
     this machine kind for its node model, so a validation config among them would flatter the
-    node column (stop 51: 17 of the 20 ONNX Runtime validation configs were, until this)."""
+    node column."""
     path = node_rows_path(platform=platform)
     if path is None:
         return set()

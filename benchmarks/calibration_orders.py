@@ -8,8 +8,8 @@ pass, each with its profile time ``profile_s``). Per seed, 40 configs are held o
 validation set (reference: the mean of their two passes), and each way orders the rest:
 
 - ``representative``: the product's :func:`carb_nas.calibrate.choose_configs` over the pool
-  (greedy weighted facility location, the largest 5 % by parameters left out; since stop 48);
-- ``farthest``: the order before stop 48 (farthest-point from the config nearest the centre,
+  (greedy weighted facility location, the largest 5 % by parameters left out);
+- ``farthest``: the former order (farthest-point from the config nearest the centre,
   distances weighted by the relative interval width, the largest quarter by parameters out);
 - ``random``: a seeded shuffle;
 - ``all``: every candidate row, no budget: the map's own limit on this pool.
@@ -25,21 +25,20 @@ of torch's budget; ``--module-ratio 0`` leaves them out. Held-out configs are dr
 those the module model of that kind never trained on.
 
 Last line: ``representative_mape=<..> farthest_mape=<..> random_mape=<..> all_mape=<..>``
-(latency MAPE in %, mean over seeds and the two platforms). Measured (stop 48, 10 seeds, 30 s):
+(latency MAPE in %, mean over seeds and the two platforms). Measured (10 seeds, 30 s):
 representative 5.68 (torch 6.24, ORT 5.12), farthest 6.62 (6.34 / 6.90), random 6.61 (7.15 /
-6.07), every row 5.25 (5.69 / 4.81). Stop 49 (the batch-1 column; held out only among configs
+6.07), every row 5.25 (5.69 / 4.81). With the batch-1 column (and held out only among configs
 the module model never saw; with / without the module ratio): representative 5.50 / 5.64
 (torch 5.87 / 6.15, ORT 5.12), farthest 6.39 / 6.39, random 6.39 / 6.54, every row 4.74 /
 5.08.
 
-``--pool research/runs/passes/calibration_pool_intel``: the same 300 configs measured the same
-way on
-an Intel Xeon VM with AVX-512 and AMX (stop 49), with / without the module ratio:
+``--pool research/runs/passes/calibration_pool_intel``: the same 300 configs measured the same way on
+an Intel Xeon VM with AVX-512 and AMX, with / without the module ratio:
 representative 8.18 / 9.34 (torch 6.59 / 8.91, ORT 9.77), farthest 8.79 / 10.26, random 8.33 /
-9.51, every row 7.49 / 8.99 (torch 6.07 / 9.07). Stop 50, the Intel kind's node models giving
+9.51, every row 7.49 / 8.99 (torch 6.07 / 9.07). With the Intel kind's node models giving
 both maps an exact column (``calibrate.module_ratio``; the node model loaded before the
 budget, as in the product): representative 6.05 (torch 5.49, ORT 6.61), farthest 6.52, random
-5.86, every row 5.22 (torch 5.13, ORT 5.32). Stop 51, node rows of 1,500 configs: representative
+5.86, every row 5.22 (torch 5.13, ORT 5.32). With node rows of 1,500 configs: representative
 5.61 (torch 5.31, ORT 5.91), farthest 6.18, random 5.52, every row 4.81.
 
     PYTHONPATH=. python benchmarks/calibration_orders.py [--seeds 10] [--time-budget-s 30]
@@ -81,7 +80,7 @@ def pool_cpu_kind(rows: pd.DataFrame) -> str:
 
 
 def farthest_order(model, cand: pd.DataFrame) -> np.ndarray:
-    """The order of ``choose_configs`` before stop 48, over ``cand``."""
+    """The former order of ``choose_configs`` (farthest point), over ``cand``."""
     X = model_inputs(cand[list(CONFIG_COLUMNS)])
     pred = model.predict(X, alpha=INTERVAL_ALPHA)
     width = np.log(

@@ -2,7 +2,7 @@
 rows of sitting 1 (``research/runs/passes/gpu-h200-2``; the sitting's script is ``sitting.sh``
 there).
 
-Sitting 2 (2026-12-04, a lent H200 of the same kind: CPU model, driver and torch as sitting 1)
+Sitting 2 (2026-12-04, an H200 of the same kind: CPU model, driver and torch as sitting 1)
 measured, on the GPU, ``benchmarks/calibration.py --platform cuda/torch/fp16`` (16 shipped configs
 before and after a 45 s calibration: its rows in ``cal/``, its output in ``cal.log``) and 105 new
 configs of the seeded draw at fp16 and fp32 (``gpu_campaign.py measure --skip-in

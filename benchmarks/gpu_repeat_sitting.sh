@@ -1,5 +1,5 @@
 #!/bin/bash
-# The next GPU sitting, prepared (about 9 minutes on a lent H200; no install: the image's
+# The next GPU sitting, prepared (about 9 minutes on an H200; no install: the image's
 # torch, pandas and nvidia-ml-py do). Results under $OUT, in at most 8 files.
 #   1. GPU sitting 2's 26 fp16 configs (research/runs/passes/gpu-h200-2/repeat_specs.json.gz), four
 #      passes alternating no probe / launch probe (a, c / b, d): does sitting 2's 1.48x over

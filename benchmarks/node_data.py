@@ -1,4 +1,4 @@
-"""Measure per-node (per-op) kernel times on this machine and ship them (stop 50).
+"""Measure per-node (per-op) kernel times on this machine and ship them.
 
 ``measure``: a seeded draw of ``--n`` ResNet configs of the shipped dataset of ``--runtime``
 (``onnxruntime``: ``cpu/onnxruntime/fp32``; ``torch``: ``cpu/torch/fp32``), leaving out the 300
@@ -13,7 +13,7 @@ traced op table, each config in a fresh fork). ``ship``: the campaign gzipped in
 the matched ops' shape columns and times, one JSON line per config, the ORT format), ``kind``
 this CPU's module kind (``costmodel.module_cpu_kind``), read by
 ``costmodel.load_default_node_model``. Last line: ``configs=<..> nodes=<..> median_us=<..>``.
-The default 1,500 configs (stop 51: the node models' held-out error still fell from 600;
+The default 1,500 configs (the node models' held-out error still fell from 600;
 about 11 min for ONNX Runtime and 20 min for torch on a quiet 2-core VM) are what is shipped.
 
     PYTHONPATH=$PWD python benchmarks/node_data.py measure DIR [--runtime onnxruntime|torch]

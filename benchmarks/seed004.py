@@ -1,4 +1,5 @@
-"""Seed 004 on this machine: every runtime x precision x MLPerf scenario, plus the p90 check.
+"""The quantization study (arXiv:2303.05016) on this machine: every runtime x precision x
+MLPerf scenario, plus the p90 check.
 
 Two parts, both resumable (a finished run is never redone; kill and rerun at will):
 

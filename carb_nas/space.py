@@ -25,7 +25,7 @@ import hashlib
 import math
 import tomllib
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,31 +42,22 @@ __all__ = [
     "RESNET_FAMILIES",
     "ZOO_FAMILIES",
     "family_group",
-    "regnet_layout",
+    "stage_layout",
+    "REGNET_PARAMS",
+    "regnet_block_widths",
     "PRECISIONS",
-    "RUNTIMES",
     "CONFIG_COLUMNS",
-    "KNOBS",
     "ARCH_COLUMNS",
     "REQUIRED_COLUMNS",
     "NUMERIC_KNOBS",
-    "CONFIG_DEFAULTS",
     "KNOB_RANGES",
-    "MAX_DEPTH",
-    "MAX_KNOB_VALUES",
-    "MAX_GRID_CONFIGS",
-    "LIMITS",
-    "CARB_RANGES",
-    "stage_layout",
     "canonical_width",
     "validate_knob",
-    "validate_values",
     "factorize_configs",
     "normalize_config_frame",
-    "register_limit",
     "configs_to_frame",
     "frame_to_configs",
-    "bundled_space_names",
+    "register_limit",
     "bundled_space_path",
 ]
 
@@ -94,38 +85,38 @@ ZOO_FAMILIES: dict[str, int] = {
 }
 FAMILIES = RESNET_FAMILIES + tuple(ZOO_FAMILIES)
 PRECISIONS = ("fp32", "fp16", "bf16", "int8", "int8-dynamic")  # int8: static; see measure
-RUNTIMES = ("torch", "onnxruntime", "openvino", "litert")
+_RUNTIMES = ("torch", "onnxruntime", "openvino", "litert")
 # The columns of a configs table, in order; a space file's knobs have the same names.
 CONFIG_COLUMNS = ("family", "depth", "width", "resolution", "batch_size", "precision", "runtime")
-KNOBS = CONFIG_COLUMNS
 ARCH_COLUMNS = CONFIG_COLUMNS[:4]  # what fixes the network: family, depth, width, resolution
 REQUIRED_COLUMNS = CONFIG_COLUMNS[:5]  # a configs table may leave out precision and runtime
-CONFIG_DEFAULTS = {"precision": "fp32", "runtime": "torch"}
+_CONFIG_DEFAULTS = {"precision": "fp32", "runtime": "torch"}
 NUMERIC_KNOBS: dict[str, type] = {
     "depth": int,
     "width": float,
     "resolution": int,
     "batch_size": int,
 }
-LIMITS = ("max_gflops_per_batch",)
+_LIMITS = ("max_gflops_per_batch",)
 
 # Allowed values of the numeric knobs, inclusive (width's minimum is the smallest width of
 # 4 decimals, the precision of config keys). The maxima keep
 # every per-batch count of the features (flops, bytes) inside int64 and a features run short:
 # depth up to ResNet-1202, the deepest of He et al. (2016).
-MAX_DEPTH = 1202
+_MAX_DEPTH = 1202
 KNOB_RANGES: dict[str, tuple[float, float]] = {
-    "depth": (4, MAX_DEPTH),
+    "depth": (4, _MAX_DEPTH),
     "width": (0.0001, 16.0),
     "resolution": (32, 1024),
     "batch_size": (1, 4096),
 }
 _UNITS = {"depth": " layers", "width": "", "resolution": " pixels", "batch_size": ""}
-MAX_KNOB_VALUES = 100_000  # values one range table may expand to (checked before expanding)
-MAX_GRID_CONFIGS = 10_000_000  # configs a grid may enumerate (checked before enumerating)
+_MAX_KNOB_VALUES = 100_000  # values one range table may expand to (checked before expanding)
+_MAX_GRID_CONFIGS = 10_000_000  # configs a grid may enumerate (checked before enumerating)
 
-# Ranges of the CARB paper (seed 001); a space with `carb_ranges = true` must stay inside them.
-CARB_RANGES: dict[str, tuple[float, float]] = {
+# Ranges of the CARB paper (arXiv:2608.10506); a space with `carb_ranges = true` must stay
+# inside them.
+_CARB_RANGES: dict[str, tuple[float, float]] = {
     "depth.basic": (8, 152),
     "depth.bottleneck": (50, 200),
     "width": (0.1, 4.0),
@@ -156,7 +147,7 @@ def stage_layout(family: str, depth: int) -> tuple[int, ...]:
     spreads its blocks over four stages in the 3:4:6:3 proportions by largest remainder
     (every stage at least one block, ties to the earlier stage); with fewer than four blocks
     the network has that many stages of one block each (basic depth 8 → 3 stages). Depths
-    above :data:`MAX_DEPTH` are refused.
+    above ResNet-1202's are refused.
 
     For the other built-in families (:data:`ZOO_FAMILIES`) see :func:`_zoo_layout`.
     """
@@ -169,9 +160,9 @@ def stage_layout(family: str, depth: int) -> tuple[int, ...]:
         )
     if (family, depth) in _STANDARD_LAYOUTS:
         return _STANDARD_LAYOUTS[(family, depth)]
-    if depth > MAX_DEPTH:  # a deeper net would take minutes to featurize
+    if depth > _MAX_DEPTH:  # a deeper net would take minutes to featurize
         raise ConfigError(
-            f"invalid depth for the {family} family: expected depth <= {MAX_DEPTH} "
+            f"invalid depth for the {family} family: expected depth <= {_MAX_DEPTH} "
             f"(the deepest ResNet published), got {depth!r}. Pick a smaller depth."
         )
     per = _LAYERS_PER_BLOCK[family]
@@ -245,16 +236,16 @@ def _plain(value: Any) -> Any:
 
 
 def _choices(knob: str) -> tuple[str, ...]:
-    return {"family": FAMILIES, "precision": PRECISIONS, "runtime": RUNTIMES}[knob]
+    return {"family": FAMILIES, "precision": PRECISIONS, "runtime": _RUNTIMES}[knob]
 
 
 def validate_knob(knob: str, value: Any) -> Any:
     """One knob's value, typed (int depth/resolution/batch_size, float width, str names).
 
-    The one rule set for every config value, wherever it comes from (a ``Config``, a space
-    file, a configs table): names from :data:`FAMILIES`, :data:`PRECISIONS`,
-    :data:`RUNTIMES`; numbers finite, whole where the knob counts something, and inside
-    :data:`KNOB_RANGES`. Numeric text (``"64"``) counts as its number. Raises
+    The one rule set for every config value, wherever it comes from (a ``Config``, a space file, a
+    configs table): names from :data:`FAMILIES`, :data:`PRECISIONS` and the runtimes (torch,
+    onnxruntime, openvino, litert); numbers finite, whole where the knob counts something, and
+    inside :data:`KNOB_RANGES`. Numeric text (``"64"``) counts as its number. Raises
     :class:`~carb_nas.errors.ConfigError` naming the knob, the allowed values and the value.
     Whether a depth suits its family is :func:`stage_layout`'s rule.
     """
@@ -292,15 +283,6 @@ def validate_knob(knob: str, value: Any) -> Any:
             f"invalid {knob}: expected {spec}, got {value!r}. Use a value in that range."
         )
     return kind(number)
-
-
-def validate_values(values: Mapping[str, Any]) -> None:
-    """Check one config's values (:func:`validate_knob` for each knob present, and the
-    depth for its family); raise ConfigError naming the knob, range and value."""
-    for knob in CONFIG_COLUMNS:
-        if knob in values:
-            validate_knob(knob, values[knob])
-    stage_layout(str(values["family"]), validate_knob("depth", values["depth"]))
 
 
 def _expand(knob: str, spec: Any, where: str) -> list:
@@ -341,10 +323,10 @@ def _expand(knob: str, spec: Any, where: str) -> list:
                     "Use a positive step."
                 )
             n = int(math.floor((stop - start) / step + 1e-9)) + 1
-            if n > MAX_KNOB_VALUES:
+            if n > _MAX_KNOB_VALUES:
                 raise SpaceError(
                     f"{where}: range of knob '{knob}' too long: expected at most "
-                    f"{MAX_KNOB_VALUES:,} values, got {n:,} (start={start}, stop={stop}, "
+                    f"{_MAX_KNOB_VALUES:,} values, got {n:,} (start={start}, stop={stop}, "
                     f"step={step}). Use a larger step."
                 )
             values = [start + i * step for i in range(n)]
@@ -408,10 +390,10 @@ def register_limit(name: str, keep: LimitFilter) -> None:
     :mod:`carb_nas.features`), which space must not import; the package root installs
     ``max_gflops_per_batch`` when ``carb_nas`` is imported, so every ``Space`` applies it.
     """
-    if name not in LIMITS:
+    if name not in _LIMITS:
         raise SpaceError(
-            f"unknown limit {name!r}: expected one of {list(LIMITS)}, got {name!r}. "
-            "Add it to space.LIMITS first."
+            f"unknown limit {name!r}: expected one of {list(_LIMITS)}, got {name!r}. "
+            "Add it to space._LIMITS first."
         )
     _LIMIT_FILTERS[name] = keep
 
@@ -458,11 +440,11 @@ class Space:
         for table, label in [(glob, "[knobs]")] + [
             (t, f"[family.{f}]") for f, t in per_family.items() if isinstance(t, dict)
         ]:
-            unknown = set(table) - set(KNOBS)
+            unknown = set(table) - set(CONFIG_COLUMNS)
             if unknown:
                 raise SpaceError(
                     f"{where}: unknown knob(s) {sorted(unknown)} in {label}: expected knobs "
-                    f"among {list(KNOBS)}. Fix the spelling or remove them."
+                    f"among {list(CONFIG_COLUMNS)}. Fix the spelling or remove them."
                 )
         if "family" in glob:
             families = _expand("family", glob["family"], where)
@@ -489,20 +471,22 @@ class Space:
             merged.update(per_family.get(fam, {}))
             merged.setdefault("runtime", ["torch"])
             merged.setdefault("precision", ["fp32"])
-            missing = [k for k in KNOBS if k != "family" and k not in merged]
+            missing = [k for k in CONFIG_COLUMNS if k != "family" and k not in merged]
             if missing:
                 raise SpaceError(
                     f"{where}: family {fam!r} lacks knob(s) {missing}: expected every knob among "
-                    f"{[k for k in KNOBS if k != 'family']}. Add them under [knobs] or "
+                    f"{[k for k in CONFIG_COLUMNS if k != 'family']}. Add them under [knobs] or "
                     f"[family.{fam}]."
                 )
             resolved[fam] = {
-                k: _expand(k, merged[k], f"{where} [family.{fam}]") for k in KNOBS if k != "family"
+                k: _expand(k, merged[k], f"{where} [family.{fam}]")
+                for k in CONFIG_COLUMNS
+                if k != "family"
             }
         limits = doc.get("limits", {})
-        if not isinstance(limits, dict) or set(limits) - set(LIMITS):
+        if not isinstance(limits, dict) or set(limits) - set(_LIMITS):
             raise SpaceError(
-                f"{where}: bad [limits] table: expected keys among {list(LIMITS)}, got "
+                f"{where}: bad [limits] table: expected keys among {list(_LIMITS)}, got "
                 f"{limits!r}. Remove the unknown keys."
             )
         for k, v in limits.items():
@@ -537,7 +521,7 @@ class Space:
                 )
             if self.carb_ranges:
                 for knob in ("depth", "width", "resolution", "batch_size"):
-                    lo, hi = CARB_RANGES.get(f"{knob}.{fam}", CARB_RANGES.get(knob, (None, None)))
+                    lo, hi = _CARB_RANGES.get(f"{knob}.{fam}", _CARB_RANGES.get(knob, (None, None)))
                     out = [v for v in knobs[knob] if not lo <= v <= hi]
                     if out:
                         raise SpaceError(
@@ -581,14 +565,14 @@ class Space:
 
     def _build_grid(self) -> pd.DataFrame:
         total = sum(self._family_count(f) for f in self.knobs)
-        if total > MAX_GRID_CONFIGS:
+        if total > _MAX_GRID_CONFIGS:
             raise SpaceError(
                 f"{self.source}: space too large to enumerate: expected at most "
-                f"{MAX_GRID_CONFIGS:,} configs, got {total:,}. Use fewer knob values."
+                f"{_MAX_GRID_CONFIGS:,} configs, got {total:,}. Use fewer knob values."
             )
         parts = []
         for fam, knobs in self.knobs.items():
-            names = [k for k in KNOBS if k != "family"]
+            names = [k for k in CONFIG_COLUMNS if k != "family"]
             arrays = [
                 np.asarray(knobs[k], dtype=object if k in ("precision", "runtime") else None)
                 for k in names
@@ -683,7 +667,7 @@ def load_space(path: str | Path) -> Space:
         if bundled is None:
             raise MissingFileError(
                 f"space file not found: expected an existing TOML file or a bundled space name "
-                f"({', '.join(bundled_space_names())}), got {str(path)!r}. Check the path."
+                f"({', '.join(_bundled_space_names())}), got {str(path)!r}. Check the path."
             )
         p = bundled
     try:
@@ -704,7 +688,7 @@ def _spaces_dir() -> Path:
     return Path(__file__).resolve().parent / "search_spaces"
 
 
-def bundled_space_names() -> list[str]:
+def _bundled_space_names() -> list[str]:
     return sorted(p.stem for p in _spaces_dir().glob("*.toml"))
 
 
@@ -794,21 +778,17 @@ def _at_row(message: str, row: int) -> str:
 def normalize_config_frame(frame: pd.DataFrame, source: str = "<table>") -> pd.DataFrame:
     """``frame`` with its config columns validated (:func:`factorize_configs`) and typed:
     int depth, resolution and batch_size, float width, str names; precision and runtime
-    filled in with :data:`CONFIG_DEFAULTS` where absent. Other columns are kept."""
+    filled in with fp32 and torch where absent. Other columns are kept."""
     encoded = factorize_configs(frame, source=source)
     out = frame.copy()
     for col in CONFIG_COLUMNS:
         if col not in encoded:
-            out[col] = CONFIG_DEFAULTS[col]
+            out[col] = _CONFIG_DEFAULTS[col]
             continue
         codes, values = encoded[col]
         kind = NUMERIC_KNOBS.get(col, object)
         out[col] = np.asarray(values, dtype=kind)[codes]
     return out
-
-
-def config_fields() -> list[str]:
-    return [f.name for f in fields(Config)]
 
 
 # -- built-in families beyond ResNet ----------------------------------------------------------
@@ -913,7 +893,7 @@ def regnet_block_widths(family: str, depth: int, width: float = 1.0) -> list[int
     return [max(8, int(v)) for v in (np.round(scaled / f32(8)) * 8).tolist()]
 
 
-def regnet_layout(family: str, depth: int) -> tuple[int, ...]:
+def _regnet_layout(family: str, depth: int) -> tuple[int, ...]:
     """Blocks per stage of a RegNet of ``depth`` blocks (a stage per distinct width)."""
     widths = regnet_block_widths(family, depth)
     stages = [1]
@@ -931,15 +911,15 @@ def _zoo_layout(family: str, depth: int) -> tuple[int, ...]:
     dense block (DenseNet). Standard depths have their published layouts; other depths spread
     over the stages in the family's proportions (:data:`_STAGE_UNITS`)."""
     group = family_group(family)
-    if depth > MAX_DEPTH:
+    if depth > _MAX_DEPTH:
         raise ConfigError(
-            f"invalid depth for the {family} family: expected depth <= {MAX_DEPTH}, got "
+            f"invalid depth for the {family} family: expected depth <= {_MAX_DEPTH}, got "
             f"{depth!r}. Pick a smaller depth."
         )
     if group == "resnext":
         return stage_layout("bottleneck", depth)
     if group == "regnet":
-        return regnet_layout(family, depth)
+        return _regnet_layout(family, depth)
     key = "vgg" if group == "vgg" else family
     if (key, depth) in _STANDARD_ZOO_LAYOUTS:
         return _STANDARD_ZOO_LAYOUTS[(key, depth)]

@@ -1,11 +1,11 @@
 """Two-stage deployment screening GPU -> GPU on real, published measurements.
 
-Seed 001 ("Two-Stage Deployment Screening") ranks every candidate with the source GPU's cost
-model, re-scores the top K with the target GPU's model, applies the deployment budget and keeps
-the Pareto set. No GPU is lent to this project, but timm (huggingface/pytorch-image-models,
-Apache-2.0) publishes inference benchmarks of about 1,600 models on RTX 3090/4090/5090 and RTX
-PRO 6000 Max-Q, plus their ImageNet top-1; carb_nas ships them read-only
-(``carb-nas dataset list --source published``).
+The CARB paper (arXiv:2608.10506, "Two-Stage Deployment Screening") ranks every candidate with the
+source GPU's cost model, re-scores the top K with the target GPU's model, applies the deployment
+budget and keeps the Pareto set. No GPU is needed: timm (huggingface/pytorch-image-models,
+Apache-2.0) publishes inference benchmarks of about 1,600 models on RTX 3090/4090/5090 and RTX PRO
+6000 Max-Q, plus their ImageNet top-1; carb_nas ships them read-only (``carb-nas dataset list
+--source published``).
 
 Here the zoo is every model timm benchmarked on the source GPU that has a published top-1 at
 the same image size; the costs are CARB cost models (``carb_nas.costmodel.CostModel``) of each

@@ -1,9 +1,9 @@
 """The paper's worked example of two-stage deployment screening, on this machine's platforms.
 
-Seed 001 ("Two-Stage Deployment Screening"): 3,072 candidates are scored with the source
-platform's CARB model and ranked by predicted energy; the top 100 are re-scored with the target
-platform's model, checked against the deployment budget (75 J, 500 MB) and reduced to a Pareto
-set of seven configurations -- a 99.8% cut in profiling load.
+The CARB paper (arXiv:2608.10506, "Two-Stage Deployment Screening"): 3,072 candidates are scored
+with the source platform's CARB model and ranked by predicted energy; the top 100 are re-scored with
+the target platform's model, checked against the deployment budget (75 J, 500 MB) and reduced to a
+Pareto set of seven configurations -- a 99.8% cut in profiling load.
 
 Here the source platform is PyTorch eager fp32 on this CPU and the target ONNX Runtime fp32 on
 the same CPU ("prototype in PyTorch, deploy on ONNX Runtime"), over

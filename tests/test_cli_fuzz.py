@@ -342,7 +342,6 @@ VERBS: dict[tuple[str, ...], tuple[list, list]] = {
         [
             ("-o", _outdir()),
             ("--limit", _number(["1"], ["0", "-1", "x"])),
-            ("--active", _number(["1"], ["0", "-1", "x", "5"])),  # configs.csv holds 4
             ("--threads", _number(["1"], ["0", "1000", "x"])),
             ("--meter", _choice(["none"], ["bogus", "nvml"])),
             ("--max-attempts", _number(["2"], ["0", "-1"])),

@@ -160,7 +160,7 @@ def test_normalized_lofo_scores_the_probe_rows_of_the_zen5_dataset(tmp_path, mon
     assert seen[0]["kernel_params"] == {"kernel_anchor": False}
 
 
-# -- kernel samples (stop 36) --------------------------------------------------------------
+# -- kernel samples --------------------------------------------------------------------------
 def _zoo(name):
     from carb_nas.datasets import zoo_dir
 

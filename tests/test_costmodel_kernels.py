@@ -536,7 +536,7 @@ def test_lofo_kind_breakdown_says_which_kinds_of_a_held_out_family_err(fake_data
         lofo_kind_breakdown(ops, {k: g for k, g in groups.items() if k != "k0"})
 
 
-# -- grouped convs: the lane-waste prior term (session 18) --------------------------------------
+# -- grouped convs: the lane-waste prior term ------------------------------------------------
 def test_lane_waste_counts_the_halvings_of_the_vector_a_group_width_forces():
     from carb_nas.costmodel._kernels import lane_waste
 
@@ -603,7 +603,7 @@ def test_lane_waste_term_extrapolates_to_narrower_groups_than_any_measured(tmp_p
         KernelCostModel(simd_lanes=12).fit(train)
 
 
-# -- kernel samples: single ops of no network in every per-op fit (stop 36) ---------------------
+# -- kernel samples: single ops of no network in every per-op fit -----------------------------
 def _sample_gconvs(cpgs: list[int], seed: int) -> pd.DataFrame:
     """Single traced grouped convs (no network) with the FAKE times of ``_grouped_ops``."""
     ops = _grouped_ops(cpgs, seed)

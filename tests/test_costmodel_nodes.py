@@ -29,7 +29,7 @@ from carb_nas.space import CONFIG_COLUMNS, Config
 
 pytest.importorskip("onnxruntime")
 
-SHIPPED_KIND = "intel-avx512"  # the one CPU kind with shipped node rows (stop 50)
+SHIPPED_KIND = "intel-avx512"  # the one CPU kind with shipped node rows
 
 
 def _cfg(family="basic", depth=8, width=0.25, resolution=32, batch_size=2) -> Config:

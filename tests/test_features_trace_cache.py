@@ -1,5 +1,5 @@
 """The trace's caches (features._trace, features._ops): what they key on, and that the numbers
-they give equal those of the code before the faster trace of session 16 (tests/data/
+they give equal those of a slower reference implementation of the trace (tests/data/
 trace_golden.json, written by this module run as a script on that code:
 ``PYTHONPATH=<old tree> python tests/test_features_trace_cache.py``)."""
 
@@ -93,8 +93,8 @@ def _digest(make: object, shape: tuple[int, ...]) -> dict[str, object]:
 def _write_golden() -> None:
     cases = {}
     for name, make, shape in _cases():
-        # every case cold: the code before session 16 keyed tables by a hash that left out
-        # plain attributes, so "user-plain" got "user-residual"'s table from the cache
+        # every case cold: a cache keyed by a hash that leaves out plain attributes would
+        # give "user-plain" the table of "user-residual"
         clear_ops_cache()
         cases[name] = _digest(make, shape)
     GOLDEN.write_text(json.dumps(cases, indent=1, sort_keys=True) + "\n")

@@ -76,7 +76,7 @@ def test_predict_a_family_space_uses_the_platforms_module_model(tmp_path) -> Non
                      "[family.mobilenet_v2]\ndepth = [9]\n")  # fmt: skip
     res = CliRunner().invoke(cli, ["predict", PLATFORM, str(space), "--json"])
     assert res.exit_code == 0, res.output
-    # before stop 45: the ResNet config model, "never saw family ['mobilenet_v2']"
+    # not the ResNet config model, which would warn "never saw family ['mobilenet_v2']"
     assert "warning" not in res.stderr and "module model for families" in res.stderr
     doc = json.loads(res.stdout)
     assert doc["n_rows"] == 4
@@ -254,7 +254,7 @@ def test_cli_search_over_a_family_space(tmp_path) -> None:
     res = CliRunner().invoke(cli, ["search", str(space), "--model", PLATFORM, "--trials", "6",
                                    "--budget", "latency_ms=1000", "--json"])  # fmt: skip
     assert res.exit_code == 0, res.output
-    # the platform name's module model scores them (before stop 45: its ResNet model, warning)
+    # the platform name's module model scores them, not its ResNet model
     assert "ResNet config model never saw (mobilenet_v3_small, vgg)" in res.stderr
     assert "kernel-level cpu/torch/fp32 module model" in res.stderr
     assert "warning" not in res.stderr

@@ -1025,7 +1025,7 @@ def test_features_map_follows_the_module_ratio_from_many_rows():
 
 def test_features_map_steps_at_batch_one_only_with_rows_on_both_sides():
     """A machine whose batch-1 kernels run faster, relative to its other batches, than the
-    source's (stop 49: an Intel Xeon against the Zen 3 rows): a step no log-batch slope can
+    source's (e.g. an Intel Xeon against the Zen 3 rows): a step no log-batch slope can
     follow. With MIN_LEVEL_ROWS batch-1 rows among SQUARE_ROWS or more the features map takes
     the indicator and fits the step; with fewer batch-1 rows it leaves the column out."""
     from carb_nas.costmodel import model_inputs as _inputs

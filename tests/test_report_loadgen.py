@@ -1,4 +1,5 @@
-"""Seed 004's table from a real (tiny) LoadGen run directory; the CLI's --loadgen."""
+"""The runtime x precision x scenario table (arXiv:2303.05016) from a real (tiny) LoadGen run
+directory; the CLI's --loadgen."""
 
 from __future__ import annotations
 

@@ -302,10 +302,10 @@ def test_nan_and_infinite_knob_values_are_refused() -> None:
 
 
 def test_depth_is_capped_at_a_documented_maximum() -> None:
-    from carb_nas.space import MAX_DEPTH
+    from carb_nas.space import _MAX_DEPTH
 
-    assert MAX_DEPTH == 1202
-    assert sum(stage_layout("basic", MAX_DEPTH)) == (MAX_DEPTH - 2) // 2
+    assert _MAX_DEPTH == 1202
+    assert sum(stage_layout("basic", _MAX_DEPTH)) == (_MAX_DEPTH - 2) // 2
     with pytest.raises(ConfigError, match="1202"):
         stage_layout("basic", 2_000_000)
     with pytest.raises(SpaceError, match=r"depth.*1202.*2000000"):
@@ -317,12 +317,12 @@ def test_depth_is_capped_at_a_documented_maximum() -> None:
 def test_huge_ranges_and_grids_fail_before_enumerating() -> None:
     import time
 
-    from carb_nas.space import MAX_GRID_CONFIGS, MAX_KNOB_VALUES
+    from carb_nas.space import _MAX_GRID_CONFIGS, _MAX_KNOB_VALUES
 
     start = time.perf_counter()
     with pytest.raises(SpaceError, match=r"resolution.*32"):  # the bound, before 10^8 values
         Space.from_dict(_space_doc(resolution={"start": 1, "stop": 10**8, "step": 1}))
-    with pytest.raises(SpaceError, match=f"at most {MAX_KNOB_VALUES:,} values"):
+    with pytest.raises(SpaceError, match=f"at most {_MAX_KNOB_VALUES:,} values"):
         Space.from_dict(_space_doc(width={"start": 0.1, "stop": 4.0, "step": 1e-7}))
     wide = {"start": 0.01, "stop": 16.0, "step": 0.01}  # 1,600 widths
     huge = Space.from_dict(
@@ -332,8 +332,8 @@ def test_huge_ranges_and_grids_fail_before_enumerating() -> None:
             batch_size={"start": 1, "stop": 64, "step": 1},
         )
     )
-    assert len(huge) > MAX_GRID_CONFIGS  # counting needs no grid
-    with pytest.raises(SpaceError, match=f"at most {MAX_GRID_CONFIGS:,} configs"):
+    assert len(huge) > _MAX_GRID_CONFIGS  # counting needs no grid
+    with pytest.raises(SpaceError, match=f"at most {_MAX_GRID_CONFIGS:,} configs"):
         huge.grid()
     with pytest.raises(SpaceError, match="too large"):
         huge.sample(3)

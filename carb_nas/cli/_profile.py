@@ -69,21 +69,6 @@ def _profile_spec(spec, device, runtime, threads, protocol, out_dir, as_json) ->
     default=None,
     help="Profile N configs sampled from the source (nested in N for a seed).",
 )
-@click.option(
-    "--active",
-    "active",
-    type=int,
-    default=None,
-    help="Profile N configs chosen actively: a seeded random round, then rounds chosen by a "
-    "cost model refitted on the rows so far (wide intervals, uncovered knobs and costs); each "
-    "row records why it was chosen. N counts every config of the campaign.",
-)
-@click.option(
-    "--active-round",
-    type=int,
-    default=None,
-    help="Configs per active round (default 8), each round chosen after refitting.",
-)
 @seed_option("Sampling/order seed (an integer >= 0).")
 @threads_option(
     "Intra-op threads (torch.set_num_threads / ORT intra_op_num_threads), at most the CPUs "
@@ -194,8 +179,6 @@ def profile_cmd(
     precision: str,
     out_dir: str,
     limit: int | None,
-    active: int | None,
-    active_round: int | None,
     seed: int,
     threads: int | None,
     protocol: str,
@@ -268,16 +251,6 @@ def profile_cmd(
         _profile_spec(spec, device, runtime, threads, proto, out_dir, as_json)
         return
     heartbeat_s, grace_s = check_heartbeat(heartbeat_s, grace_s)
-    if active is None and active_round is not None:
-        raise ConfigError(
-            f"invalid --active-round without --active: expected --active N with it, got "
-            f"--active-round {active_round}. Add --active N or drop --active-round."
-        )
-    if active is not None and limit is not None:
-        raise ConfigError(
-            f"invalid --limit with --active: expected one way to choose configs, got --limit "
-            f"{limit} and --active {active}. Drop --limit (--active N chooses N configs)."
-        )
     url = resolve_storage_url(storage)
     if url:  # its form (and a PostgreSQL server), before a space is read or anything is made
         check_storage_url(url)
@@ -290,7 +263,6 @@ def profile_cmd(
         source = f"space:{load_space(configs).fingerprint}"
     else:
         source = None  # the configs' own fingerprint
-    rounds: list[dict] | None = None
     kw: dict[str, Any] = dict(
         device=device,
         runtime=runtime,
@@ -314,32 +286,14 @@ def profile_cmd(
         heartbeat_s=heartbeat_s,
         grace_s=grace_s,
     )
-    if active is not None:
-        from carb_nas.active import ROUND_SIZE, run_active_campaign
-
-        size = ROUND_SIZE if active_round is None else active_round
-
-        def announce(r: dict) -> None:
-            why = ", ".join(f"{k} {v}" for k, v in sorted(r["reasons"].items()))
-            model = f"model on {r['model_rows']} rows" if r["model_rows"] else "no model yet"
-            info(f"active round {r['round']}: {r['configs']} configs ({why}; {model})")
-
-        result = run_active_campaign(
-            frame, out_dir, active, round_size=size, on_round=announce, **kw
-        )
-        summary, rounds = result["summary"], result["rounds"]
-    else:
-        summary = run_campaign(frame, out_dir, limit=limit, **kw)
+    summary = run_campaign(frame, out_dir, limit=limit, **kw)
     if summary.torn_bytes_cut:
         info(
             f"note: cut a torn last journal record ({summary.torn_bytes_cut} bytes, left by a "
             f"killed worker; kept in {out_dir}/journal.log.torn) before resuming"
         )
     if as_json:
-        doc = summary.as_dict()
-        if rounds is not None:
-            doc["active_rounds"] = rounds
-        echo_json(doc)
+        echo_json(summary.as_dict())
         return
     mean = summary.mean_s_per_config
     click.echo(
@@ -349,7 +303,6 @@ def profile_cmd(
         f"{summary.recovered} recovered, {summary.requeued} re-queued) in "
         f"{summary.wall_s:.1f} s"
         + (f", {mean:.2f} s/config" if mean is not None else "")
-        + (f", {len(rounds)} active rounds" if rounds is not None else "")
         + f". Export: carb-nas dataset export {out_dir} -o rows.csv"
     )
     if summary.descheduled:

@@ -38,9 +38,8 @@ tensors keep 8 bytes and the CPU kernels' float temporaries below keep 4):
     their sizes, ``act_mb_max`` is the largest one.
 ``pool_in_mb``
     Bytes read by max-pooling layers (in these ResNets, the stem's). Eager PyTorch's CPU max
-    pool is slow for its size: about 1.4 ms per MB of input here with one thread, against
-    0.05 for a batch norm over the same tensor, so a wide, high-resolution stem costs more in
-    its pool than in many convolutions.
+    pool is slow for its size (many times a batch norm over the same tensor), so a wide,
+    high-resolution stem costs more in its pool than in many convolutions.
 ``weight_mb_max``
     The largest single parameter tensor (a conv or the linear weight), ``x e / 1e6``.
 ``input_mb``
@@ -56,25 +55,23 @@ tensors keep 8 bytes and the CPU kernels' float temporaries below keep 4):
     distinct shapes among them).
 ``tensor_peak_mb``
     Exact peak tensor memory of one inference forward pass in eager PyTorch on the CPU
-    (``torch.inference_mode``, the module as built by :mod:`carb_nas.models`: BN not fused,
-    in-place ReLU and residual add): bytes of parameters + buffers + input, plus the peak,
-    over the pass, of the bytes allocated beyond those. Python reference counting decides
-    when each tensor is freed. The peak includes what the CPU kernels allocate internally and
-    free before returning, modelled once in ``_torch_cpu.conv_workspace_elems`` and
-    ``_trace._op_workspace_bytes``: the im2col buffer of PyTorch's native (non-oneDNN)
-    convolution, which eager PyTorch picks for batch 1 and small inputs; the two float32
-    per-channel scale/shift vectors of eval-mode batch norm; the int64 indices of max pooling.
-    For fp32 this equals, to the byte, the peak of the PyTorch profiler's memory events
-    (``profile_memory=True``) on top of the resident model and input, once the buffers that
-    oneDNN allocates and frees inside ``aten::mkldnn_convolution`` are left out (tested).
-    Those oneDNN-internal buffers -- weights, input and output reordered into blocked
-    layouts, and per-thread scratchpads -- depend on the CPU's ISA, the thread count and the
-    oneDNN version, so no closed form can match them on every machine; on this machine
-    (AVX-512) they add 0-35 % on top at batch >= 2 and nothing at batch 1 when the native
-    path runs. ``weight_mb_max`` (the largest weight tensor, which oneDNN reorders) helps a
-    cost model learn that part. Other precisions use the same model at their element size;
-    PyTorch's own fp16/bf16 CPU kernels allocate differently (e.g. fp32 staging buffers), so
-    there the figure is a consistent model, not a CPU measurement.
+    (``torch.inference_mode``, the module as built by :mod:`carb_nas.models`: BN not fused, in-place
+    ReLU and residual add): bytes of parameters + buffers + input, plus the peak, over the pass, of
+    the bytes allocated beyond those. Python reference counting decides when each tensor is freed.
+    The peak includes what the CPU kernels allocate internally and free before returning, modelled
+    once in ``_torch_cpu.conv_workspace_elems`` and ``_trace._op_workspace_bytes``: the im2col
+    buffer of PyTorch's native (non-oneDNN) convolution, which eager PyTorch picks for batch 1 and
+    small inputs; the two float32 per-channel scale/shift vectors of eval-mode batch norm; the int64
+    indices of max pooling. For fp32 this equals, to the byte, the peak of the PyTorch profiler's
+    memory events (``profile_memory=True``) on top of the resident model and input, once the buffers
+    that oneDNN allocates and frees inside ``aten::mkldnn_convolution`` are left out (tested). Those
+    oneDNN-internal buffers -- weights, input and output reordered into blocked layouts, and
+    per-thread scratchpads -- depend on the CPU's ISA, the thread count and the oneDNN version, so
+    no closed form can match them on every machine; they add to the peak at batch >= 2 and nothing
+    at batch 1 when the native path runs. ``weight_mb_max`` (the largest weight tensor, which oneDNN
+    reorders) helps a cost model learn that part. Other precisions use the same model at their
+    element size; PyTorch's own fp16/bf16 CPU kernels allocate differently (e.g. fp32 staging
+    buffers), so there the figure is a consistent model, not a CPU measurement.
 """
 
 from __future__ import annotations

@@ -490,9 +490,7 @@ def _aggregates(kind: np.ndarray, cols: Mapping[str, Any]) -> dict[str, float | 
 def _reorder_mb(kind: np.ndarray, cols: Mapping[str, Any]) -> float:
     """The largest weight (MB) of a dense or grouped convolution oneDNN runs, at batch >= 2
     (0 at batch 1): oneDNN reorders a convolution's weights into its blocked layout on each
-    call, so the copy of the largest one adds to the peak. On the zoo rows measured here
-    (ResNets at batch >= 2) peak - traced tensor peak is a median 0.79 (p90 0.98) of this
-    weight, and 0 at batch 1."""
+    call, so the copy of the largest one adds to the peak (a cost model learns how much of it)."""
     sel = np.isin(kind, ("conv", "gconv")) & (np.asarray(cols["native"]) == 0)
     sel &= np.asarray(cols["batch"]) >= 2
     weight = np.asarray(cols["weight_bytes"]).astype(float)

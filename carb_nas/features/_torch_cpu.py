@@ -13,40 +13,32 @@ whose runtime is not :data:`RUNTIME`.
 The columns (per batch; MB = 10**6 bytes; ``e`` = element bytes of the precision):
 
 ``native_conv_flops``
-    The part of ``flops`` in convolutions that eager PyTorch on the CPU, with one intra-op
-    thread, runs on its native kernels instead of oneDNN (``ConvParams::use_mkldnn``):
-    unstrided 1x1 convolutions at batch < 16, and at batch 1 every convolution with a kernel
-    of at most 3x3 whose input holds at most 20,480 elements. The native kernels run about
-    half as fast (this machine: a 64->256 1x1 conv at 98 GFLOP/s for batch 15, 186 for batch
-    16), so single-thread latency jumps down at batch 16. With more threads PyTorch sends the
-    1x1 convolutions to oneDNN too; the column then over-counts, and a cost model trained at
-    that thread count learns how much the column is worth. 0 for other runtimes (e.g. ONNX
-    Runtime) in :func:`compute_features`. Scales with batch size.
+    The part of ``flops`` in convolutions that eager PyTorch on the CPU, with one intra-op thread,
+    runs on its native kernels instead of oneDNN (``ConvParams::use_mkldnn``): unstrided 1x1
+    convolutions at batch < 16, and at batch 1 every convolution with a kernel of at most 3x3 whose
+    input holds at most 20,480 elements. The native kernels run about half as fast, so single-thread
+    latency jumps down at batch 16. With more threads PyTorch sends the 1x1 convolutions to oneDNN
+    too; the column then over-counts, and a cost model trained at that thread count learns how much
+    the column is worth. 0 for other runtimes (e.g. ONNX Runtime) in :func:`compute_features`.
+    Scales with batch size.
 ``onednn_weight_mb``
     Bytes (/1e6) of the convolution weights that go through oneDNN in that dispatch (every
     convolution not counted in ``native_conv_flops``). Eager PyTorch hands oneDNN plain-layout
-    weights, which it reorders into its blocked layout on every call: a read and a write of
-    each such weight per forward pass, at any batch size. Weight-heavy nets therefore slow
-    down sharply from batch 1 to 2 here (a 1024->1024 3x3 conv on a 2x2 input: 9 ms at batch
-    1, native; 21 ms at batch 2). 0 for other runtimes (ONNX Runtime pre-packs weights once).
+    weights, which it reorders into its blocked layout on every call: a read and a write of each
+    such weight per forward pass, at any batch size. Weight-heavy nets therefore slow down sharply
+    from batch 1 (native) to 2 (oneDNN). 0 for other runtimes (ONNX Runtime pre-packs weights once).
 ``mmap_mb``
-    Bytes (/1e6) that eager PyTorch on Linux gets from fresh, zero-filled pages on every
-    forward pass: the buffers of at least 32 MiB, glibc's largest dynamic mmap threshold.
-    glibc serves smaller buffers from its heap after the first pass, but maps each buffer
-    that large anew and unmaps it when freed, so every page faults again on each call (this
-    machine: about 0.4 ms per MB, as if written at 2.5 GB/s). Counted: every activation
-    (below) and, for each convolution that goes through oneDNN, its reordered weight copy and
-    blocked copies of its input and output (oneDNN's first-layer kernels read a 3-channel
-    input in place). Measured here with ``MALLOC_MMAP_THRESHOLD_`` raised as the control: a
-    1024->1024 3x3 conv at batch 2 on a 4x4 input (37.7 MB of weights) 22.6 ms -> 8.6 ms; a
-    960-channel one (33.2 MB, under 32 MiB) has no such gap; a batch-norm over 51 MB
-    24 ms -> 2.5 ms; a 64->256 1x1 conv with a 51 MB output 54.5 ms -> 12.7 ms (two copies);
-    whole networks of the shipped torch dataset lose 0.36-0.39 ms per counted MB (basic-50
-    width 2 at batch 2: 190 ms -> 67 ms; ``benchmarks/page_faults.py``). The cost depends on
-    the heap's history: glibc serves a large request from a free heap chunk that fits before
-    it maps new pages, so a process that has just freed other large buffers may not pay it.
-    Fresh processes and the profiler's campaigns do. 0 for other runtimes (ONNX Runtime
-    keeps its buffers in an arena). Not linear in batch.
+    Bytes (/1e6) that eager PyTorch on Linux gets from fresh, zero-filled pages on every forward
+    pass: the buffers of at least 32 MiB, glibc's largest dynamic mmap threshold. glibc serves
+    smaller buffers from its heap after the first pass, but maps each buffer that large anew and
+    unmaps it when freed, so every page faults again on each call. Counted: every activation (below)
+    and, for each convolution that goes through oneDNN, its reordered weight copy and blocked copies
+    of its input and output (oneDNN's first-layer kernels read a 3-channel input in place).
+    ``benchmarks/page_faults.py`` measures the cost per counted MB, with ``MALLOC_MMAP_THRESHOLD_``
+    raised as the control. The cost depends on the heap's history: glibc serves a large request from
+    a free heap chunk that fits before it maps new pages, so a process that has just freed other
+    large buffers may not pay it. Fresh processes and the profiler's campaigns do. 0 for other
+    runtimes (ONNX Runtime keeps its buffers in an arena). Not linear in batch.
 """
 
 from __future__ import annotations

@@ -400,7 +400,7 @@ def characterize_frames(
     return jsonable(result), pooled
 
 
-# -- runtimes x precisions x MLPerf scenarios (seed 004) -------------------------------------
+# -- runtimes x precisions x MLPerf scenarios (the quantization study, arXiv:2303.05016) -----
 SCENARIO_METRIC = {
     "single-stream": "latency_p90_ms",
     "multi-stream": "latency_p99_ms",
@@ -415,7 +415,8 @@ PLATFORM_ORDER = {
 
 
 def characterize_loadgen(run_dir: str | Path) -> dict[str, Any]:
-    """Seed 004's table from a LoadGen run directory (``carb-nas loadgen`` / the benchmark).
+    """The runtime x precision x scenario table from a LoadGen run directory (``carb-nas
+    loadgen`` / the benchmark).
 
     Per model and platform: SingleStream p90 (ms), MultiStream p99 (ms per query of 8),
     Offline samples/s, LoadGen's verdict per scenario, agreement with fp32 (relative error,
@@ -522,8 +523,8 @@ def _f(v: Any, digits: int = 3) -> str:
 
 
 def loadgen_markdown(result: Mapping[str, Any], reading: str | None = None) -> str:
-    """Seed 004's table as Markdown (INVALID runs marked with a dagger)."""
-    out = ["# Seed 004 on this machine: runtimes x precisions x MLPerf scenarios", ""]
+    """The runtime x precision x scenario table as Markdown (INVALID runs marked with a dagger)."""
+    out = ["# Runtimes x precisions x MLPerf scenarios on this machine", ""]
     out.append(
         f"{result['runs']} LoadGen runs ({result['ok']} measured, {result['valid']} VALID by "
         f"LoadGen), rules {', '.join(result['rules'])}; CPU: {', '.join(result['cpu_model'])}. "
@@ -628,7 +629,7 @@ def write_loadgen_characterization(
     text = Path(reading).read_text() if reading is not None else None
     result = characterize_loadgen(run_dir)
     png = plot_loadgen(result)
-    md = loadgen_markdown(result, text) + f"\n![seed 004 on this machine]({md_path.stem}.png)\n"
+    md = loadgen_markdown(result, text) + f"\n![the table's plot]({md_path.stem}.png)\n"
     md_path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(md_path.with_suffix(".png"), lambda tmp: tmp.write_bytes(png))
     atomic_write_json(md_path.with_suffix(".json"), result)

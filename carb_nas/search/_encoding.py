@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from carb_nas.errors import ConfigError
-from carb_nas.space import CONFIG_COLUMNS, KNOBS, NUMERIC_KNOBS, Space
+from carb_nas.space import CONFIG_COLUMNS, NUMERIC_KNOBS, Space
 
 _NUMERIC_KNOBS = tuple(NUMERIC_KNOBS)
 
@@ -26,13 +26,13 @@ class SpaceEncoding:
         self.space = space
         self.families = list(space.families)
         self.values: dict[str, list] = {}
-        for knob in KNOBS:
+        for knob in CONFIG_COLUMNS:
             vals = space.values(knob)
             self.values[knob] = sorted(vals) if knob in _NUMERIC_KNOBS else list(vals)
-        self.var_knobs = [k for k in KNOBS if len(self.values[k]) > 1]
+        self.var_knobs = [k for k in CONFIG_COLUMNS if len(self.values[k]) > 1]
         # table[knob][family_index, union_index] -> index into self.values[knob]
         self._table: dict[str, np.ndarray] = {}
-        for knob in KNOBS:
+        for knob in CONFIG_COLUMNS:
             union = self.values[knob]
             tab = np.empty((len(self.families), len(union)), dtype=np.int64)
             for fi, fam in enumerate(self.families):
@@ -66,7 +66,7 @@ class SpaceEncoding:
         col = {k: j for j, k in enumerate(self.var_knobs)}
         fam_idx = Xi[:, col["family"]] if "family" in col else np.zeros(n, dtype=np.int64)
         out = {}
-        for knob in KNOBS:
+        for knob in CONFIG_COLUMNS:
             u = Xi[:, col[knob]] if knob in col else np.zeros(n, dtype=np.int64)
             idx = self._table[knob][fam_idx, u]
             arr = np.asarray(
@@ -93,7 +93,7 @@ class SpaceEncoding:
     def config_codes(self, frame: pd.DataFrame) -> np.ndarray:
         """One int64 per config (mixed radix over the knob indices) for caching."""
         code = np.zeros(len(frame), dtype=np.int64)
-        for knob in KNOBS:
+        for knob in CONFIG_COLUMNS:
             lookup = {v: i for i, v in enumerate(self.values[knob])}
             idx = frame[knob].map(lookup).to_numpy()
             code = code * len(self.values[knob]) + idx.astype(np.int64)

@@ -19,46 +19,35 @@ from carb_nas.errors import ConfigError
 from carb_nas.search._evaluator import SurrogateEvaluator
 from carb_nas.space import NUMERIC_KNOBS
 
-# generations in a row without a config not evaluated before: the operators have run dry
+# Generations in a row without a config not evaluated before: the operators have run dry.
 STALL_GENERATIONS = 5
-# the share of the evaluation budget NSGA-II spends before the screened local search of the
-# front (screened_refine) takes the rest (benchmarks/search_quality.py at a 2 % budget, seeds
-# 0-2, mean hv_ratio: shares 0.15 / 0.2 / 0.3 / 0.4 / 0.5: 0.9937 / 0.9948 / 0.9944 / 0.9939 /
-# 0.9937; the seed-to-seed spread is ~0.001, so any share in 0.2-0.5 is as good; again with the
-# picks by volume, stop 44, seeds 0-7: 0.15 / 0.2 / 0.3 / 0.4: 0.9962 / 0.9963 / 0.9955 /
-# 0.9959, all but seed 1 at 0.3 (0.9899) within 0.9954-0.9977; seeds 8-15: 0.2 0.9963, 0.3 0.9962)
+# Share of the evaluation budget NSGA-II spends before the screened local search of the front
+# (screened_refine) takes the rest: NSGA-II finds the front's region, the local search fills it.
+# benchmarks/search_quality.py re-runs this choice and the ones below.
 GLOBAL_SHARE = 0.3
-# refine_front's knob steps (then at 70 % NSGA-II: +-1 0.989, +-2 0.990, +-1 and +-2 0.990)
+# refine_front's knob steps: one and two grid positions each way, enough to bridge a knob value
+# the space skips for some families.
 STEPS = (-2, -1, 1, 2)
-# screened_refine: configs evaluated per round (the screen is refitted between rounds; 32 /
-# 48 / 64: 0.9946 / 0.9945 / 0.9944, seeds 0-2 at 2 %, before SCREEN_ROUNDS, which now lifts
-# any batch under ~61 at that budget) and random configs of the space screened beside the
-# front's neighbours each round (0 / 5,000 / 20,000: 0.9940 / 0.9944 / 0.9948)
+# screened_refine: configs evaluated per round (the screen is refitted between rounds, so
+# smaller batches learn more per evaluation) ...
 SCREEN_BATCH = 64
+# ... and random configs of the space screened beside the front's neighbours each round, so
+# the search can still jump to a region the front has not reached.
 SCREEN_RANDOM = 5000
-# screened_refine's rounds at most: a larger budget takes larger batches instead of more
-# rounds (each round screens ~50,000-150,000 configs: 0.1-0.4 s). At a 5 % budget, seeds 0-2:
-# 57 rounds of 64 0.9976 / 0.9972 / 0.9968 in ~70 s of search, 24 rounds 0.9974 / 0.9969 /
-# 0.9969 in ~10 s. Also tried: screening in configs predicted up to 5 % / 10 % over a budget,
-# 8 seeds at 2 %: 0.9952 / 0.9944 against 0.9947 (noise); the residual correction from the 4 or 8
-# nearest evaluated configs (inverse-distance weights) instead of the nearest: 0.9927-0.9935
+# screened_refine's rounds at most: a larger budget takes larger batches instead of more rounds,
+# which bounds the time spent refitting and screening.
 SCREEN_ROUNDS = 24
-# screened_refine's picks by hypervolume gain (_greedy_beyond_front), estimated on this many
-# uniform points of the normalized box (reference point HV_REFERENCE), among the candidates of
-# the largest epsilon shifts. benchmarks/search_quality.py (Zen 3, stop 44), mean hv_ratio,
-# picks by the largest shift (before) -> by volume: 2 %, seeds 0-7, 0.9941 -> 0.9955 (7 of 8
-# above 0.995); 1 %, seeds 0-3, 0.9885 -> 0.9920; 0.5 % 0.9728 -> 0.9785; 5 % 0.9972 ->
-# 0.9974. Replayed before choosing (2 %, 8 seeds): every candidate beyond the front 0.9954
-# (60,000 points 0.9956), the 1,024 / 2,048 / 4,096 largest shifts 0.9951 / 0.9960 / 0.9962.
-# About 1.5-2 s more per search at 2 %
+# screened_refine picks by estimated hypervolume gain (_greedy_beyond_front): Monte Carlo on
+# this many uniform points of the normalized objective box ...
 HV_SAMPLES = 30_000
+# ... among this many candidates of the largest epsilon shifts beyond the front (the gain is
+# estimated only where it can be large, which keeps the estimate cheap) ...
 HV_CANDIDATES = 4096
+# ... with the reference point at this multiple of the normalized box's upper corner, so the
+# front's extreme points still add volume.
 HV_REFERENCE = 1.1
-# ... once the archive holds this many configs per term of the screen (below, the largest shift
-# first, as before). tests/test_search.py's 2,940-config space from 150 configs (3.75 per
-# term), 100 more evaluations, five starts: by shift 0.989-0.992 of the exhaustive
-# hypervolume, by volume 0.948-0.992 (the 128 largest shifts 0.988-0.992, but at 2 % of the
-# benchmark's space 0.9945); the benchmark's NSGA-II hands over at ~16 per term
+# Archive rows per term of the screen below which the hypervolume estimate is too noisy to
+# trust: fewer rows pick by the largest epsilon shift instead.
 HV_MIN_ROWS_PER_TERM = 10
 
 
@@ -214,8 +203,7 @@ def refine_front(evaluator: SurrogateEvaluator, n_evals: int) -> int:
 
     On a grid of ordered knob values the costs move smoothly with each step, so the Pareto
     set's unexplored neighbours are where the front is most likely to improve; NSGA-II's
-    recombination reaches them only by chance (on benchmarks/search_quality.py's space it
-    found ~6 % of the exhaustive front's configs at a 2 % budget). When the neighbours are more
+    recombination reaches them only by chance. When the neighbours are more
     than the budget has left, those of the sparsest part of the front come first (the front
     members with the fewest near neighbours in the normalized objectives)."""
     enc = evaluator.encoding
@@ -295,13 +283,9 @@ def screened_refine(
     ``n_evals`` evaluations, when nothing unseen is predicted beyond the front, or when the
     archive is too small to fit the screen (twice its terms).
 
-    Why: on benchmarks/search_quality.py's space (104,832 configs, an exhaustive front of
-    3,233) the plain neighbourhood search (:func:`refine_front`) spends most evaluations on
-    configs that turn out dominated; the screen ranks the unseen neighbours well enough to
-    skip most of those. Seeds 0-7, mean hypervolume ratio with NSGA-II then refine_front before,
-    NSGA-II then this after: 2 % budget 0.9859 -> 0.9947, 5 % budget 0.9951 -> 0.9973; with the
-    picks by hypervolume gain instead of the largest epsilon shift (stop 44, a Zen 3): 2 %
-    0.9941 -> 0.9955, 1 % 0.9885 -> 0.9920 (seeds 0-3).
+    Why: the plain neighbourhood search (:func:`refine_front`) spends most evaluations on
+    configs that turn out dominated; the screen ranks the unseen neighbours well enough to skip
+    most of those (benchmarks/search_quality.py measures the hypervolume ratio either way).
     """
     from scipy.spatial import cKDTree
 

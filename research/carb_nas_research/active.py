@@ -1,5 +1,10 @@
 """Profile actively: choose the next configs to measure where they teach the cost model most.
 
+Research code, outside the shipped package: on the shipped datasets this choice needs as much of
+the pool as random sampling to match the all-rows model (``research/benchmarks/active.py``), so
+the product profiles plainly and calibrates on a representative order
+(``carb_nas.costmodel.facility_location_order``) instead.
+
 A campaign that measures configs at random spends most of its time where the model already
 predicts well. :func:`choose_active` picks the next ``n`` configs of a candidate set from
 
@@ -32,9 +37,10 @@ chosen: ``active_reason`` (``seed``, ``coverage`` or ``uncertainty``: the latter
 disagreement, or interval width, is above the median), ``active_interval_width`` (``w``; NaN
 for a seed) and, for the committee, ``active_disagreement``.
 
-``benchmarks/active.py`` replays this on the shipped datasets (pool-based: choosing among rows
-already measured) against random and stratified selection; ``carb-nas profile SPACE --active
-N`` runs it in a campaign, retraining between rounds.
+``research/benchmarks/active.py`` replays this on the shipped datasets (pool-based: choosing
+among rows already measured) against random and stratified selection;
+:func:`run_active_campaign` runs it in a campaign (``carb_nas.measure.run_campaign`` with a
+queue), retraining between rounds.
 """
 
 from __future__ import annotations
@@ -391,7 +397,7 @@ def fit_round_model(rows: pd.DataFrame, seed: int = 0) -> Any | None:
         target_offsets=physical_offsets(X, targets) or None,
         random_state=seed,
         # a candidate of a family no round has measured yet is predicted with its family
-        # as missing (`carb-nas profile zoo --active 40` stopped at round 3: "unseen label")
+        # as missing, not refused as an unseen label
         handle_unknown="ignore",
     )
     return model.fit(X, ok[targets].astype(float))
@@ -405,17 +411,17 @@ def _candidates(configs: pd.DataFrame, runtime: str, precision: str) -> pd.DataF
 
 
 def check_active_count(n: Any, round_size: Any, n_configs: int) -> None:
-    """Refuse an ``--active`` count or round size out of range with one line."""
+    """Refuse a count ``n`` or a ``round_size`` out of range with one line."""
     for name, v, fix in (
-        ("--active", n, "Use e.g. --active 64."),
-        ("--active-round", round_size, "Use e.g. --active-round 8."),
+        ("n", n, "Use e.g. n=64."),
+        ("round_size", round_size, "Use e.g. round_size=8."),
     ):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ConfigError(f"invalid {name}: expected a whole number >= 1, got {v!r}. {fix}")
     if n > n_configs:
         raise ConfigError(
-            f"invalid --active: expected at most the {n_configs} configs of the space, got "
-            f"{n}. Use --active {n_configs} or fewer (or profile them all without --active)."
+            f"invalid n: expected at most the {n_configs} configs of the space, got "
+            f"{n}. Use n={n_configs} or fewer (or profile them all with a plain campaign)."
         )
 
 
@@ -454,7 +460,7 @@ def run_active_campaign(
 
     Resumable like every campaign (``measure.run_campaign``): a call first measures what is
     queued (a killed round), then continues from the rows already measured, also those of a
-    campaign started without ``--active``; ``n`` counts every config of the campaign, so a
+    plain campaign; ``n`` counts every config of the campaign, so a
     finished one measures nothing more. ``max_configs`` stops this call after that many
     measurements. ``campaign``: the other ``run_campaign`` arguments. ``on_round(info)`` is
     told each round before it is measured.

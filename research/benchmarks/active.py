@@ -13,7 +13,7 @@ figures before issue 18's second pass).
 - ``random``: a seeded random order;
 - ``stratified``: a seeded sample stratified over family x batch-size quartile x resolution
   half (sklearn ``train_test_split(stratify=...)``) at each size;
-- ``active``: :func:`carb_nas.active.choose_active` -- the same seeded random rows as
+- ``active``: :func:`carb_nas_research.active.choose_active` -- the same seeded random rows as
   ``random`` at the first size, then rounds of a tenth of the rows chosen so far (at least
   16): query by committee (bootstrap LightGBM models of the chosen rows' latency relative to
   its physical prior), their spread weighting a greedy facility location over the pool in the
@@ -29,7 +29,7 @@ the smallest fraction of the pool at which that way's latency MAPE is within 10 
 of the reference's, the median over seeds. Writes a PNG of the median learning curves
 (``--png``, default ``research/runs/active_learning.png``).
 
-    nice python benchmarks/active.py [--platform cpu/torch/fp32] [--seeds 0,1,2]
+    nice python research/benchmarks/active.py [--platform cpu/torch/fp32] [--seeds 0,1,2]
         [--learner physical|fast] [--uncertainty committee|interval] [--max-fraction 0.25]
 
 Last line: ``active_rows_to_match=<f> random_rows_to_match=<f>``. Last measured (cpu/torch/fp32,
@@ -52,7 +52,7 @@ factor in every batch x family cell (batch <= 2 basic 5.7 -> 3.7 %, batch 33-256
 With random rows MAPE falls as n^-0.3, so matching within 10 % needs ~73 % of the pool; at 25 %
 active would have to be worth ~3x as many random rows (measured: 1.0-1.07x).
 
-Stop 44 (seed 0's split, random rows): a Gaussian process (scikit-learn, Matern 5/2 with a length
+Seed 0's split, random rows: a Gaussian process (scikit-learn, Matern 5/2 with a length
 scale per input + white noise, on log depth, width, resolution, batch, FLOPs, activation and
 parameter MB and the family) follows the same curve, 7.14 / 5.64 / 4.59 / 3.69 % at 272 / 544 /
 1,088 / 2,704 rows, its fitted noise falling with n (log sd 8.2 -> 4.1 %): the rows resolve
@@ -61,7 +61,7 @@ measuring time as a feature: 4.12 -> 4.09 %, 4.44 -> 4.41 %); the rows' own CV m
 A power law asks for the same fraction of any pool (1.1^(-1/0.3) ~ 0.73), so the goal needs a
 pool on which the all-rows model reaches the measurement floor, where the curve flattens.
 
-Stop 45, such a pool: ``--platform cpu/torch/fp32/zoo-epyc`` (2,435 one-pass rows of every
+Such a pool: ``--platform cpu/torch/fp32/zoo-epyc`` (2,435 one-pass rows of every
 family on a Zen 3; pool 1,826, test 609; the replay needed ``handle_unknown="ignore"`` and
 strata that fall back to the family: families of one or two rows at small sizes), seeds
 0,1,2, 355 s: ``active_rows_to_match=0.2979 random_rows_to_match=0.2108`` (stratified
@@ -77,6 +77,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -85,10 +86,12 @@ import pandas as pd
 from sklearn.metrics import mean_absolute_percentage_error, r2_score
 from sklearn.model_selection import train_test_split
 
-from carb_nas.active import choose_active, config_keys
 from carb_nas.costmodel import CostModel, physical_offsets, prepare_table
 from carb_nas.datasets import load_dataset
 from carb_nas.space import CONFIG_COLUMNS
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # research/: carb_nas_research
+from carb_nas_research.active import choose_active, config_keys  # noqa: E402
 
 TARGETS = ("latency_ms", "peak_mem_mb")
 MATCH = 1.10  # within 10 % (relative) of the all-rows model's latency MAPE

@@ -1,19 +1,19 @@
-"""Active selection (carb_nas.active): seeded random first, then coverage and uncertainty."""
+"""Active selection (carb_nas_research.active): seeded random first, then coverage and
+uncertainty."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from carb_nas_research.active import ACTIVE_REASONS, choose_active, config_keys, run_active_campaign
 from click.testing import CliRunner
 
-from carb_nas.active import ACTIVE_REASONS, choose_active, config_keys, run_active_campaign
 from carb_nas.cli import cli
-from carb_nas.errors import ConfigError, ModelError
+from carb_nas.errors import ConfigError
 from carb_nas.measure import (
     JOURNAL,
     STUDY_NAME,
@@ -70,59 +70,7 @@ def test_bad_counts_are_refused(grid, n):
         choose_active(grid, n=n)
 
 
-def test_informative_rows_cover_knobs_and_predicted_cost(grid, torch_model):
-    """Few-shot transfer's informative choice (carb_nas.costmodel.informative_rows)."""
-    from carb_nas.costmodel import informative_rows, model_inputs
-
-    X = model_inputs(grid)
-    pred = torch_model.predict(X)["latency_ms"].to_numpy(float)
-    idx = informative_rows(X, pred, 10, seed=0)
-    assert len(set(idx.tolist())) == 10
-    assert informative_rows(X, pred, 10, seed=0).tolist() == idx.tolist()  # seeded
-    assert informative_rows(X, pred, 10, seed=1).tolist() != idx.tolist()
-    # the extremes of the predicted cost are reached far more than a random draw would
-    lo, hi = np.quantile(pred, [0.1, 0.9])
-    chosen = pred[idx]
-    assert (chosen <= lo).any() and (chosen >= hi).any()
-    assert grid.iloc[idx]["family"].nunique() == 2
-    with pytest.raises(ModelError, match="cannot choose"):
-        informative_rows(X, pred, len(X) + 1)
-
-
-def test_design_rows_pin_down_the_calibration_map_better_than_spread(grid, torch_model):
-    """informative_rows(kind="design"): greedy D-optimal rows for the features map."""
-    from carb_nas.costmodel import (
-        calibration_features,
-        informative_rows,
-        model_inputs,
-        penalized_fit,
-    )
-
-    X = model_inputs(grid)
-    pred = torch_model.predict(X)["latency_ms"].to_numpy(float)
-    F = np.column_stack([np.log(pred), calibration_features(X)])
-    G = np.column_stack([np.ones(len(F)), (F - F.mean(axis=0)) / F.std(axis=0)])
-    # a fake residual, linear in the map's inputs, plus noise: what the map can learn
-    rng = np.random.default_rng(0)
-    r = G @ rng.normal(0, 0.3, G.shape[1]) + rng.normal(0, 0.02, len(G))
-
-    def logdet(idx):
-        return np.linalg.slogdet(np.eye(G.shape[1]) + G[idx].T @ G[idx])[1]
-
-    errors = {"design": [], "spread": []}
-    for seed in range(4):
-        rows = {k: informative_rows(X, pred, 12, seed=seed, kind=k) for k in errors}
-        assert len(set(rows["design"].tolist())) == 12
-        assert logdet(rows["design"]) > logdet(rows["spread"])
-        for k, idx in rows.items():
-            coef, _ = penalized_fit(G[idx], r[idx], 0.1)
-            errors[k].append(float(np.sqrt(np.mean((G @ coef - r) ** 2))))
-    assert np.median(errors["design"]) < np.median(errors["spread"])
-    with pytest.raises(ModelError, match="unknown informative-row kind"):
-        informative_rows(X, pred, 5, kind="random")
-
-
-# -- active campaigns (carb-nas profile SPACE --active N) ---------------------------------------
+# -- active campaigns (run_active_campaign) -----------------------------------------------------
 # The profiler is a real Profiler on a FAKE runtime (a sleep per image) and the FakeMeter: every
 # row is labelled fake (meter "fake-counter"). The round model is a fake too (below), except in
 # the slow test, which fits the real fast-preset CostModel on the fake rows (never saved).
@@ -311,55 +259,12 @@ def test_active_resumes_a_plain_campaign_from_its_rows(tmp_path):
 
 @pytest.mark.parametrize(
     ("n", "size", "needle"),
-    [(41, 4, "at most the 40 configs"), (0, 4, "invalid --active"), (5, 0, "--active-round")],
+    [(41, 4, "at most the 40 configs"), (0, 4, "invalid n:"), (5, 0, "invalid round_size")],
 )
 def test_bad_active_counts_write_nothing(tmp_path, n, size, needle):
     with pytest.raises(ConfigError, match=needle):
         run_active_campaign(_space_configs(), tmp_path / "camp", n, round_size=size)
     assert not (tmp_path / "camp").exists()
-
-
-def _one_line(r, needle):
-    assert r.exit_code == 1, r.output
-    assert r.output.startswith("error:") and needle in r.output
-    assert len(r.output.strip().splitlines()) == 1 and "Traceback" not in r.output
-
-
-@pytest.mark.parametrize(
-    ("args", "needle"),
-    [
-        (["--active", "100000000"], "invalid --active: expected at most the"),
-        (["--active", "0"], "invalid --active"),
-        (["--active", "8", "--limit", "4"], "invalid --limit with --active"),
-        (["--active-round", "4"], "--active-round without --active"),
-        (["--active", "8", "--active-round", "0"], "invalid --active-round"),
-    ],
-)
-def test_cli_bad_active_is_one_line_and_writes_nothing(tmp_path, args, needle):
-    out = tmp_path / "camp"
-    r = CliRunner().invoke(cli, ["profile", "cpu", "-o", str(out), "--threads", "1", *args])
-    _one_line(r, needle)
-    assert "Use " in r.output or "Drop " in r.output or "Add " in r.output
-    assert not out.exists()
-
-
-@pytest.mark.slow  # real measurements of tiny configs and a real fast-preset fit (~15-30 s)
-def test_cli_profile_active_measures_and_records_the_choice(tmp_path):
-    grid = load_space("cpu").grid()
-    tiny = grid[(grid["width"] == grid["width"].min()) & (grid["resolution"] == 32)]
-    csv = tmp_path / "c.csv"
-    tiny[tiny["batch_size"] <= 8].head(44).to_csv(csv, index=False)
-    out = tmp_path / "camp"
-    args = ["profile", str(csv), "-o", str(out), "--threads", "1", "--time-cap-s", "0.15"]
-    r = CliRunner().invoke(cli, [*args, "--active", "34", "--active-round", "4", "--json"])
-    assert r.exit_code == 0, r.output
-    doc = json.loads(r.stdout)
-    assert doc["done"] == 34 and [x["configs"] for x in doc["active_rounds"]] == [30, 4]
-    assert doc["active_rounds"][0]["reasons"] == {"seed": 30}
-    assert doc["active_rounds"][1]["model_rows"] == 30  # the real CostModel, refitted
-    rows = campaign_rows(out)
-    assert (rows["status"] == "ok").all() and rows["active_reason"].notna().all()
-    assert set(rows.loc[rows["active_round"] == 2, "active_reason"]) <= {"coverage", "uncertainty"}
 
 
 # -- query by committee (the default uncertainty) ---------------------------------------------
@@ -375,7 +280,7 @@ def _synthetic_latency(frame: pd.DataFrame) -> np.ndarray:
 
 
 def test_committee_disagrees_more_far_from_the_measured_rows(grid):
-    from carb_nas.active import committee_disagreement
+    from carb_nas_research.active import committee_disagreement
 
     small = grid[grid["batch_size"] <= 8].reset_index(drop=True)
     measured = small.iloc[:80].assign(latency_ms=lambda f: _synthetic_latency(f))
@@ -392,7 +297,8 @@ def test_committee_disagrees_more_far_from_the_measured_rows(grid):
 def test_physical_committee_is_sure_where_the_physics_explains_the_latency(grid):
     """A latency the physical prior explains (a fake: seconds per FLOP plus per layer) leaves
     the physical committee little to disagree on, also at batch sizes never measured."""
-    from carb_nas.active import committee_disagreement
+    from carb_nas_research.active import committee_disagreement
+
     from carb_nas.costmodel import model_inputs
 
     def physics(f):
@@ -410,7 +316,7 @@ def test_physical_committee_is_sure_where_the_physics_explains_the_latency(grid)
 
 
 def test_committee_needs_measured_latencies(grid):
-    from carb_nas.active import committee_disagreement
+    from carb_nas_research.active import committee_disagreement
 
     with pytest.raises(ConfigError, match="cannot fit a committee"):
         committee_disagreement(grid.iloc[:10], grid.iloc[10:20])
@@ -432,7 +338,7 @@ def test_committee_choice_prefers_the_unmeasured_region_and_records_it(grid, tor
 
 
 def test_committee_batch_spreads_instead_of_piling_onto_the_most_uncertain(grid, torch_model):
-    from carb_nas.active import committee_disagreement
+    from carb_nas_research.active import committee_disagreement
 
     small = grid[grid["batch_size"] <= 8]
     measured = small.iloc[:60].assign(latency_ms=lambda f: _synthetic_latency(f))
@@ -447,7 +353,7 @@ def test_committee_batch_spreads_instead_of_piling_onto_the_most_uncertain(grid,
 
 
 def test_committee_scores_a_sample_of_a_large_candidate_set(grid, torch_model, monkeypatch):
-    import carb_nas.active as active
+    import carb_nas_research.active as active
 
     monkeypatch.setattr(active, "MAX_FACILITY", 50)
     measured = grid.iloc[:30].assign(latency_ms=lambda f: _synthetic_latency(f))
@@ -457,50 +363,9 @@ def test_committee_scores_a_sample_of_a_large_candidate_set(grid, torch_model, m
     assert config_keys(choose_active(grid, measured, torch_model, n=12, seed=1)) == keys
 
 
-def test_facility_location_follows_density_weights_and_coverage():
-    from carb_nas.costmodel import facility_location_order
-
-    rng = np.random.default_rng(0)
-    big = rng.normal(0.0, 0.3, size=(90, 2))
-    small = rng.normal(10.0, 0.3, size=(10, 2))
-    points = np.vstack([big, small])
-    ones = np.ones(len(points))
-    order = facility_location_order(points, ones, 5)
-    assert len(order) == len(set(order)) == 5
-    assert order[0] < 90  # the weighted medoid: the dense cluster's
-    assert any(i >= 90 for i in order[:2])  # the next pick stands for the other cluster
-    heavy = np.where(np.arange(len(points)) >= 90, 100.0, 1.0)
-    assert facility_location_order(points, heavy, 1)[0] >= 90
-    # what is covered already counts: the first pick goes where nothing is near
-    assert facility_location_order(points, ones, 1, covered=big)[0] >= 90
-    # no more picks than rows, and none once every row coincides with a pick
-    assert sorted(facility_location_order(points[:3], ones[:3], 10)) == [0, 1, 2]
-    twins = np.zeros((4, 2))
-    assert len(facility_location_order(twins, np.ones(4), 4)) == 1
-
-
-def test_facility_location_in_blocks_picks_as_the_whole_matrix_does():
-    # distances are computed 512 rows at a time (memory): across a block boundary the picks
-    # are those of the plain greedy rule on the full pairwise matrix
-    from carb_nas.costmodel import facility_location_order
-
-    rng = np.random.default_rng(3)
-    points, w = rng.normal(size=(700, 3)), rng.uniform(0.5, 2.0, 700)
-    covered = rng.normal(size=(600, 3))
-    pair = np.sqrt(((points[:, None] - points[None]) ** 2).sum(axis=2))
-    cur = np.sqrt(((points[:, None] - covered[None]) ** 2).sum(axis=2)).min(axis=1)
-    expected = []
-    for _ in range(20):
-        gain = (np.maximum(cur[None, :] - pair, 0.0) * w[None, :]).sum(axis=1)
-        gain[expected] = -np.inf
-        expected.append(int(np.argmax(gain)))
-        cur = np.minimum(cur, pair[expected[-1]])
-    assert facility_location_order(points, w, 20, covered=covered) == expected
-    assert max(expected) >= 512  # the picks span both blocks
-
-
 def test_round_model_uses_the_physical_offsets(grid):
-    from carb_nas.active import fit_round_model
+    from carb_nas_research.active import fit_round_model
+
     from carb_nas.costmodel import PHYSICAL_OFFSETS, model_inputs
 
     rows = grid.iloc[:40].assign(
@@ -521,11 +386,12 @@ def test_unknown_uncertainty_is_refused(grid):
 
 @pytest.mark.parametrize("uncertainty", ["committee", "interval"])
 def test_a_round_chooses_among_families_no_round_has_measured(uncertainty):
-    """`carb-nas profile zoo --active 40` stopped at its third round: the round model, fitted
+    """An active campaign over the zoo stopped at its third round: the round model, fitted
     on the families measured so far, refused candidates of the others ("unseen label(s) in
     column 'family'"). They are predicted with the family as missing, and each family is a
     coverage coordinate of its own, so the next round reaches them."""
-    from carb_nas.active import coverage_matrix, fit_round_model
+    from carb_nas_research.active import coverage_matrix, fit_round_model
+
     from carb_nas.costmodel import model_inputs
 
     zoo = Space.from_dict(

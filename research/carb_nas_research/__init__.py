@@ -1,0 +1,1 @@
+"""Research code of carb_nas: studies and sweeps the benchmarks run, not shipped."""

@@ -916,6 +916,7 @@ class CalibratedModel:
             if spec["method"] in ("scale", "loglinear"):
                 r = log_map_correction(spec, z)
             else:  # features, prior
+                r = np.full(len(z), spec["intercept"])
                 full = (np.column_stack([z, feats]) - np.asarray(spec["mean"])) / np.asarray(
                     spec["std"]
                 )

@@ -169,7 +169,7 @@ def main() -> None:
         "--per-kind",
         action="store_true",
         help="also print, per held-out family and op kind, predicted / measured op time "
-        "(costmodel.lofo_kind_breakdown: one more kernel model per family)",
+        "(lofo_kind_breakdown: one more kernel model per family)",
     )
     p.add_argument("--kernel-prior", default=None, help="linear / loglinear (default: model's)")
     p.add_argument(
@@ -207,7 +207,10 @@ def main() -> None:
         _speed_only(args.repeats)
         return
 
-    from carb_nas.costmodel import ModuleCostModel, lofo_report, network_tables
+    from carb_nas.costmodel import ModuleCostModel, lofo_report
+
+    sys.path.insert(0, str(ROOT / "research"))  # research helpers
+    from carb_nas_research.costmodel_extras import network_tables
 
     rows, ops = _load(args)
     typical: float | None = None
@@ -254,7 +257,11 @@ def main() -> None:
 
     net, tab = network_tables(rows, ops)
     if args.per_kind:
-        from carb_nas.costmodel import anchored_ops, family_groups, lofo_kind_breakdown
+        from carb_nas_research.costmodel_extras import (
+            anchored_ops,
+            family_groups,
+            lofo_kind_breakdown,
+        )
 
         kkp = {k.removeprefix("kernel_"): v for k, v in kp.items()}
         # the per-op models train on what the module model's would (and are scored on it)

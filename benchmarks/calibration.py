@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -47,10 +48,13 @@ from carb_nas.calibrate import (
     calibrate_on_arrival,
     calibration_profiler,
 )
-from carb_nas.costmodel import calibrate, load_default_model, model_inputs, node_rows_path
+from carb_nas.costmodel import calibrate, load_default_model, model_inputs
 from carb_nas.datasets import SCHEMA, load_dataset, reference_normalized
 from carb_nas.measure import Profiler, profile_passes
 from carb_nas.space import CONFIG_COLUMNS, frame_to_configs
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "research"))  # research helpers
+from carb_nas_research.costmodel_extras import node_rows_path  # noqa: E402
 
 PLATFORMS = ("cpu/torch/fp32", "cpu/onnxruntime/fp32")
 

@@ -17,6 +17,8 @@ offsets).
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import pandas as pd
 from sklearn.metrics import mean_absolute_percentage_error, r2_score
@@ -76,7 +78,10 @@ def tiers(frame: pd.DataFrame, X: pd.DataFrame) -> pd.DataFrame:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from carb_nas.costmodel import flops_linear_baseline_cv, network_lofo_report, prepare_table
+    from carb_nas.costmodel import network_lofo_report, prepare_table
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "research"))
+    from carb_nas_research.costmodel_extras import flops_linear_baseline_cv
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="fast")

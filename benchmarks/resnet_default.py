@@ -15,19 +15,19 @@ resnet_model_mape=<m> module_model_mape=<m> n=<rows>``.
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from sklearn.metrics import mean_absolute_percentage_error as mape
 from sklearn.model_selection import KFold
 
-from carb_nas.costmodel import (
-    ModuleCostModel,
-    family_groups,
-    load_default_model,
-    network_tables,
-    zoo_dataset_paths,
-)
+from carb_nas.costmodel import ModuleCostModel, load_default_model, zoo_dataset_paths
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "research"))  # research helpers
+from carb_nas_research.costmodel_extras import family_groups, network_tables  # noqa: E402
+
 from carb_nas.costmodel._kernels import within
 from carb_nas.scoring import predict_frame
 

@@ -15,11 +15,11 @@ import pytest
 from sklearn.base import clone
 
 from carb_nas.costmodel import (
-    FORMAT_VERSION,
     CostModel,
     load_default_model,
     model_inputs,
 )
+from carb_nas.costmodel._common import FORMAT_VERSION
 from carb_nas.errors import ModelError
 from tests.synthetic import TINY_LEARNERS, synthetic_dataset, tiny
 
@@ -59,7 +59,7 @@ def test_fit_returns_self_and_predicts_targets_in_cascade_order(data):
 
 
 def test_accuracy_on_synthetic_data_beats_flops_only(fitted, data):
-    from carb_nas.costmodel import flops_linear_baseline, score
+    from carb_nas.costmodel._evaluation import flops_linear_baseline, score
 
     Xtr, Ytr, Xte, Yte = data
     s = score(fitted, Xte, Yte)
@@ -518,7 +518,7 @@ def test_nothing_is_pickled_and_loading_never_unpickles(fitted, data, tmp_path, 
 
 
 def test_presets_are_read_only_and_learner_params_are_explicit(small, tmp_path):
-    from carb_nas.costmodel import PRESETS, resolve_preset
+    from carb_nas.costmodel._learners import PRESETS, resolve_preset
 
     with pytest.raises(TypeError):
         PRESETS["carb"]["xgb"]["n_estimators"] = 1  # type: ignore[index]
@@ -577,7 +577,7 @@ def test_alpha_message_speaks_of_confidence_with_plain_numbers(fitted, data):
 
 # -- the manifest is covered by the integrity check (issue 19, items 6 and 15) -------------
 def _edit_manifest(d, edit, rehash=False):
-    from carb_nas.costmodel import manifest_sha256
+    from carb_nas.costmodel._persist import manifest_sha256
 
     path = d / "manifest.json"
     man = json.loads(path.read_text())

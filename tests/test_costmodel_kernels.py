@@ -11,19 +11,26 @@ import pytest
 import torch
 from torch import nn
 
-from carb_nas.costmodel import (
-    KernelCostModel,
-    ModuleCostModel,
-    anchored_ops,
-    leave_one_family_out,
-    lofo_kind_breakdown,
-)
-from carb_nas.costmodel._kernels import _TRANSCENDENTAL
+from carb_nas.costmodel import KernelCostModel, ModuleCostModel
+from carb_nas.costmodel._kernels import _TRANSCENDENTAL, anchored_ops, leave_one_family_out
 from carb_nas.errors import ModelError
 from carb_nas.features import clear_ops_cache, trace_ops
 from tests.synthetic import fake_module_dataset, fake_op_ms, small_cnn
 
 _net = small_cnn
+
+
+def _research():
+    """The research helpers (research/carb_nas_research), outside the shipped package."""
+    import sys
+    from pathlib import Path
+
+    path = str(Path(__file__).resolve().parents[1] / "research")
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    from carb_nas_research import costmodel_extras
+
+    return costmodel_extras
 
 
 def _fake_dataset(n: int = 105, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -159,7 +166,7 @@ def test_ops_beyond_the_measured_range_get_the_prior_times_its_edge_bias(fake_da
 
 
 def test_physics_memory_and_kernel_intervals_persist(fake_data, tmp_path):
-    from carb_nas.costmodel import MEMORY_TERMS
+    from carb_nas.costmodel._kernels import MEMORY_TERMS
 
     rows, ops = fake_data
     m = ModuleCostModel().fit(rows, ops)
@@ -517,7 +524,7 @@ def test_lofo_kind_breakdown_says_which_kinds_of_a_held_out_family_err(fake_data
     never saw the family (checked against that model computed here), shares summing to 1."""
     rows, ops = fake_data
     groups = dict(zip(rows["key"], rows["family"]))
-    br = lofo_kind_breakdown(ops, groups)
+    br = _research().lofo_kind_breakdown(ops, groups)
     assert set(br["family"]) == {"plain", "dw", "wide"}
     np.testing.assert_allclose(br.groupby("family")["share"].sum(), 1.0)
     fam = ops["key"].map(groups)
@@ -533,7 +540,7 @@ def test_lofo_kind_breakdown_says_which_kinds_of_a_held_out_family_err(fake_data
     )
     assert row["unmeasured"] == [] and row["by_kind"] == []  # one conv kind: measured
     with pytest.raises(ModelError, match="op rows of unknown networks"):
-        lofo_kind_breakdown(ops, {k: g for k, g in groups.items() if k != "k0"})
+        _research().lofo_kind_breakdown(ops, {k: g for k, g in groups.items() if k != "k0"})
 
 
 # -- grouped convs: the lane-waste prior term ------------------------------------------------
@@ -646,7 +653,7 @@ def test_lofo_takes_kernel_samples_in_every_fold(fake_data):
     groups = dict(zip(rows["key"], rows["family"]))
     off = {}
     for name, extra in (("without", None), ("with", dw)):
-        br = lofo_kind_breakdown(ops, groups, kernel_samples=extra)
+        br = _research().lofo_kind_breakdown(ops, groups, kernel_samples=extra)
         row = br[(br["family"] == "dw") & (br["kind"] == "dwconv")].iloc[0]
         off[name] = abs(row["sum_ratio"] - 1)
     assert off["with"] < off["without"], off

@@ -11,18 +11,15 @@ import pandas as pd
 import pytest
 
 from carb_nas import calibrate as cal_mod
-from carb_nas.costmodel import (
-    ModuleRatio,
-    NodeCostModel,
+from carb_nas.costmodel import ModuleRatio, NodeCostModel, calibrate, model_inputs, node_ratio
+from carb_nas.costmodel._nodes import (
+    NODE_OPS,
     NodeRatio,
-    calibrate,
+    _traced_nodes,
     measured_table,
-    model_inputs,
-    node_ratio,
     node_rows_path,
     node_table,
 )
-from carb_nas.costmodel._nodes import NODE_OPS, _traced_nodes
 from carb_nas.errors import ConfigError, ModelError
 from carb_nas.measure import measure_ort_nodes, read_ort_nodes, run_ort_nodes_campaign
 from carb_nas.space import CONFIG_COLUMNS, Config

@@ -525,13 +525,9 @@ def test_transfer_prior_takes_the_calibrated_platforms_level_from_another_machin
     """A pair whose B measured the calibrated platform (on another machine, here twice as
     slow) also gives B's level over the features, averaged with the residual shape; a pair of
     another platform does not; the level survives JSON."""
-    from carb_nas.costmodel import (
-        CALIBRATION_FEATURES,
-        TransferPrior,
-        calibration_features,
-        fit_transfer_prior,
-    )
+    from carb_nas.costmodel import TransferPrior, calibration_features, fit_transfer_prior
     from carb_nas.costmodel import model_inputs as _inputs
+    from carb_nas.costmodel._calibration import CALIBRATION_FEATURES
 
     a = synthetic_rows()
     a_there = a.assign(latency_ms=2.0 * a["latency_ms"])
@@ -562,9 +558,9 @@ def test_prior_map_picks_its_columns_by_loo_error():
     """The prior map's linear columns: log source and log FLOPs only where the target's own
     bend lies in them, every column where it also bends by width and depth; a map saved
     before it named its columns still predicts with every column."""
-    from carb_nas.costmodel import PRIOR_MAP_COLUMNS, fit_transfer_prior
+    from carb_nas.costmodel import fit_transfer_prior
     from carb_nas.costmodel import model_inputs as _inputs
-    from carb_nas.costmodel._calibration import FEATURE_MIN_ROWS
+    from carb_nas.costmodel._calibration import FEATURE_MIN_ROWS, PRIOR_MAP_COLUMNS
 
     a = synthetic_rows()
     prior = fit_transfer_prior({"A:int8": (a, _bent("onnxruntime", "int8", 0.2, 0.1, 0.0))})

@@ -61,36 +61,15 @@ CALIBRATION_FEATURES = (
 MANY_ROWS_FEATURES = ("log_compute_intensity", "log_flops_sq", "is_batch_one")
 """Columns the ``features`` and ``prior`` maps add from many rows on (``FEATURE_MIN_ROWS``).
 
-``log_compute_intensity``, from ``MANY_ROWS`` (20) rows, FLOPs per byte moved: a machine with
+``log_compute_intensity`` (from ``MANY_ROWS`` rows): FLOPs per byte moved; a machine with
 another bandwidth-to-compute balance than the source's bends the time per FLOP by it.
-Calibrating on arrival on a Zen 3 (stop 42, 22-44 single-pass rows, 5 runs x torch and ORT fp32
-replayed): validation latency MAPE 9.69 -> 7.28 % on average, lower in all 10; the two runs
-measured after the choice 9.09 -> 7.81 and 6.31 -> 6.12 %; of 28 calibrations there, lower in
-23. Every other column tried beside it (parameters, activation, input and weight MB, layer and
-block counts, quadratic terms on the 20 fixed validation configs) did not gain. It is not in
-``CALIBRATION_FEATURES`` (the D-optimal design's and the transfer prior's columns): there, or
-in the maps at N = 10, it cost torch -> ORT fp32 few-shot R2 0.933 -> 0.89-0.92.
-
-``log_flops_sq``, the square of log FLOPs about 1 GFLOP (:data:`FLOPS_SQ_CENTER`): a machine
-with another per-op overhead than the source's (against its compute rate) bends the time per
-FLOP one way for small configs, overhead-bound, and the other for large, compute-bound ones;
-the ratio of the two machines' curves is curved in log FLOPs, which the linear column alone
-cannot follow. Stop 43, on the same Zen 3 (docs/costmodel.md): on 40 validation configs
-measured for the purpose (not those the column was found on) 7.03 -> 5.13 % (torch 8.71 ->
-4.91; ORT 5.35 unchanged: 25 rows); replayed on the 29 earlier calibrations 8.05 -> 7.84 %.
-Only from ``SQUARE_ROWS`` (30) rows on: few-shot torch -> ORT fp32 at N = 25 (a runtime
-change on one machine, where the square carries nothing: neutral at N = 50 and 100) it
-overfits (R2 0.951 -> 0.945, one draw of ten 0.953 -> 0.891).
-
-``is_batch_one``, from ``SQUARE_ROWS`` rows with at least ``MIN_LEVEL_ROWS`` on each side: 1 for
-a batch of one image. A batch of one takes other kernels than a batch of two (no batch loop to
-block or split), and how much faster they run is the machine's own: on an Intel Xeon with
-AVX-512 and AMX (stop 49) torch ran batch-1 configs 25-68 % faster, relative to the rest,
-than the Zen 3 rows of the default model say, a step log batch size cannot follow. On 300
-configs measured there (``docs/passes/calibration_pool_intel``, 30 s replayed, 10 seeds) torch
-10.69 -> 9.38 %, ONNX Runtime 9.81 -> 9.77 %; on the Zen 3's pool unchanged (6.25 / 5.12 %).
-From 20 rows it overfitted few-shot torch -> ORT fp32 at N = 25 (R2 0.964 ± 0.002 -> 0.953 ±
-0.022), hence 30."""
+``log_flops_sq`` (from ``SQUARE_ROWS``): the square of log FLOPs about 1 GFLOP
+(:data:`FLOPS_SQ_CENTER`); a machine with another per-op overhead bends the time per FLOP one
+way for small, overhead-bound configs and the other for large, compute-bound ones.
+``is_batch_one`` (from ``SQUARE_ROWS``, with ``MIN_LEVEL_ROWS`` on each side): a batch of one
+runs other kernels than larger batches, a step log batch size cannot follow. They are not in
+``CALIBRATION_FEATURES`` (the D-optimal design's and the prior's columns): with few rows they
+overfit. Measured effects: see docs/accuracy.md."""
 
 MIN_LEVEL_ROWS = 3
 """An indicator column (``is_batch_one``) enters a map only with this many rows on each side:
@@ -170,15 +149,11 @@ def informative_rows(
     ``g' M^-1 g`` under the rows chosen so far (``M = I + sum g g'``, ``g = [1, log source
     prediction, CALIBRATION_FEATURES]`` standardized), i.e. the row that most shrinks the
     map's coefficient uncertainty: the N rows pin down the map's directions instead of
-    spreading evenly. torch -> ONNX Runtime fp32 latency, fast-preset source, 10 seeds,
-    ``auto`` map (``carb-nas transfer --few-shot 10,25 --repeats 10``): latency R2 0.857 +-
-    0.064 at N = 10 and 0.880 +- 0.008 at N = 25, against 0.775 +- 0.062 and 0.874 +- 0.019
-    for ``"spread"``; memory R2 0.9943 +- 0.0005 against 0.9866 +- 0.0043 at N = 25.
+    spreading evenly (see docs/accuracy.md for the comparison with ``"spread"``).
 
     ``kind="spread"``: farthest-point order, from a seeded random first row, in the
     standardized space of the knobs (log batch size, resolution, width, depth; is_bottleneck)
-    and of the source model's log prediction (R2 above; a random draw: 0.78 +- 0.11 and
-    0.84 +- 0.11).
+    and of the source model's log prediction.
     """
     n = int(n)
     if n < 1 or n > len(X):
@@ -325,6 +300,53 @@ def penalized_fit(design: np.ndarray, r: np.ndarray, lam: float) -> tuple[np.nda
     return coef, loo
 
 
+def log_maps(
+    z: np.ndarray,
+    r: np.ndarray,
+    penalties: Sequence[float] = (0.0,),
+    centre: tuple[float, float] | None = None,
+) -> dict[str, tuple[dict[str, Any], float]]:
+    """The two maps of a residual ``r = log(y) - log(source)`` on ``z = log(source)`` alone,
+    each with its leave-one-out RMSE (in log units): ``scale``, ``r = a``, and, from 3 rows
+    with ``z`` not constant, ``loglinear``, ``r = a + b * (z - mean) / std``, ridge-penalized
+    on ``b`` with the penalty of ``penalties`` of lowest LOO error (the first on a tie).
+    ``centre``: the ``(mean, std)`` to standardize ``z`` by (default: ``z``'s own).
+    Apply a map with :func:`log_map_correction`."""
+    n = len(z)
+    coef, loo = penalized_fit(np.ones((n, 1)), r, 0.0)
+    out = {
+        "scale": (
+            {"method": "scale", "intercept": float(coef[0])},
+            float(np.sqrt(np.mean(loo**2))) if n > 1 else math.inf,
+        )
+    }
+    if n >= 3 and np.ptp(z) > 0:
+        mean, std = (float(z.mean()), float(z.std())) if centre is None else map(float, centre)
+        design = np.column_stack([np.ones(n), (z - mean) / std])
+        fits = []
+        for lam in penalties:
+            coef, loo = penalized_fit(design, r, lam)
+            spec = {
+                "method": "loglinear",
+                "intercept": float(coef[0]),
+                "weights": [float(coef[1])],
+                "mean": [mean],
+                "std": [std],
+            }
+            fits.append((spec, float(np.sqrt(np.mean(loo**2)))))
+        out["loglinear"] = min(fits, key=lambda fit: fit[1])
+    return out
+
+
+def log_map_correction(spec: Mapping[str, Any], z: np.ndarray) -> np.ndarray:
+    """The correction ``r`` of a ``scale`` or ``loglinear`` map (:func:`log_maps`) at
+    ``z = log(source)``, unclipped: ``exp(z + r)`` is the calibrated value."""
+    r = np.full(len(z), float(spec["intercept"]))
+    if spec["method"] == "loglinear":
+        r = r + spec["weights"][0] * (z - spec["mean"][0]) / spec["std"][0]
+    return r
+
+
 # --- transfer prior ---------------------------------------------------------------------
 PRIOR_SHAPE_PARAMS: dict[str, Any] = {
     "n_estimators": 200,
@@ -351,19 +373,8 @@ class TransferPrior:
     not hold on the target is weighted down, not imposed. Persisted as JSON (LightGBM's text
     model inside), never pickle. Build it with ``fit_transfer_prior``.
 
-    Measured (``carb-nas transfer cpu/torch/fp32 cpu/onnxruntime/<p> --few-shot 10,25
-    --repeats 10``, fast-preset source, D-optimal rows, latency R2 mean +- sd, with -> without
-    the prior, same draws): ONNX Runtime fp32 with the prior learned on torch -> ONNX Runtime
-    int8 only: N = 10 0.895 +- 0.014 vs 0.852 +- 0.067, N = 25 0.909 +- 0.002 vs 0.882 +-
-    0.009; ONNX Runtime int8 with the prior of torch -> ONNX Runtime fp32: 0.923 +- 0.014 vs
-    0.900 +- 0.035 and 0.954 +- 0.006 vs 0.931 +- 0.011. Those pairs share the runtime (and
-    the AMD machine and ResNet space). Without them, the prior of the zoo pairs (torch ->
-    OpenVINO fp32 and int8, Intel machine, multi-family) does not help: ORT fp32 0.852 / 0.880,
-    ORT int8 0.910 / 0.930. With 2,000 target rows the map with the int8 shape reaches 0.943
-    on ORT fp32 (linear map 0.932): R2 >= 0.95 at N = 10 is not reached with this prior.
-    Since the prior map picks its linear columns (``PRIOR_MAP_COLUMNS`` or all, by LOO
-    error), ORT fp32 reaches 0.907 +- 0.016 at N = 10 and 0.922 +- 0.004 at N = 25
-    (``benchmarks/transfer.py``; ORT int8 unchanged).
+    A prior helps where its pairs resemble the calibrated change (same runtime, machine and
+    space); one learned on unrelated pairs is weighted down by the map (see docs/accuracy.md).
 
     A pair whose B is the calibrated platform itself, measured on another machine
     (``fit_transfer_prior(..., platform=...)``), also gives B's *level*: a booster of ``log
@@ -371,11 +382,7 @@ class TransferPrior:
     log source`` and averages with the pairs' residual shapes. The residual shape of such a
     pair reads ``log y_A`` of *its* machine, so at this machine's source predictions it is read
     off its training range; the level needs the architecture only, and the machines' speed
-    difference is one constant, which the map's intercept takes. torch -> ORT fp32 with the
-    Zen 4 pair (stop 44, same draws): N = 10 0.933 +- 0.022 -> 0.955 +- 0.007, N = 25 0.951
-    -> 0.964 +- 0.002, ceiling (N = 200) 0.953 -> 0.965; the other way round (the Zen 4 as B,
-    the shipped machine's pair as prior) 0.899 -> 0.932 and 0.915 -> 0.946; memory within
-    0.001; ORT int8 unchanged (no int8 pair from another machine).
+    difference is one constant, which the map's intercept takes.
     """
 
     def __init__(self, shapes: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> None:
@@ -512,12 +519,6 @@ def fit_transfer_prior(
     return TransferPrior(shapes)
 
 
-#: ridge penalties (times n / 10) the features and prior maps choose from by LOO error; the
-#: features map from ``MANY_ROWS`` rows on also the weaker ``LOW_PENALTIES``: calibrating on
-#: 24-45 rows of a Zen 3 (stop 41) it then chose 0.03-0.1 for ONNX Runtime fp32, validation
-#: latency MAPE 7.5 -> 4.9 % (torch 7.3 -> 7.5 %). At N = 10 the wider choice overfits the LOO
-#: selection (torch -> ORT fp32 few-shot R2 0.933 -> 0.928); in the prior map it gained
-#: 0.002 at N = 25 but let every column tie the two on exact data (tests/test_report.py)
 MODULE_RATIO_PARAMS = {
     "objective": "regression",
     "learning_rate": 0.05,
@@ -540,10 +541,9 @@ class ModuleRatio:
     CPU kind) knows which shapes that kind runs fast; the config model (``source``) was
     trained on another machine. Their ratio is one more column of a calibration map
     (``log_module_ratio``), which the map weighs by how far it follows the measured rows.
-    The module model traces every network (~25 ms a config), so the map reads the surrogate
-    instead (microseconds): fitted on 600 random configs it followed the exact ratio with
-    correlation 0.94 (Zen 3) and 0.96 (Intel Xeon), 0.98 on 1,500 (stop 49). Saved as the
-    booster's text (no pickle)."""
+    The module model traces every network (milliseconds a config), so the map reads the
+    surrogate instead (microseconds; its agreement with the exact ratio: docs/accuracy.md).
+    Saved as the booster's text (no pickle)."""
 
     what = "module model"  # what a calibration summary says the column comes from
 
@@ -606,6 +606,9 @@ def fit_module_ratio(
     return ModuleRatio(booster.model_to_string())
 
 
+#: ridge penalties (times n / 10) the features and prior maps choose from by LOO error; the
+#: features map from ``MANY_ROWS`` rows on also the weaker ``LOW_PENALTIES`` (with fewer rows
+#: the wider choice overfits the LOO selection; docs/accuracy.md)
 FEATURE_PENALTIES = (0.3, 1.0, 3.0, 10.0, 30.0, 100.0)
 LOW_PENALTIES = (0.01, 0.03, 0.1)
 MANY_ROWS = 20
@@ -640,8 +643,7 @@ class CalibratedModel:
       source, log FLOPs: fewer coefficients for N rows to pin where the shape already bends
       the map), the columns and penalty picked by leave-one-out error;
     - ``auto`` (default): the method with the lowest leave-one-out RMSE of ``log(y)`` on the
-      calibration rows, per target, the ``prior`` map among them when a ``prior`` is given
-      (on torch -> ONNX Runtime fp32 it is picked for 16 of 20 draws x targets at N = 10).
+      calibration rows, per target, the ``prior`` map among them when a ``prior`` is given.
 
     Every map's correction is clipped to the range of ``r`` seen on the calibration rows:
     fitted on a handful of noisy points, a trend must not be extrapolated into factors it
@@ -821,24 +823,7 @@ class CalibratedModel:
             if n >= FEATURE_MIN_ROWS.get(name, 0)
             and (name != "is_batch_one" or _both_levels(feats[:, i]))
         ]  # fmt: skip
-        coef, loo = penalized_fit(np.ones((n, 1)), r, 0.0)
-        candidates["scale"] = (
-            {"method": "scale", "intercept": float(coef[0])},
-            float(np.sqrt(np.mean(loo**2))) if n > 1 else math.inf,
-        )
-        if n >= 3 and np.ptp(z) > 0:
-            zs = (z - mean[0]) / std[0]
-            coef, loo = penalized_fit(np.column_stack([np.ones(n), zs]), r, 0.0)
-            candidates["loglinear"] = (
-                {
-                    "method": "loglinear",
-                    "intercept": float(coef[0]),
-                    "weights": [float(coef[1])],
-                    "mean": [float(mean[0])],
-                    "std": [float(std[0])],
-                },
-                float(np.sqrt(np.mean(loo**2))),
-            )
+        candidates.update(log_maps(z, r, centre=(mean[0], std[0])))
         if n >= 4:
             design = np.column_stack([np.ones(n), ((full - mean) / std)[:, linear]])
             fits: list[tuple[dict[str, Any], float]] = []
@@ -862,16 +847,11 @@ class CalibratedModel:
             candidates["features"] = min(fits, key=lambda fit: fit[1])
         if n >= 4 and shape is not None:
             # the prior's shape as one more (unstandardized, penalized) column: the N rows
-            # weigh it against the linear terms instead of taking it as given (left
-            # unpenalized it follows the other pair too closely: torch -> ORT fp32 R2 0.873 /
-            # 0.898 at N = 10 / 25 against 0.895 / 0.909 penalized). Beside the shape, only
-            # the log source prediction and log FLOPs (PRIOR_MAP_COLUMNS, their difference
-            # is the source's time per FLOP) or every column, whichever (with its penalty)
-            # has the lower LOO error: the shape already bends the map by batch, resolution,
-            # width and depth, and 10 rows pin 4 coefficients better than 9 where it holds.
-            # torch -> ORT fp32 R2 at N = 10 / 25: every column 0.895 / 0.909, the two
-            # only 0.912 / 0.922, LOO choice 0.907 / 0.922; ORT int8: 0.923 / 0.954, 0.900
-            # / 0.931, 0.923 / 0.954 (benchmarks/transfer.py, 10 seeds)
+            # weigh it against the linear terms instead of taking it as given. Beside it,
+            # either only PRIOR_MAP_COLUMNS (log source and log FLOPs: the shape already bends
+            # the map by batch, resolution, width and depth, and few rows pin 4 coefficients
+            # better than 9) or every column, whichever (with its penalty) has the lower LOO
+            # error
             fits = []
             for cols, lam in itertools.product(
                 (self._prior_columns(), linear),
@@ -933,10 +913,10 @@ class CalibratedModel:
                     out[f"{t}_{bound}"] = base[f"{t}_{bound}"].to_numpy(float)
         for t, spec in self.maps_.items():
             z = np.log(np.maximum(base[t].to_numpy(float), 1e-12))
-            r = np.full(len(z), spec["intercept"])
-            if spec["method"] == "loglinear":
-                r = r + spec["weights"][0] * (z - spec["mean"][0]) / spec["std"][0]
-            elif spec["method"] in ("features", "prior"):
+            if spec["method"] in ("scale", "loglinear"):
+                r = log_map_correction(spec, z)
+            else:  # features, prior
+                r = np.full(len(z), spec["intercept"])
                 full = (np.column_stack([z, feats]) - np.asarray(spec["mean"])) / np.asarray(
                     spec["std"]
                 )
@@ -991,15 +971,17 @@ class CalibratedModel:
             source_precision=data.get("source_precision"),
             keep_uncalibrated=bool(data.get("keep_uncalibrated", False)),
             prior=None if data.get("prior") is None else TransferPrior.from_dict(data["prior"]),
+            # optional field: calibrations without the module-ratio column omit it
             module_ratio=None
-            if data.get("module_ratio") is None  # absent before stop 49
+            if data.get("module_ratio") is None
             else ModuleRatio.from_dict(data["module_ratio"]),
         )
         model.maps_ = {t: dict(m) for t, m in data["maps"].items()}
         model.calibrated_targets_ = list(model.maps_)
         model.targets_ = list(data["targets"])
         model.feature_names_ = list(data["feature_names"])
-        model.log_flops_range_ = data.get("log_flops_range")  # absent before log_flops_sq
+        # optional field: maps without the log_flops_sq column carry no range
+        model.log_flops_range_ = data.get("log_flops_range")
         model.n_calibration_rows_ = int(data["n_calibration_rows"])
         return model
 

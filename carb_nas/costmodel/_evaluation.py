@@ -1,4 +1,4 @@
-"""Evaluate cost models the way the CARB paper does (seed 001, "Results and Baselines").
+"""Evaluate cost models the way the CARB paper (arXiv:2608.10506) does.
 
 Everything here works on any ``X``/``Y`` the cost model accepts:
 
@@ -39,7 +39,6 @@ __all__ = [
     "telemetry_ablation",
     "feature_importance",
     "interval_coverage",
-    "corrector_effect",
     "budget_classification",
     "default_budgets",
     "parity_plots",
@@ -143,8 +142,8 @@ def leave_one_batch_tier_out(
     model: Any, X: pd.DataFrame, Y: pd.DataFrame, threshold: int = 8
 ) -> dict[str, Any]:
     """Fit a fresh copy of ``model`` (same parameters) on rows with ``batch_size > threshold``
-    and score it on rows with ``batch_size <= threshold`` (CARB: R2 0.956 / 0.991 / 0.968 for
-    memory / energy / latency on its GPU data)."""
+    and score it on rows with ``batch_size <= threshold`` (the CARB paper's extrapolation
+    test)."""
     from sklearn.base import clone
 
     low = _regime(X, threshold)
@@ -236,24 +235,6 @@ def interval_coverage(
     return out
 
 
-def corrector_effect(model: Any, X: pd.DataFrame, Y: pd.DataFrame) -> dict[str, Any]:
-    """On the low-batch rows: metrics with and without the low-batch corrector."""
-    low = _regime(X, getattr(model, "low_batch_threshold", 8))
-    if low is None or not low.any():
-        return {"skipped": "no low-batch rows"}
-    with_c = model.predict(X[low])
-    without = model.predict(X[low], low_batch_correction=False)
-    return {
-        t: {
-            "with_corrector": regression_metrics(Y[t][low], with_c[t]),
-            "without_corrector": regression_metrics(Y[t][low], without[t]),
-            "corrector_fitted": model.correctors_.get(t) is not None,
-        }
-        for t in model.targets_
-        if t in Y
-    }
-
-
 def default_budgets(Y: pd.DataFrame, targets: Sequence[str]) -> dict[str, float]:
     """A budget at the median of every target (half the rows pass each limit)."""
     return {t: float(Y[t].median()) for t in targets if t in Y}
@@ -264,8 +245,7 @@ def budget_classification(
 ) -> dict[str, Any]:
     """Accept/reject decisions: a row is within budget when every budgeted target is at most its
     limit. ``bound="upper"`` decides on the interval's upper bound (``t_upper``) instead of the
-    point prediction. Rates are shares of all rows (CARB: 95.8 % accuracy, 2.1 % false
-    accepts, 2.1 % false rejects)."""
+    point prediction. Rates are shares of all rows."""
     if not budgets:
         raise ModelError(
             "budget classification: expected at least one budget {target: limit}, "
@@ -361,7 +341,7 @@ def evaluate(
 ) -> dict[str, Any]:
     """Score a fitted model on ``X``/``Y``: metrics (overall and per batch regime), the FLOPs
     and latency-as-energy baselines (fitted on ``baseline_train`` when given, else
-    cross-validated on ``X``/``Y``), corrector effect, interval coverage, budget decisions
+    cross-validated on ``X``/``Y``), interval coverage, budget decisions
     (default budgets: the targets' medians), feature importance, and parity plots in
     ``report_dir`` (with ``evaluation.json``) when given. JSON-able."""
     targets = [t for t in model.targets_ if t in Y]
@@ -396,7 +376,6 @@ def evaluate(
     if proxy is not None:
         out["baselines"]["latency_as_energy"] = proxy
         out["baselines"]["latency_as_energy_how"] = proxy_how
-    out["corrector_effect"] = corrector_effect(model, X, Y)
     if has_intervals:
         out["intervals"] = interval_coverage(model, X, Y, alpha, pred)
     budgets = dict(budgets) if budgets else default_budgets(Y, targets)

@@ -27,9 +27,8 @@ prior's bias at the edge of the measured range (the median measured / prior rati
 kind's largest tenth of measured ops), as the trees cannot extrapolate. With ``simd_lanes``
 > 0 (off by default) the linear prior has a fifth column, the GFLOPs of a grouped conv times
 the halvings of the SIMD vector its channels per group force (:func:`lane_waste`), fitted
-alone on what the four-term prior leaves: held-out ResNeXt from 36 % to 82 % of its networks
-within +-10 % in the kernel-stage loop, but held-out RegNet from 84 % to 46 %
-(docs/costmodel.md, session 18).
+alone on what the four-term prior leaves: it helps narrow-group families the training rows
+lack and hurts others (docs/accuracy.md).
 
 :class:`ModuleCostModel` is the network-level part: a :class:`~carb_nas.costmodel.CostModel`
 over the network features (:data:`FEATURE_COLUMNS` + :data:`OP_AGGREGATE_COLUMNS`) with the
@@ -40,9 +39,8 @@ overhead; a ``target_offsets`` column is always a feature of ``X`` too, so "offs
 not a separate choice); ``mode="network"`` ignores the kernel sum (the CARB cascade alone, on the
 physical offsets plus ``n_ops``) and ``mode="kernel"`` is the fitted non-negative
 ``a x kernel sum + b x n_ops`` (the per-operator models alone; the default since ops beyond
-the measured range get the prior alone: best median and worst family within +-10 % in the
-leave-one-family-out table of docs/costmodel.md, session 14; its interval from the
-out-of-fold relative residuals). Peak memory
+the measured range get the prior alone, which held out best family by family: see
+docs/accuracy.md; its interval from the out-of-fold relative residuals). Peak memory
 (``memory="physics"``, the default) is the fitted non-negative sum of :data:`MEMORY_TERMS`
 (the traced ``tensor_peak_mb``, oneDNN's reordered weights ``onednn_weight_mb`` and the
 largest oneDNN conv weight reordered per call at batch >= 2, ``onednn_reorder_mb``), with an
@@ -92,7 +90,6 @@ __all__ = [
     "anchored_ops",
     "leave_one_family_out",
     "lofo_report",
-    "lofo_kind_breakdown",
     "family_groups",
 ]
 
@@ -111,10 +108,8 @@ MEMORY_MODES = ("physics", "cascade")
 #: the intervals of networks of families the model never saw (a user's own CNN):
 #: ``"family"`` (default) calibrated on the residuals of each training family group held out
 #: in turn; ``"network"`` on those of networks held out by a grouped K-fold (their families
-#: seen), the interval of a trained family's networks either way. Leave one family out on
-#: zoo-zen4 the 90 % latency intervals covered 72.5-95 % (median 84 %) of the held-out
-#: family's networks by the second, 77.5-98.3 % (median 92.5 %) by the first (docs/costmodel.md,
-#: stop 46)
+#: seen), the interval of a trained family's networks either way. ``"family"`` covers unseen
+#: families closer to the nominal rate (docs/accuracy.md)
 INTERVALS = ("family", "network")
 #: family groups a "family" interval needs (fewer: the networks' residuals)
 _MIN_INTERVAL_FAMILIES = 3
@@ -259,7 +254,7 @@ class KernelCostModel:
         table = _signature_table(ops)
         # shared_conv: one conv kind (prior, trees, range), told apart by groups and the
         # geometry features: a grouped conv measured in one family only is learned from every
-        # family's convolutions (leave-one-family-out, docs/costmodel.md, session 16)
+        # family's convolutions
         table["kind"] = self._kinds(table["kind"].to_numpy(dtype=object))
         if len(table) < 10:
             raise err(
@@ -299,8 +294,7 @@ class KernelCostModel:
         # per kind, the largest op measured: beyond it (in FLOPs, weight or activation bytes)
         # the trees' correction is that of the largest ops they saw, not a trend, so such an
         # op gets the prior (times its bias at the range's edge, below: ``edge_``) and not the
-        # trees (VGG's 925-MB linear layers against at most 16 MB in the other families: the
-        # per-op sum of VGG fell from 1.47x to 1.01x the measurement, session 14)
+        # trees (e.g. VGG's linear layers, far larger than any other family's)
         self.range_ = {
             k: [float(v) for v in table.loc[table["kind"] == k, list(_RANGE)].max()]
             for k in self.kinds_
@@ -316,8 +310,7 @@ class KernelCostModel:
         # per kind, the prior's bias at the edge of the measured range: the median
         # measured / prior ratio of its largest ops (top _EDGE_SHARE by bytes moved + weight
         # bytes); an op beyond the range gets the prior times it (the relative fit of the prior
-        # favours the many small ops: VGG's large linear layers were 0.81x their measurement
-        # with the prior alone)
+        # favours the many small ops, so alone it underestimates the largest)
         size = (table["read_bytes"] + table["write_bytes"] + table["weight_bytes"]).to_numpy(float)
         kind_col = table["kind"].to_numpy(dtype=object)
         self.edge_ = {}
@@ -449,7 +442,8 @@ class KernelCostModel:
         corr = np.exp(raw[:n])
         if by_kind.any():
             corr[by_kind] = self._median_correction(raw[n:], row, np.flatnonzero(by_kind))
-        edges = getattr(self, "edge_", {})  # saved before session 17: none (the prior alone)
+        # optional attribute: models saved without edge factors use the prior alone there
+        edges = getattr(self, "edge_", {})
         edge = np.array([edges.get(k, 1.0) for k in kinds])
         prior = self._prior_of(kinds, logged, num)
         pred = np.where(self._beyond_of(kinds, logged), edge, corr) * prior
@@ -696,12 +690,10 @@ def lane_waste(num: np.ndarray, simd_lanes: int = 16) -> np.ndarray:
     fp32 lanes. The prior's term ``GFLOPs x lane_waste``, fitted alone on what the four-term
     prior leaves of the grouped convs the training families have (RegNet's 8- and 24-channel
     groups: one halving), extrapolates to narrower groups where the trees cannot (ResNeXt's
-    at width multipliers: 2, 3, 5, 6, 10, 11, 22 channels; docs/costmodel.md, session 18).
-    Logarithmic, not ``simd_lanes / L - 1`` (idle lanes per used lane): that form, fitted on
-    RegNet, put held-out ResNeXt's narrow groups at 2-4x their measured time
-    (``sqrt(simd_lanes / L) - 1``: 1.2x in sum; the logarithm 0.97x). Off by default
-    (``simd_lanes=0``): fitted on ResNeXt, the term puts held-out RegNet's 8- and 24-channel
-    groups at 1.4-1.5x."""
+    at narrow width multipliers). Logarithmic, not ``simd_lanes / L - 1`` (idle lanes per used
+    lane) or its square root: those forms, fitted on RegNet, overshoot held-out ResNeXt's
+    narrow groups. Off by default (``simd_lanes=0``): fitted on ResNeXt, the term overshoots
+    held-out RegNet's wider groups (docs/accuracy.md)."""
     _b, ci, _hi, _wi, co, _ho, _wo, _k, _s, gr, _n = num.T
     gr = np.maximum(gr, 1.0)
     cpi, cpo = np.rint(ci / gr).astype(np.int64), np.rint(co / gr).astype(np.int64)
@@ -894,8 +886,7 @@ class ModuleCostModel:
         extra = _kernel_samples(kernel_samples, rows)
         if self.kernel_anchor:
             # the samples keep their own times: scaled by the networks' median anchor factor
-            # (a share of the time between op events, which is per op, not per ms), held-out
-            # VGG fell from 0.675 to 0.35 within +-10 % (docs/costmodel.md, stop 39)
+            # (a share of the time between op events, which is per op, not per ms)
             ops = anchored_ops(rows, ops)
         return ops, extra
 
@@ -1232,13 +1223,15 @@ class ModuleCostModel:
         m = cls(
             mode=manifest["mode"],
             preset=manifest["preset"],
-            memory=manifest.get("memory", "cascade"),  # saved before the physics default
-            kernel_anchor=bool(manifest.get("kernel_anchor", False)),  # saved before stop 39
+            # optional fields: manifests without them predate these options, whose
+            # behaviour then was the "cascade" memory and no anchoring
+            memory=manifest.get("memory", "cascade"),
+            kernel_anchor=bool(manifest.get("kernel_anchor", False)),
         )
         m.mem_coefs_ = [float(v) for v in manifest.get("mem_coefs", [])]
         m.mem_scores_ = [float(v) for v in manifest.get("mem_scores", [])]
         m.kernel_scores_ = [float(v) for v in manifest.get("kernel_scores", [])]
-        # saved before stop 46: no families, every network gets the networks' scores
+        # optional field: a manifest without families gives every network the networks' scores
         m.families_ = [str(f) for f in manifest.get("families", [])]
         m.new_family_kernel_scores_ = [
             float(v) for v in manifest.get("new_family_kernel_scores", [])
@@ -1292,13 +1285,9 @@ def anchored_ops(rows: pd.DataFrame, ops: pd.DataFrame) -> pd.DataFrame:
     (or ``rows`` without ``latency_ms``) keeps its times.
 
     Why: the op times come from profiled runs after the timing window, another stretch of
-    the run at its own machine speed. On the AMD EPYC Zen 4 rows (median of five passes,
-    probe-normalized) the measured op sums strayed from the timed latencies by a log sd of
-    0.09-0.12 per family, a whole-run shift shared by every op of a run, more than the
-    latencies' own noise; the timed latency (a median over many runs, and over passes in a
-    shipped dataset) is the better total. Leave one family out there, with stop 38's kernel
-    samples: 0.688 / 0.525 -> 0.738 / 0.625 within +-10 % (median / worst family;
-    docs/costmodel.md, stop 39)."""
+    the run at its own machine speed: a whole-run shift shared by every op of a run, larger
+    than the latencies' own noise. The timed latency (a median over many runs, and over
+    passes in a shipped dataset) is the better total (docs/accuracy.md)."""
     if "latency_ms" not in rows.columns:  # nothing to anchor to
         return ops
     total = ops.groupby("key")["measured_ms"].sum()
@@ -1368,56 +1357,6 @@ def leave_one_family_out(
                     "mem_within10": within(y_m, p_m),
                     "mem_r2": r2_score(y_m, p_m) if len(te) > 1 else float("nan"),
                     "mem_cover90": _covered(p, "peak_mem_mb", y_m),
-                }
-            )
-    return pd.DataFrame(out)
-
-
-def lofo_kind_breakdown(
-    ops: pd.DataFrame,
-    groups_of: Mapping[str, str],
-    kernel_params: Mapping[str, Any] | None = None,
-    random_state: int = 0,
-    kernel_samples: pd.DataFrame | None = None,
-) -> pd.DataFrame:
-    """Where the per-op predictions of a held-out family err: per family group (``groups_of``:
-    network ``key`` -> group), one :class:`KernelCostModel` trained on the other groups'
-    measured ops (and ``kernel_samples``) predicts this group's; per op kind (the traced
-    kind: dense, depthwise and grouped convs apart), the predicted / measured time summed over
-    the group's networks (``sum_ratio``), the median of that ratio per network
-    (``net_median_ratio``), the kind's share of the group's measured op time and the op names
-    never measured by name (``unmeasured``; ``by_kind``: those of them predicted by their
-    kind's model)."""
-    ops = ops[ops["measured_ms"].notna()]
-    extra = _kernel_samples(kernel_samples, pd.DataFrame({"key": list(groups_of)}))
-    group = ops["key"].map(dict(groups_of))
-    if group.isna().any():
-        missing = sorted(set(ops.loc[group.isna(), "key"]))[:3]
-        raise err("op rows of unknown networks", "a group for every key", f"none for {missing}",
-                  "Pass groups_of for every network of ops.")  # fmt: skip
-    kp = dict(kernel_params or {})
-    out = []
-    for fam in sorted(set(group)):
-        km = KernelCostModel(random_state=random_state, **kp).fit(
-            _with_samples(ops[group != fam], extra)
-        )
-        te = ops[group == fam]
-        ms, seen = km.predict_ops(te)
-        kinds, names, _, logged = km._arrays(te)
-        by_kind = km._by_kind_of(kinds, names, logged, seen)
-        te = te.assign(_pred=ms, _seen=seen, _by_kind=by_kind)
-        total = float(te["measured_ms"].sum())
-        for kind, t in te.groupby("kind"):
-            per_net = t.groupby("key")[["_pred", "measured_ms"]].sum()
-            out.append(
-                {
-                    "family": fam,
-                    "kind": kind,
-                    "share": float(t["measured_ms"].sum()) / total,
-                    "sum_ratio": float(t["_pred"].sum() / t["measured_ms"].sum()),
-                    "net_median_ratio": float((per_net["_pred"] / per_net["measured_ms"]).median()),
-                    "unmeasured": sorted(set(t.loc[~t["_seen"], "op"])),
-                    "by_kind": sorted(set(t.loc[t["_by_kind"], "op"])),
                 }
             )
     return pd.DataFrame(out)

@@ -3,8 +3,8 @@
 ONNX Runtime's CPU graph of a CNN is a chain of fused kernels: one ``Conv`` per convolution
 (BatchNorm, ReLU and the residual Add fused into it), the pools and the classifier's ``Gemm``.
 How long each takes depends on its shape in ways a config-level model trained on another
-machine cannot know: on an Intel Xeon with AVX-512 (stop 50) a 3x3 conv on a 2x2 map ran at a
-third of the FLOP rate of the same conv on 16x16, and the ratio differs on an AMD Zen 3.
+machine cannot know: a 3x3 conv on a tiny feature map runs at a fraction of the FLOP rate of
+the same conv on a larger one, by a ratio that differs from one CPU kind to another.
 :class:`NodeCostModel` learns ``log`` kernel time of one node (its op, batch, channels, spatial
 size, kernel, groups, FLOPs, bytes in / out / of weights, channel padding to 16 lanes) with
 two network columns beside it (the network's conv weight bytes and its largest output: what
@@ -465,10 +465,9 @@ class NodeRatio(ModuleRatio):
     ``log(node sum / source latency)`` of each config, from this CPU kind's
     :class:`NodeCostModel` (no surrogate: a ResNet's node table is closed-form, microseconds).
 
-    A surrogate over the knobs, as torch's :class:`ModuleRatio` is, followed ONNX Runtime's
-    exact column with correlation 0.91-0.94 only, and gave back half its gain (stop 50, Intel
-    pool, 30 random rows: map 9.43 %, surrogate 7.1-7.7 %, exact 6.06 %): the node sum moves
-    with the channel padding to 16 lanes, a step in width a tree of knobs follows poorly. Saved
+    A surrogate over the knobs, as torch's :class:`ModuleRatio` is, follows the exact column
+    poorly and gives back much of its gain (docs/accuracy.md): the node sum moves with the
+    channel padding to 16 lanes, a step in width a tree of knobs follows poorly. Saved
     as a reference to the shipped node rows it was trained on (platform, ``cpu_kind`` and
     their digest), not as the booster: :func:`load_default_node_model` trains the same model
     from them."""

@@ -21,6 +21,8 @@ from carb_nas.costmodel import (
     calibration_features,
     fit_transfer_prior,
     informative_rows,
+    log_map_correction,
+    log_maps,
     model_inputs,
     penalized_fit,
 )
@@ -167,7 +169,12 @@ def _linear_baseline(X_train: pd.DataFrame, y: np.ndarray, X_test: pd.DataFrame)
         flops = np.log(np.maximum(pd.to_numeric(X["flops"]).to_numpy(float), 1.0))
         return np.column_stack([flops, calibration_features(X)])
 
-    F, Ft = feats(X_train), feats(X_test)
+    return _ridge_log_fit(feats(X_train), y, feats(X_test))
+
+
+def _ridge_log_fit(F: np.ndarray, y: np.ndarray, Ft: np.ndarray) -> np.ndarray:
+    """Ridge regression of log(y) on the standardized columns ``F`` (intercept unpenalized),
+    the penalty picked by leave-one-out error, predicted at ``Ft`` in y's units."""
     mean, std = F.mean(axis=0), F.std(axis=0)
     std[std == 0] = 1.0
     design = np.column_stack([np.ones(len(F)), (F - mean) / std])
@@ -517,21 +524,19 @@ def transfer_frames(
 PUBLISHED_TARGET = "latency_ms_per_image"
 
 
-def _published_calibration(log_src: np.ndarray, log_y: np.ndarray) -> tuple[str, np.ndarray]:
-    """Few-shot map of log(target) on log(source prediction): ``scale`` (a constant factor)
-    or ``loglinear`` (factor and exponent, ridge-shrunk to the scale map), picked by
-    leave-one-out error -- the two maps of ``carb_nas.costmodel.calibrate`` that need nothing
-    but the source prediction (the published files carry no config knobs)."""
-    design = np.column_stack([np.ones(len(log_src)), log_src - log_src.mean()])
-    r = log_y - log_src
-    scale_loo = (r - r.mean()) * len(r) / max(len(r) - 1, 1)
-    best = ("scale", np.array([r.mean(), 0.0]), float(np.mean(scale_loo**2)))
-    for lam in (0.1, 1.0, 10.0):
-        coef, loo = penalized_fit(design, r, lam)
-        err = float(np.mean(loo**2))
-        if err < best[2]:
-            best = ("loglinear", coef, err)
-    return best[0], np.array([best[1][0], best[1][1], log_src.mean()])
+#: ridge penalties of the published few-shot ``loglinear`` map's exponent (log source centred,
+#: not standardized): the published files carry no config knobs, so only the two maps of
+#: ``carb_nas.costmodel.log_maps`` that need nothing but the source prediction apply
+PUBLISHED_MAP_PENALTIES = (0.1, 1.0, 10.0)
+
+
+def _published_calibration(log_src: np.ndarray, log_y: np.ndarray) -> dict[str, Any]:
+    """Few-shot map of log(target) on log(source prediction): ``scale`` or ``loglinear``
+    (ridge-shrunk to the scale map), picked by leave-one-out error."""
+    maps = log_maps(
+        log_src, log_y - log_src, PUBLISHED_MAP_PENALTIES, centre=(float(log_src.mean()), 1.0)
+    )
+    return min(maps.values(), key=lambda fit: fit[1])[0]
 
 
 def published_transfer(
@@ -683,12 +688,12 @@ def published_transfer(
                 rng = np.random.default_rng(draw)
                 idx = rng.choice(len(pool), size=n, replace=False)
                 test = np.setdiff1d(np.arange(len(pool)), idx)
-                method, (c0, c1, centre) = _published_calibration(np.log(src[idx]), np.log(yb[idx]))
-                methods[method] = methods.get(method, 0) + 1
+                spec = _published_calibration(np.log(src[idx]), np.log(yb[idx]))
+                methods[spec["method"]] = methods.get(spec["method"], 0) + 1
                 ls = np.log(src[test])
                 preds = {
                     "source_only": src[test],
-                    "calibrated": np.exp(ls + c0 + c1 * (ls - centre)),
+                    "calibrated": np.exp(ls + log_map_correction(spec, ls)),
                     "target_only": None,
                     "target_only_linear": _published_linear(
                         X_pool.iloc[idx], yb[idx], X_pool.iloc[test]
@@ -750,13 +755,7 @@ def _published_linear(X_train: pd.DataFrame, y: np.ndarray, X_test: pd.DataFrame
         cols = [X["flops"] / b, X["activations"] / b, X["params"], X["resolution"]]
         return np.log(np.maximum(np.column_stack([np.asarray(c, float) for c in cols]), 1.0))
 
-    F, Ft = feats(X_train), feats(X_test)
-    mean, std = F.mean(axis=0), F.std(axis=0)
-    std[std == 0] = 1.0
-    design = np.column_stack([np.ones(len(F)), (F - mean) / std])
-    fits = [penalized_fit(design, np.log(y), lam) for lam in (0.01, 0.1, 1.0, 10.0, 100.0)]
-    coef, _ = min(fits, key=lambda fit: float(np.mean(fit[1] ** 2)))
-    return np.exp(np.column_stack([np.ones(len(Ft)), (Ft - mean) / std]) @ coef)
+    return _ridge_log_fit(feats(X_train), y, feats(X_test))
 
 
 def published_transfer_markdown(result: Mapping[str, Any]) -> str:

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from carb_nas.costmodel import node_table, torch_measured_table
+from carb_nas.costmodel._nodes import node_table, torch_measured_table
 from carb_nas.errors import ConfigError
 from carb_nas.measure import run_ops_campaign
 from carb_nas.space import CONFIG_COLUMNS, Config

@@ -196,47 +196,34 @@ def _with_origin(model: Any, origin: str) -> Any:
 #: plus ``rows_per_family``: None = every measured row, N = the first N per family group by
 #: key, a cheaper model for tests)
 # bumped when the module model's features or fitting change within one carb_nas version
-_MODULE_RECIPE_REVISION = 5  # 4: per-op geometry features, one shared conv kind (session 16);
-# 5: an unmeasured op of a measured kind predicted by its kind, ops beyond the measured range
-# get the prior times its bias at the range's edge (session 17)
+_MODULE_RECIPE_REVISION = 5
 DEFAULT_MODULE_PARAMS: Mapping[str, Any] = MappingProxyType(
     {
         "mode": "kernel",
         "preset": "fast",
         "random_state": 0,
-        # every zoo-zen4 network (40 per family group, 60 ResNets); on zoo-epyc, 110 per group
-        # (880) scored as all 2,435 did (stop 34)
+        # enough networks per family group to score as every row does, at a fraction of the fit
         "rows_per_family": 110,
         "kernel_prior": "linear",
         "kernel_geometry": True,
         "kernel_shared_conv": True,
-        # zoo-zen4's latencies are the median of five passes, a better total than a run's op
-        # profile (costmodel.anchored_ops; on the one-pass zoo-epyc rows it was neutral)
+        # a network's latency (the median of passes) is a better total than one run's op
+        # profile (costmodel.anchored_ops)
         "kernel_anchor": True,
         # the kernel samples shipped beside the dataset (<stem>_kernels.csv.gz, single ops of
-        # the same machine kind: wide convs, odd-batch GEMVs, narrow groups... that the
-        # families leave empty), each timed to the networks' typical speed by its probe.
-        # Leave one family out on zoo-zen4: worst family 0.300 -> 0.650 within +-10 %
+        # the same machine kind that the families leave empty: wide convs, odd-batch GEMVs,
+        # narrow groups), each timed to the networks' typical speed by its probe
         "kernel_samples": True,
         # a network of no trained family (a user's module) gets the interval of the training
-        # families each held out in turn: leave one family out on zoo-zen4, the 90 % latency
-        # intervals covered a median 84 % (72.5-95 %) of the held-out family before, 92.5 %
-        # (77.5-98.3 %) with it (stop 46); the built-in families' configs keep theirs (93.5 %)
+        # families each held out in turn: an unseen architecture's honest error
         "interval": "family",
     }
 )
 
 
 #: per platform and CPU kind (:func:`module_cpu_kind`), the shipped multi-family dataset (its
-#: qualifier) the default module model trains on: each kind's own, since stop 47.
-#: - ``avx512``: zoo-zen4 (AMD EPYC Zen 4, AVX-512; 340 networks, median of five passes),
-#:   since stop 39. On another Zen 4 VM (2026-12-04), 32 zoo networks in neither model's
-#:   training rows, latency MAPE after a machine factor (leave-one-out median ratio) 6.9 %, 81 %
-#:   within 10 % (the Zen 3 zoo-zen3 model there: 9.2 %, 66 %; before, zoo-epyc's 16.0 %).
-#: - ``avx2``: zoo-zen3 (a quiet AMD EPYC Zen 3, AVX2 only; the same 340 configs, one pass
-#:   that repeats within 10 % for 95 %), since stop 47. On a Zen 3 VM (stop 41's rows), the
-#:   same 32 networks: 3.6 %, 94 % within 10 %, against zoo-zen4's 7.9 %, 59 %
-#:   (docs/checks/module_default_by_cpu.py; docs/costmodel.md "Stop 47").
+#: qualifier) the default module model trains on: each kind's own, because per-op costs differ
+#: by CPU kind more than one machine factor can correct (docs/accuracy.md)
 DEFAULT_MODULE_DATASET: Mapping[str, Mapping[str, str]] = MappingProxyType(
     {
         "cpu/torch/fp32": MappingProxyType(

@@ -44,7 +44,6 @@ from carb_nas.costmodel import (
     calibrate,
     facility_location_order,
     fit_module_ratio,
-    load_default_module_model,
     load_default_node_model,
     model_inputs,
     node_ratio,
@@ -255,9 +254,8 @@ def module_ratio(platform: str, source: Any, cpu_kind: str | None = None) -> Mod
     exact = node_ratio(cpu_kind, platform) if platform in NODE_PLATFORMS else None
     if exact is not None or platform == "cpu/onnxruntime/fp32":
         return exact  # exact: a ResNet's node table is closed-form
-    try:
-        module = load_default_module_model(platform, verbose=False, cpu_kind=cpu_kind)
-    except ModelError:  # no multi-family dataset for this platform
+    module = load_predictor(platform, calibrated=False, cpu_kind=cpu_kind).module_model
+    if module is None:  # no multi-family dataset for this platform
         return None
     frame = load_dataset(platform, ok_only=True)[list(CONFIG_COLUMNS)].drop_duplicates()
     frame = frame[frame["family"].isin(RESNET_FAMILIES)]

@@ -28,7 +28,7 @@ from carb_nas.predictors._store import (
 
 __all__ = ["load_predictor", "check_predictor", "is_platform_name", "platform_table"]
 
-_CACHE: dict[tuple[str, float, bool, float], PlatformPredictor] = {}
+_CACHE: dict[tuple[str, float, bool, float, str | None], PlatformPredictor] = {}
 _CACHE_MAX = 16
 
 
@@ -97,6 +97,7 @@ def load_predictor(
     calibrated: bool = True,
     role: str = "model",
     verbose: bool = True,
+    cpu_kind: str | None = None,
 ) -> PlatformPredictor:
     """The predictor of a platform name, a saved model directory or a fitted model.
 
@@ -109,7 +110,9 @@ def load_predictor(
     (``CostModel.save``) or a ``ModuleCostModel`` directory is loaded as it is. A
     ``PlatformPredictor`` is returned unchanged; another fitted model is wrapped.
     Loaded predictors are kept for the process (a directory is loaded again when it
-    changes). ``role`` names the option in errors (e.g. ``"--source"``).
+    changes). ``role`` names the option in errors (e.g. ``"--source"``). ``cpu_kind``: whose
+    kernel-level module model (a machine kind of ``carb-nas dataset list``; default this
+    machine's).
     """
     if isinstance(name_or_path, PlatformPredictor):
         return name_or_path
@@ -119,15 +122,17 @@ def load_predictor(
     stamp = p.stat().st_mtime if p.exists() else 0.0
     # a calibration made (or replaced) since is seen by the next load
     cal_stamp = calibration_stamp(str(name_or_path)) if calibrated and not p.exists() else 0.0
-    key = (str(name_or_path), stamp, bool(calibrated), cal_stamp)
+    key = (str(name_or_path), stamp, bool(calibrated), cal_stamp, cpu_kind)
     if key not in _CACHE:
         if len(_CACHE) >= _CACHE_MAX:
             _CACHE.clear()
-        _CACHE[key] = _load(name_or_path, calibrated, role, verbose)
+        _CACHE[key] = _load(name_or_path, calibrated, role, verbose, cpu_kind)
     return _CACHE[key]
 
 
-def _load(spec: str | Path, calibrated: bool, role: str, verbose: bool) -> PlatformPredictor:
+def _load(
+    spec: str | Path, calibrated: bool, role: str, verbose: bool, cpu_kind: str | None
+) -> PlatformPredictor:
     p = Path(spec)
     if p.is_dir():
         if is_module_model_dir(p):
@@ -143,12 +148,11 @@ def _load(spec: str | Path, calibrated: bool, role: str, verbose: bool) -> Platf
     check_model(name, role)
     config_model = load_default_model(name, verbose=verbose)
     module_model = None
-    if name.count("/") == 2 and zoo_dataset_paths(name) is not None:
-        module_model = load_default_module_model(name, verbose=verbose)
+    zoo = zoo_dataset_paths(name, cpu_kind) if name.count("/") == 2 else None
+    if zoo is not None:
+        module_model = load_default_module_model(name, verbose=verbose, cpu_kind=cpu_kind)
     kind = "carb cascade" + (" + kernel-level module model" if module_model is not None else "")
-    data = f"shipped dataset {name}" + (
-        f" + {zoo_dataset_paths(name)[0].stem}" if module_model is not None else ""  # type: ignore[index]
-    )
+    data = f"shipped dataset {name}" + (f" + {zoo[0].stem}" if zoo is not None else "")
     origin = str(getattr(config_model, "default_origin_", "") or "")
     cal = None
     if calibrated and has_calibration(name):

@@ -49,7 +49,8 @@ from carb_nas.calibrate import (
 )
 from carb_nas.costmodel import calibrate, load_default_model, model_inputs, node_rows_path
 from carb_nas.datasets import SCHEMA, load_dataset, reference_normalized
-from carb_nas.measure import Profiler, profile_passes
+from carb_nas.measure import Profiler
+from carb_nas.measure.passes import profile_passes
 from carb_nas.space import CONFIG_COLUMNS, frame_to_configs
 
 PLATFORMS = ("cpu/torch/fp32", "cpu/onnxruntime/fp32")

@@ -351,7 +351,7 @@ class Calibration:
         """How far this machine's latency moved between two measurements of the same config:
         ``n`` configs measured in two passes or more, the median and largest ``|second / first
         - 1|`` in % (NaN without passes)."""
-        from carb_nas.measure import pass_spread_pct
+        from carb_nas.measure.passes import pass_spread_pct
 
         # configs measured again because they fitted worst say how far outliers move, not
         # how the machine repeats: only whole passes count
@@ -610,7 +610,8 @@ def calibrate_on_arrival(
     config, the fastest kept (1: one measurement each). A calibration that replaces an
     earlier one says so in ``Calibration.replaced``. Nothing is written when it fails.
     """
-    from carb_nas.measure import check_passes, fastest_of_passes, frozen_heap
+    from carb_nas.measure import frozen_heap
+    from carb_nas.measure.passes import check_passes, fastest_of_passes
 
     passes = check_passes(passes)
     check_time_budget_s(time_budget_s)

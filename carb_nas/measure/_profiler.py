@@ -120,8 +120,8 @@ def cpu_identity() -> dict[str, Any]:
     """What tells two CPUs of the same ``model name`` apart (/proc/cpuinfo's first processor):
     vendor, family, model, stepping, microcode, cache size and the ISA extensions of
     :data:`ISA_FLAGS` it has. Two machines that both report ``AMD EPYC`` can run the same
-    configs several times apart; the name alone cannot say they differ. Empty off Linux. No clock: the current
-    frequency moves from one read to the next."""
+    configs several times apart; the name alone cannot say they differ. Empty off Linux.
+    No clock: the current frequency moves from one read to the next."""
     try:
         with open("/proc/cpuinfo") as f:
             return parse_cpuinfo(f.read())

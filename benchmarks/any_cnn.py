@@ -59,7 +59,7 @@ DEFAULT_OPS = DATA / "cpu_torch_fp32_zoo_ops.csv.gz"
 
 def _load(args: argparse.Namespace) -> tuple[pd.DataFrame, pd.DataFrame]:
     if args.campaign:
-        from carb_nas.measure import read_ops_campaign
+        from carb_nas.measure.campaign import read_ops_campaign
 
         rows, ops = read_ops_campaign(args.campaign)
         rows = rows[rows.status == "ok"].drop_duplicates("key", keep="last")

@@ -227,7 +227,7 @@ def measure(args: argparse.Namespace) -> None:
 
 
 def _run_campaign(specs: list[dict], build_spec, out: str, reference: bool, what: str) -> None:
-    from carb_nas.measure import run_ops_campaign
+    from carb_nas.measure.campaign import run_ops_campaign
 
     print(f"{len(specs)} {what}", file=sys.stderr, flush=True)
     n = run_ops_campaign(
@@ -552,7 +552,7 @@ def kernels(args: argparse.Namespace) -> None:
 
 def read_kernels(campaign: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(rows, ops)`` of the ok rows of a kernel-sample campaign directory."""
-    from carb_nas.measure import read_ops_campaign
+    from carb_nas.measure.campaign import read_ops_campaign
 
     p = _existing(campaign, "a kernel-sample campaign directory")
     rows, ops = read_ops_campaign(p)
@@ -598,7 +598,7 @@ def _kernel_part(path: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """``(rows, ops)`` of a kernel-sample campaign directory, or of an earlier
     ``export-kernels`` file (its samples as one more part: a later campaign extends an export
     whose campaign directories are gone)."""
-    from carb_nas.datasets import KERNEL_SAMPLE_COLUMNS
+    from carb_nas.datasets._kernels import KERNEL_SAMPLE_COLUMNS
 
     p = _existing(path, "a kernel-sample campaign directory or export")
     if p.is_dir():
@@ -617,7 +617,8 @@ def _kernel_part(path: str) -> tuple[pd.DataFrame, pd.DataFrame]:
 def export_kernels(args: argparse.Namespace) -> None:
     """Kernel-sample campaigns (or earlier exports) -> one CSV (gzip when the name ends in
     .gz), a row per sample (``carb_nas.datasets.load_kernel_samples`` reads it)."""
-    from carb_nas.datasets import KERNEL_SAMPLE_COLUMNS, machines
+    from carb_nas.datasets import machines
+    from carb_nas.datasets._kernels import KERNEL_SAMPLE_COLUMNS
     from carb_nas.measure import MIN_CPU_PER_WALL
 
     read = [_kernel_part(c) for c in args.campaign]
@@ -648,7 +649,7 @@ def read_part(path: str, with_ops: bool = True) -> tuple[pd.DataFrame, pd.DataFr
     """``(rows, ops)`` of a campaign directory, or of an exported rows CSV (its per-op table
     ``<stem>_ops.csv.gz`` beside it), so an export can be extended by a later campaign;
     ``with_ops=False`` skips the per-op table (empty)."""
-    from carb_nas.measure import read_ops_campaign
+    from carb_nas.measure.campaign import read_ops_campaign
 
     p = _existing(path, "a campaign directory or an exported rows CSV")
     if p.is_dir():

@@ -50,7 +50,8 @@ from carb_nas.calibrate import (
 )
 from carb_nas.costmodel import calibrate, load_default_model, model_inputs
 from carb_nas.datasets import SCHEMA, load_dataset, reference_normalized
-from carb_nas.measure import Profiler, profile_passes
+from carb_nas.measure import Profiler
+from carb_nas.measure.passes import profile_passes
 from carb_nas.space import CONFIG_COLUMNS, frame_to_configs
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "research"))  # research helpers

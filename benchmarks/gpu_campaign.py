@@ -145,7 +145,8 @@ def measure(
     sitting continues the draw, e.g. from research/runs/passes/gpu-h200). ``reference_probe``: the
     Profiler's (True on a GPU: the launch probe in each row's ``reference_ms``)."""
     from carb_nas.errors import CarbNasError
-    from carb_nas.measure import NoMeter, NVMLMeter, Profiler
+    from carb_nas.measure import Profiler
+    from carb_nas.measure.meters import NoMeter, NVMLMeter
     from carb_nas.space import Config
 
     t0 = time.perf_counter()

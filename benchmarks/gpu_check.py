@@ -36,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from carb_nas.errors import CarbNasError
-    from carb_nas.measure import NVMLMeter, Profiler, observe_update_period_s
+    from carb_nas.measure import Profiler
+    from carb_nas.measure.meters import NVMLMeter, observe_update_period_s
     from carb_nas.space import Config
 
     if not torch.cuda.is_available():

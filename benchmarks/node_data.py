@@ -35,7 +35,7 @@ import pandas as pd
 from carb_nas.costmodel import module_cpu_kind
 from carb_nas.datasets import load_dataset
 from carb_nas.errors import ConfigError
-from carb_nas.measure import (
+from carb_nas.measure.campaign import (
     read_ops_campaign,
     read_ort_nodes,
     run_ops_campaign,

@@ -65,7 +65,7 @@ def _pair_keys(frame: pd.DataFrame) -> pd.Series:
 
 def _pass_rows(source: str) -> pd.DataFrame:
     from carb_nas.datasets import load_dataset
-    from carb_nas.measure import campaign_rows
+    from carb_nas.measure.campaign import campaign_rows
 
     if Path(source).is_dir():
         return campaign_rows(source)

@@ -31,7 +31,7 @@ import pandas as pd
 
 def _rows(path: str) -> pd.DataFrame:
     from carb_nas.errors import CarbNasError, ConfigError
-    from carb_nas.measure import campaign_rows, read_ops_campaign
+    from carb_nas.measure.campaign import campaign_rows, read_ops_campaign
 
     try:
         try:

@@ -36,14 +36,8 @@ from pathlib import Path
 import numpy as np
 
 from carb_nas._io import atomic_write_json
-from carb_nas.measure import (
-    SUPPORTED,
-    LoadGenSettings,
-    Profiler,
-    Workload,
-    loadgen_rows,
-    run_loadgen_campaign,
-)
+from carb_nas.measure import SUPPORTED, Profiler
+from carb_nas.measure.loadgen import LoadGenSettings, Workload, loadgen_rows, run_loadgen_campaign
 from carb_nas.space import Config
 
 MODELS = [

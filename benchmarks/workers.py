@@ -34,7 +34,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from carb_nas.measure import run_campaign  # noqa: E402
+from carb_nas.measure.campaign import run_campaign  # noqa: E402
 from carb_nas.space import CONFIG_COLUMNS  # noqa: E402
 
 

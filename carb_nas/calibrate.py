@@ -301,7 +301,8 @@ def calibrate_on_arrival(
     config, the fastest kept (1: one measurement each). A calibration that replaces an
     earlier one says so in ``Calibration.replaced``. Nothing is written when it fails.
     """
-    from carb_nas.measure import check_passes, fastest_of_passes, frozen_heap
+    from carb_nas.measure import frozen_heap
+    from carb_nas.measure.passes import check_passes, fastest_of_passes
 
     passes = check_passes(passes)
     check_time_budget_s(time_budget_s)

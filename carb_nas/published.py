@@ -48,7 +48,6 @@ from carb_nas.datasets import (
     load_published,
     load_published_accuracy,
     published_inputs,
-    read_published_accuracy,
 )
 from carb_nas.errors import BudgetError, MissingFileError, ModelError
 
@@ -216,7 +215,7 @@ def published_quality(quality: str | Path | pd.DataFrame | None = "imagenet") ->
 
             buf = BytesIO()
             quality.to_csv(buf, index=False)
-            table = read_published_accuracy(buf.getvalue(), "<quality frame>")
+            table = load_published_accuracy(buf.getvalue(), "<quality frame>")
     else:
         p = Path(quality)
         if not p.is_file():
@@ -225,7 +224,7 @@ def published_quality(quality: str | Path | pd.DataFrame | None = "imagenet") ->
                 f"accuracies) or an existing timm-format results CSV, got {str(quality)!r}. "
                 "Check the path."
             )
-        table = read_published_accuracy(p.read_bytes(), str(p))
+        table = load_published_accuracy(p.read_bytes(), str(p))
     best = table.sort_values("top1", ascending=False, kind="stable")
     best = best.drop_duplicates(["arch", "resolution"]).rename(columns={"model": "weights"})
     return best[["arch", "resolution", "weights", "top1", "top5"]].reset_index(drop=True)

@@ -477,7 +477,7 @@ def validate(
             config's fastest row (:func:`carb_nas.measure.profile_passes`; for shared machines,
             where contention only adds time). 1: one measurement per config.
     """
-    from carb_nas.measure import check_passes, profile_passes
+    from carb_nas.measure.passes import check_passes, profile_passes
 
     passes = check_passes(passes)
     if scenario is not None:
@@ -834,7 +834,7 @@ class ScenarioValidationResult:
 
 
 def _scenario_settings(scenario: Any) -> Any:
-    from carb_nas.measure import LoadGenSettings
+    from carb_nas.measure.loadgen import LoadGenSettings
 
     if isinstance(scenario, LoadGenSettings):
         return scenario
@@ -890,16 +890,8 @@ def validate_scenario(
     import tempfile
 
     from carb_nas.budgets import SCENARIO_BUDGETS, accept_measured, check_scenario_budgets
-    from carb_nas.measure import (
-        Workload,
-        check_runtime,
-        cpu_model_name,
-        import_loadgen,
-        platform_string,
-        run_loadgen_campaign,
-        usable_cpus,
-        why_invalid,
-    )
+    from carb_nas.measure import check_runtime, cpu_model_name, platform_string, usable_cpus
+    from carb_nas.measure.loadgen import Workload, import_loadgen, run_loadgen_campaign, why_invalid
 
     t0 = time.perf_counter()
     settings = _scenario_settings(scenario)

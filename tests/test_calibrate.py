@@ -250,7 +250,7 @@ def test_a_torch_calibration_carries_this_kinds_module_ratio(
     (cal.directory / "calibration.json").write_text(json.dumps(doc))
     with pytest.raises(ModelError, match="damaged module ratio.*Calibrate again"):
         load_calibration(PLATFORM, FakeProfiler(torch_model), source_model=torch_model)
-    assert cal_mod.module_ratio("cpu/onnxruntime/fp32", torch_model, "avx2") is None
+    assert cal_mod.module_ratio("cpu/onnxruntime/fp32", torch_model, "amd-zen3") is None
     assert cal_mod.module_ratio("cpu/torch/fp32/zen4", torch_model) is None
 
 

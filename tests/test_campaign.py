@@ -17,18 +17,15 @@ from click.testing import CliRunner
 
 from carb_nas.cli import cli
 from carb_nas.errors import CampaignError
-from carb_nas.measure import (
+from carb_nas.measure import Prepared, Profiler, Protocol
+from carb_nas.measure._runtimes import TorchRuntime, group_of
+from carb_nas.measure.campaign import (
     JOURNAL,
     MANIFEST,
     MAX_CRASHES,
     STUDY_NAME,
-    Prepared,
-    Profiler,
-    Protocol,
-    TorchRuntime,
     campaign_rows,
     campaign_status,
-    group_of,
     open_campaign_study,
     order_configs,
     run_campaign,
@@ -418,14 +415,14 @@ def test_rows_timed_off_their_core_are_counted_remeasured_and_lose_to_rows_that_
 
 
 def test_profile_cli_warns_about_rows_timed_off_their_core(tmp_path, monkeypatch):
-    import carb_nas.measure
-    from carb_nas.measure import CampaignSummary
+    import carb_nas.measure.campaign
+    from carb_nas.measure.campaign import CampaignSummary
 
     def measured(frame, out, **kw):  # what run_campaign returns after two such rows
         return CampaignSummary(str(out), "cpu/torch/fp32", 3, 3, 3, 3, 0, 0, 0, 3, 0, 1.0, 0.3,
                                descheduled=2)  # fmt: skip
 
-    monkeypatch.setattr(carb_nas.measure, "run_campaign", measured)
+    monkeypatch.setattr(carb_nas.measure.campaign, "run_campaign", measured)
     csv = tmp_path / "c.csv"
     _configs(1).to_csv(csv, index=False)
     r = CliRunner().invoke(cli, ["profile", str(csv), "--out", str(tmp_path / "o")])

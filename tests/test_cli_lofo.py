@@ -129,7 +129,7 @@ def test_normalized_lofo_needs_rows_that_timed_the_probe(tmp_path):
 
 def test_normalized_lofo_scores_the_probe_rows_of_the_zen5_dataset(tmp_path, monkeypatch):
     from carb_nas.costmodel import _kernels
-    from carb_nas.datasets import zoo_dir
+    from carb_nas.datasets._shipped import zoo_dir
 
     # per-op boosters of 40 trees, not 300: what is scored is tested here, not the accuracy
     # (benchmarks/any_cnn.py checks that)
@@ -162,7 +162,7 @@ def test_normalized_lofo_scores_the_probe_rows_of_the_zen5_dataset(tmp_path, mon
 
 # -- kernel samples --------------------------------------------------------------------------
 def _zoo(name):
-    from carb_nas.datasets import zoo_dir
+    from carb_nas.datasets._shipped import zoo_dir
 
     return str(zoo_dir() / name)
 

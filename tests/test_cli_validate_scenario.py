@@ -151,7 +151,7 @@ def test_library_refuses_profiler_options_with_a_scenario(torch_model):
 
 @needs_loadgen
 def test_library_scenario_result_and_kept_runs(torch_model, tmp_path):
-    from carb_nas.measure import LoadGenSettings
+    from carb_nas.measure.loadgen import LoadGenSettings
     from carb_nas.validate import ScenarioValidationResult, validate
 
     settings = LoadGenSettings("offline", "quick", min_duration_ms=200, min_query_count=16)

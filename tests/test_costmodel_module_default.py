@@ -44,7 +44,7 @@ class _Upsampler(nn.Module):
 
 @pytest.mark.parametrize(
     ("kind", "dataset", "n_samples"),
-    [("avx512", "zoo-zen4", 1599), ("avx2", "zoo-zen3", 1599), ("intel-avx512", "zoo", 0)],
+    [("amd-zen4", "zoo-zen4", 1599), ("amd-zen3", "zoo-zen3", 1599), ("intel-avx512", "zoo", 0)],
 )
 def test_zoo_dataset_is_shipped_for_torch_cpu_only(kind, dataset, n_samples):
     rows, ops = zoo_dataset_paths("cpu/torch/fp32", kind)
@@ -69,11 +69,11 @@ def test_the_module_model_follows_this_machines_cpu_kind():
     from carb_nas.costmodel import module_cpu_kind
     from carb_nas.measure import cpu_identity
 
-    assert module_cpu_kind(["avx2", "fma", "avx512f", "avx512_vnni"]) == "avx512"
-    assert module_cpu_kind(["avx2", "fma", "avx512f"], "AuthenticAMD") == "avx512"
+    assert module_cpu_kind(["avx2", "fma", "avx512f", "avx512_vnni"]) == "amd-zen4"
+    assert module_cpu_kind(["avx2", "fma", "avx512f"], "AuthenticAMD") == "amd-zen4"
     assert module_cpu_kind(["avx2", "avx512f", "amx_tile"], "GenuineIntel") == "intel-avx512"
-    assert module_cpu_kind(["avx2", "fma"], "GenuineIntel") == "avx2"  # no AVX-512
-    assert module_cpu_kind(["avx2", "fma"]) == module_cpu_kind([]) == "avx2"
+    assert module_cpu_kind(["avx2", "fma"], "GenuineIntel") == "amd-zen3"  # no AVX-512
+    assert module_cpu_kind(["avx2", "fma"]) == module_cpu_kind([]) == "amd-zen3"
     identity = cpu_identity()
     here = module_cpu_kind(identity.get("isa", []), identity.get("vendor"))
     assert module_cpu_kind() == here

@@ -21,7 +21,7 @@ from carb_nas.costmodel._nodes import (
     node_table,
 )
 from carb_nas.errors import ConfigError, ModelError
-from carb_nas.measure import measure_ort_nodes, read_ort_nodes, run_ort_nodes_campaign
+from carb_nas.measure.campaign import measure_ort_nodes, read_ort_nodes, run_ort_nodes_campaign
 from carb_nas.space import CONFIG_COLUMNS, Config
 
 pytest.importorskip("onnxruntime")
@@ -135,7 +135,7 @@ def test_onnxruntime_calibrations_take_the_kinds_exact_node_column(make_rows, or
     rows = make_rows(120, seed=3)
     rows = rows[rows["precision"] == "fp32"].assign(runtime="onnxruntime")
     source = ort_model
-    assert cal_mod.module_ratio("cpu/onnxruntime/fp32", source, "avx2") is None
+    assert cal_mod.module_ratio("cpu/onnxruntime/fp32", source, "amd-zen3") is None
     ratio = cal_mod.module_ratio("cpu/onnxruntime/fp32", source, SHIPPED_KIND)
     assert isinstance(ratio, NodeRatio) and isinstance(ratio, ModuleRatio)
     X = model_inputs(rows[list(CONFIG_COLUMNS)])
@@ -151,7 +151,7 @@ def test_onnxruntime_calibrations_take_the_kinds_exact_node_column(make_rows, or
     doc["module_ratio"]["rows_sha256_16"] = "0" * 16
     with pytest.raises(ModelError, match="other node rows.*Calibrate again"):
         type(cal).from_dict(doc, source)
-    assert node_ratio("avx2") is None
+    assert node_ratio("amd-zen3") is None
 
 
 def test_torch_calibrations_take_the_kinds_exact_node_column_over_the_surrogate(
@@ -174,4 +174,4 @@ def test_torch_calibrations_take_the_kinds_exact_node_column_over_the_surrogate(
     s1 = ratio.node_model.predict(one)["latency_ms"].to_numpy()
     s8 = ratio.node_model.predict(eight)["latency_ms"].to_numpy()
     assert (s8 > s1).all() and np.median(s8 / s1) > 2
-    assert type(cal_mod.module_ratio("cpu/torch/fp32", torch_model, "avx2")) is ModuleRatio
+    assert type(cal_mod.module_ratio("cpu/torch/fp32", torch_model, "amd-zen3")) is ModuleRatio

@@ -22,7 +22,7 @@ GPU = ("cuda/torch/fp16", "cuda/torch/fp32")
 
 @pytest.mark.parametrize("platform", GPU)
 def test_gpu_rows_are_real_measurements_with_their_fingerprint(platform):
-    assert platform in shipped_names() and f"{platform}/zoo-h200" in shipped_names()
+    assert platform in shipped_names() and f"{platform}/zoo@nvidia-h200" in shipped_names()
     rows = load_dataset(platform)
     assert len(rows) >= 150 and (rows.status == "ok").all()
     assert set(rows.meter) == {"nvml-counter"}  # the total-energy counter, never a fake
@@ -190,7 +190,9 @@ def test_calibrating_a_gpu_platform_leaves_the_host_thread_count_alone(monkeypat
 def test_cuda_rows_carry_no_host_cpu_speed_probe(monkeypatch):
     """On the H200 host the CPU probe read 0.3-23 ms at random between CUDA runs (GPU sitting
     2): a CUDA profiler must not time it, a CPU one still does."""
-    from carb_nas.measure import LAUNCH_WORKLOAD, Profiler, TorchRuntime
+    from carb_nas.measure import Profiler
+    from carb_nas.measure._reference import LAUNCH_WORKLOAD
+    from carb_nas.measure._runtimes import TorchRuntime
 
     monkeypatch.setattr(Profiler, "_device_name", lambda self: "FAKE GPU (scripted)")
     cpu = TorchRuntime("cpu", "fp32", 1)
@@ -209,7 +211,8 @@ def test_the_launch_probe_times_a_chain_of_tiny_kernels():
     """The launch workload (a GPU's dispatch speed) runs on any device; here on the CPU, where
     a chain of 16 tiny convs costs more than nothing and less than the conv probe's 64x28x28."""
     from carb_nas.errors import ConfigError
-    from carb_nas.measure import LAUNCH_WORKLOAD, ReferenceProbe
+    from carb_nas.measure import ReferenceProbe
+    from carb_nas.measure._reference import LAUNCH_WORKLOAD
 
     probe = ReferenceProbe(burst=5, workload="launch")
     probe.start()

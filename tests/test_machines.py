@@ -5,7 +5,8 @@ import json
 
 import pandas as pd
 
-from carb_nas.datasets import load_dataset, machine_identity, machines
+from carb_nas.datasets import load_dataset, machines
+from carb_nas.datasets._machine import machine_identity
 
 
 def _with(rows: pd.DataFrame, **changes) -> pd.DataFrame:

@@ -102,7 +102,7 @@ def _export(out: Path, url: str, tmp_path: Path) -> pd.DataFrame:
 def _trials(url: str):
     import optuna
 
-    from carb_nas.measure import STUDY_NAME
+    from carb_nas.measure.campaign import STUDY_NAME
 
     return optuna.load_study(study_name=STUDY_NAME, storage=url).get_trials(deepcopy=False)
 

@@ -16,19 +16,21 @@ from click.testing import CliRunner
 
 from carb_nas.cli import cli
 from carb_nas.datasets import (
-    BENCHMARK_COLUMNS,
     PublishedDatasetError,
     check_appendable,
-    git_blob_sha1,
     list_datasets,
     list_published,
     load_dataset,
     load_published,
     load_published_accuracy,
+    published_inputs,
+)
+from carb_nas.datasets._published import (
+    BENCHMARK_COLUMNS,
+    git_blob_sha1,
     model_family,
     parse_benchmark_name,
     published_dir,
-    published_inputs,
     read_published_benchmark,
 )
 from carb_nas.errors import BudgetError, MissingFileError

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from carb_nas.cli import cli
 from carb_nas.errors import InputFileError
-from carb_nas.measure import LoadGenSettings, Workload, run_loadgen_campaign
+from carb_nas.measure.loadgen import LoadGenSettings, Workload, run_loadgen_campaign
 from carb_nas.reports import characterize_loadgen, loadgen_markdown
 from carb_nas.space import Config
 

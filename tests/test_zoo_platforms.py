@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from carb_nas.cli import cli
-from carb_nas.datasets import DEFAULT_QUALIFIER, list_datasets, load_dataset, shipped_names
+from carb_nas.datasets import list_datasets, load_dataset, shipped_names
 from tests.synthetic import TINY_PARAMS
 
 PAIR = ["family", "depth", "width", "resolution", "batch_size"]
@@ -119,23 +119,30 @@ def test_a_bare_openvino_name_means_its_zen5_dataset(platform):
 
 def test_dataset_list_names_the_zoo_datasets_and_bare_names_keep_their_meaning():
     names = {d["name"]: d for d in list_datasets()}
-    assert {"cpu/torch/fp32", "cpu/torch/fp32/zoo", *(f"{p}/zoo" for p in OV)} <= set(names)
-    assert names["cpu/torch/fp32/zoo"]["platform"] == "cpu/torch/fp32"
+    zoo = "cpu/torch/fp32/zoo@intel-avx512"
+    assert {
+        "cpu/torch/fp32/resnet@amd-epyc-avx512",
+        zoo,
+        *(f"{p}/zoo@intel-avx512" for p in OV),
+    } <= set(names)
+    assert names[zoo]["platform"] == "cpu/torch/fp32"
     assert set(OV) <= set(shipped_names())  # the bare name picks the only dataset
     # the bare torch name still means the shipped AMD rows, not the zoo ones
     assert (
         len(load_dataset("cpu/torch/fp32"))
-        == names["cpu/torch/fp32"]["rows"]
+        == names["cpu/torch/fp32/resnet@amd-epyc-avx512"]["rows"]
         != len(load_dataset("cpu/torch/fp32/zoo"))
     )
     run = CliRunner().invoke(cli, ["dataset", "list", "--source", "measured"])
     assert run.exit_code == 0, run.output
-    assert any(line.startswith("cpu/openvino/int8/zoo ") for line in run.stdout.splitlines())
+    assert any(
+        line.startswith("cpu/openvino/int8/zoo@intel-avx512 ") for line in run.stdout.splitlines()
+    )
 
 
 def test_a_misnamed_dataset_file_is_skipped_with_a_warning(tmp_path, monkeypatch):
     import carb_nas.datasets._shipped as shipped
-    from carb_nas.datasets import DatasetWarning
+    from carb_nas.datasets._shipped import DatasetWarning
 
     rows = load_dataset("cpu/openvino/fp32").head(3)
     rows.to_csv(tmp_path / "cpu_torch_int8_zoo.csv", index=False)  # rows of another platform
@@ -156,7 +163,7 @@ def test_a_bare_name_of_several_datasets_means_the_default_qualifier_or_none(tmp
     with pytest.raises(MissingFileError, match="no shipped dataset for platform"):
         load_dataset("cpu/openvino/fp32")  # two, neither the default: ambiguous, refused
     assert "cpu/openvino/fp32" not in shipped_names()
-    default = tmp_path / f"cpu_openvino_fp32_{DEFAULT_QUALIFIER}.csv"
+    default = tmp_path / "cpu_openvino_fp32_zoo-zen5.csv"  # the default's file
     rows.head(2).to_csv(default, index=False)
     assert load_dataset("cpu/openvino/fp32").attrs["source"] == str(default)
     assert "cpu/openvino/fp32" in shipped_names()

@@ -136,7 +136,7 @@ def calibrate_command(
     split_platform(platform)
     check_time_budget_s(time_budget_s)
     if passes is not None:
-        from carb_nas.measure import check_passes
+        from carb_nas.measure.passes import check_passes
 
         check_passes(passes)
     check_runnable(platform)

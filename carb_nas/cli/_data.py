@@ -41,7 +41,7 @@ def export_cmd(
     Reads the campaign only: nothing in CAMPAIGN or its storage is created or changed.
     """
     from carb_nas.datasets import write_table
-    from carb_nas.measure import campaign_rows, salvage_rows
+    from carb_nas.measure.campaign import campaign_rows, salvage_rows
 
     if salvage:
         frame = salvage_rows(campaign)
@@ -87,7 +87,7 @@ def status_cmd(campaign: str, storage: str | None, as_json: bool) -> None:
 
     Reads the campaign only: nothing in CAMPAIGN or its storage is created or changed.
     """
-    from carb_nas.measure import campaign_status
+    from carb_nas.measure.campaign import campaign_status
 
     status = campaign_status(campaign, storage)
     if as_json:
@@ -117,9 +117,10 @@ def status_cmd(campaign: str, storage: str | None, as_json: bool) -> None:
 @json_option("Print a JSON list, one object per shipped dataset (with its source).")
 @example("carb-nas dataset list --source published --json")
 def list_cmd(source: str, as_json: bool) -> None:
-    """The datasets shipped with carb_nas: measured (one per platform, plus the multi-family
-    ones named PLATFORM/zoo; a load takes the name in the first column) and published."""
-    from carb_nas.datasets import list_datasets, list_published
+    """The datasets shipped with carb_nas: measured (named PLATFORM/CONFIGS@MACHINE_KIND, a
+    bare PLATFORM their default; a load takes the name in the first column), the machine
+    kinds that measured them, and published ones."""
+    from carb_nas.datasets import MACHINE_KINDS, list_datasets, list_published
 
     items = []
     if source in ("all", "measured"):
@@ -131,6 +132,12 @@ def list_cmd(source: str, as_json: bool) -> None:
         return
     if not items:
         click.echo("no shipped datasets")
+    if source in ("all", "measured"):
+        click.echo("machine kinds:")
+        for k in MACHINE_KINDS.values():
+            isa = " ".join(k.isa) or "-"
+            click.echo(f"  {k.id:<16} {k.vendor:<12} {k.cpu_model:<28} {k.family_model}; {isa}")
+        click.echo("datasets:")
     for d in items:
         if d["source"] == "published":
             what = f"{d.get('device_name') or d['kind']}"
@@ -141,7 +148,7 @@ def list_cmd(source: str, as_json: bool) -> None:
             )
             continue
         click.echo(
-            f"{d['name']:<24} {d['rows']:>6} rows  source=measured  "
+            f"{d['name']:<42} {d['rows']:>6} rows  source=measured  "
             f"energy={str(d['energy_j']).lower()}  {d['device_name']}  {d['path']}"
         )
 

@@ -147,14 +147,12 @@ def loadgen_cmd(
     """
     from carb_nas.datasets import read_configs
     from carb_nas.errors import ConfigError
-    from carb_nas.measure import (
+    from carb_nas.measure import calibration_batches, check_platform, usable_cpus
+    from carb_nas.measure.loadgen import (
         LoadGenSettings,
         Workload,
-        calibration_batches,
-        check_platform,
         import_loadgen,
         run_loadgen_campaign,
-        usable_cpus,
     )
     from carb_nas.space import frame_to_configs
 

@@ -774,7 +774,7 @@ def validate_command(
         )
     device, runtime, precision = _platform_of_model(model_spec, device, runtime, precision)
     check_platform(device, runtime, precision)
-    from carb_nas.measure import check_passes
+    from carb_nas.measure.passes import check_passes
 
     check_passes(passes)
     loadgen = _scenario_settings(
@@ -798,7 +798,7 @@ def validate_command(
     )
     check_runtime(device, runtime, precision)  # its extra installed, before the model loads
     if loadgen is not None:
-        from carb_nas.measure import import_loadgen
+        from carb_nas.measure.loadgen import import_loadgen
 
         import_loadgen()
     if append is not None:
@@ -986,7 +986,7 @@ def _scenario_settings(
             "are decided on measurements; drop it or drop --scenario."
         )
     check_scenario_budgets(budgets, scenario)
-    from carb_nas.measure import LoadGenSettings
+    from carb_nas.measure.loadgen import LoadGenSettings
 
     if "samples_per_query" in named and scenario != "multi-stream":
         raise ConfigError(

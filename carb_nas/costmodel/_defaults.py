@@ -69,7 +69,8 @@ def load_default_model(
     params: Mapping[str, Any] | None = None,
 ) -> CostModel:
     """The default cost model for ``platform``: a shipped dataset name (``"cpu/torch/fp32"``,
-    ``"cpu/torch/fp32/zoo"``, ``"cpu/openvino/int8"``; ``carb_nas.datasets.shipped_names``).
+    ``"cpu/torch/fp32/zoo@intel-avx512"``, ``"cpu/openvino/int8"``;
+    ``carb_nas.datasets.shipped_names``).
 
     A model shipped in ``carb_nas/data/models/<platform>`` wins. Otherwise the model is
     trained on first use from the dataset shipped for that platform with
@@ -143,7 +144,7 @@ def _shipped_dataset(platform: str) -> Path:
     from carb_nas.datasets import dataset_path, shipped_names
 
     shipped = shipped_names()
-    if platform not in shipped:
+    if platform not in shipped_names(other_spellings=True):
         raise err(
             f"no shipped dataset or model for platform {platform!r}",
             f"one of {shipped or '(none shipped)'}",
@@ -227,17 +228,18 @@ DEFAULT_MODULE_PARAMS: Mapping[str, Any] = MappingProxyType(
 DEFAULT_MODULE_DATASET: Mapping[str, Mapping[str, str]] = MappingProxyType(
     {
         "cpu/torch/fp32": MappingProxyType(
-            {"avx512": "zoo-zen4", "avx2": "zoo-zen3", "intel-avx512": "zoo"}
+            {"amd-zen4": "zoo-zen4", "amd-zen3": "zoo-zen3", "intel-avx512": "zoo"}
         )
     }
 )
-MODULE_CPU_KINDS = ("avx512", "avx2", "intel-avx512")
+MODULE_CPU_KINDS = ("amd-zen4", "amd-zen3", "intel-avx512")  # ids of datasets.MACHINE_KINDS
 
 
 def module_cpu_kind(isa: Sequence[str] | None = None, vendor: str | None = None) -> str:
-    """Which machine kind's module model serves this CPU: ``"intel-avx512"`` where an Intel
-    CPU (``vendor`` ``GenuineIntel``) has AVX-512, ``"avx512"`` (AMD Zen 4's) where another
-    has it, otherwise ``"avx2"`` (also where /proc/cpuinfo cannot be read). ``isa`` and
+    """Which machine kind's module model serves this CPU (an id of
+    ``carb_nas.datasets.MACHINE_KINDS``): ``"intel-avx512"`` where an Intel CPU (``vendor``
+    ``GenuineIntel``) has AVX-512, ``"amd-zen4"`` where another has it, otherwise
+    ``"amd-zen3"`` (AVX2 only; also where /proc/cpuinfo cannot be read). ``isa`` and
     ``vendor``: :func:`carb_nas.measure.cpu_identity`'s, default this machine's (``isa`` given
     alone: vendor unknown). Each kind's per-op costs differ: on 32 unseen networks the other
     kind's model erred 1.3x (Zen 4: 9.2 against 6.9 %) to 2.2x (Zen 3: 7.9 against 3.6 %) as
@@ -248,8 +250,8 @@ def module_cpu_kind(isa: Sequence[str] | None = None, vendor: str | None = None)
     if isa is None:
         return _this_cpu_kind()
     if not any(str(f).startswith("avx512") for f in isa):
-        return "avx2"
-    return "intel-avx512" if vendor == "GenuineIntel" else "avx512"
+        return "amd-zen3"
+    return "intel-avx512" if vendor == "GenuineIntel" else "amd-zen4"
 
 
 @functools.cache

@@ -426,7 +426,7 @@ def _load_or_train(path: Path, digest: str, platform: str, verbose: bool) -> Nod
     import gzip
     import time
 
-    from carb_nas.measure import read_ort_nodes
+    from carb_nas.measure.campaign import read_ort_nodes
 
     cache = default_model_cache_dir()
     stem = platform.replace("/", "_")

@@ -1,10 +1,10 @@
-"""Kernel samples: single operators of no network, measured on one machine (issue 14).
+"""Kernel samples: single operators of no network, measured on one machine.
 
 An export (``benchmarks/any_cnn_data.py export-kernels``) holds one row per sample: its key,
 the platform fingerprint, the latency CV, the speed probe (``reference_ms``,
 ``ops_reference_ms``), the traced op columns (``carb_nas.features.trace_ops``) and the op's
-``measured_ms``; exports since stop 39 also keep the sample's whole-module ``latency_ms`` where
-it was measured (what anchoring a sample to its latency would need).
+``measured_ms``; an export with a ``latency_ms`` column also keeps the sample's whole-module
+latency where it was measured (what anchoring a sample to its latency would need).
 ``load_kernel_samples`` reads it as the op table ``ModuleCostModel`` takes as
 ``kernel_samples``: per-op costs are per machine, so samples of another CPU than the networks'
 are refused.

@@ -403,8 +403,14 @@ def load_published(name: str, ok_only: bool = True) -> pd.DataFrame:
     return frame
 
 
-def load_published_accuracy(name: str = "imagenet") -> pd.DataFrame:
-    """The shipped published accuracy table (``imagenet``: timm's ``results-imagenet.csv``)."""
+def load_published_accuracy(
+    name: str | bytes = "imagenet", label: str | None = None
+) -> pd.DataFrame:
+    """A published accuracy table, validated: the shipped one named ``name`` (``imagenet``:
+    timm's ``results-imagenet.csv``), or ``name`` given as the bytes of such a CSV (``label``
+    names it in messages)."""
+    if isinstance(name, bytes):
+        return read_published_accuracy(name, label or "<accuracy bytes>")
     for f in _entries("accuracy"):
         if f["name"] in (name, f"{PUBLISHED_PREFIX}accuracy/{name}"):
             frame = read_published_accuracy(_content(f), f["name"])

@@ -1,16 +1,16 @@
 """Shipped measurement datasets and the one loader of rows tables.
 
-Datasets live in ``carb_nas/data/datasets/<platform with / replaced by _>.csv`` (or .parquet),
-one per platform, rows following ``SCHEMA``; ``carb_nas/data/zoo/`` holds the multi-family
-datasets measured on another machine (the built-in families; ``*_ops`` tables beside them are
-per-operator tables, not datasets). A dataset's *name* is its file name with ``_`` read as
-``/``: ``device/runtime/precision`` (``cpu/torch/fp32``) or that plus a qualifier
-(``cpu/torch/fp32/zoo``: a second dataset of a platform). A bare platform name picks the file
-in ``data/datasets/``, or, when there is none, the platform's only dataset, or of several the
-one qualified ``DEFAULT_QUALIFIER`` (``cpu/openvino/int8`` is ``cpu/openvino/int8/zoo-zen5``).
-``load_dataset`` is the one way to read measured rows -- a shipped name, a path or a DataFrame
--- and validates every table it returns with ``validate_rows`` (see
-``carb_nas.datasets._validate`` for the strictness rule).
+Datasets live in ``carb_nas/data/datasets/`` (the ResNet-space rows) and ``carb_nas/data/zoo/``
+(the multi-family rows of the built-in families; ``*_ops`` and ``*_kernels`` tables beside them
+are per-operator tables, not datasets), rows following ``SCHEMA``. Each shipped file has a
+name ``<device>/<runtime>/<precision>/<configs>@<machine kind>`` (``cpu/torch/fp32/zoo@amd-zen4``;
+the grammar, the kinds and the name -> file table: ``carb_nas.datasets._kinds``). A bare
+platform name (``cpu/torch/fp32``) means its ``DEFAULT_DATASETS`` entry, or the platform's
+only dataset. The spelling of a file name with ``/`` for ``_`` (``cpu/torch/fp32/zoo-zen4``)
+is accepted too, so names written before the kinds keep loading the same rows; a file that is
+not in the table (one added by hand) is named that way. ``load_dataset`` is the one way to read
+measured rows -- a shipped name, a path or a DataFrame -- and validates every table it returns
+with ``validate_rows`` (see ``carb_nas.datasets._validate`` for the strictness rule).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 
 import pandas as pd
 
+from carb_nas.datasets._kinds import DEFAULT_DATASETS, SHIPPED_FILES
 from carb_nas.datasets._published import refuse_published
 from carb_nas.datasets._schema import REQUIRED_COLUMNS
 from carb_nas.datasets._tables import TABLE_SUFFIXES, read_table
@@ -28,7 +29,6 @@ from carb_nas.datasets._validate import validate_rows
 from carb_nas.errors import CarbNasError, InputFileError, MissingFileError
 
 __all__ = [
-    "DEFAULT_QUALIFIER",
     "DatasetWarning",
     "datasets_dir",
     "dataset_path",
@@ -38,10 +38,8 @@ __all__ = [
     "zoo_dir",
 ]
 
-
-#: what a bare platform name means when the platform has several qualified datasets and none
-#: in ``data/datasets/``: the quiet, probe-timed Zen 5 rows (docs/datasets.md)
-DEFAULT_QUALIFIER = "zoo-zen5"
+#: file stem -> dataset name, for the shipped files (stems are unique across both folders)
+_NAME_OF_STEM = {file.rsplit("/", 1)[1]: name for name, file in SHIPPED_FILES.items()}
 
 
 class DatasetWarning(UserWarning):
@@ -59,44 +57,59 @@ def zoo_dir() -> Path:
 
 def _files() -> list[Path]:
     """Every shipped dataset file: ``data/datasets/`` first, then ``data/zoo/`` (its per-op
-    ``*_ops`` tables are not datasets)."""
+    ``*_ops`` and ``*_kernels`` tables are not datasets)."""
     out: list[Path] = []
     for d in (datasets_dir(), zoo_dir()):
         if d.is_dir():
             out += sorted(
-                p for p in d.iterdir() if p.suffix in TABLE_SUFFIXES and not p.stem.endswith("_ops")
+                p
+                for p in d.iterdir()
+                if p.suffix in TABLE_SUFFIXES and not p.stem.endswith(("_ops", "_kernels"))
             )
     return out
 
 
-def _name(path: Path) -> str:
+def _file_spelling(path: Path) -> str:
     return path.stem.replace("_", "/")
 
 
+def _name(path: Path) -> str:
+    return _NAME_OF_STEM.get(path.stem, _file_spelling(path))
+
+
+def _platform(name: str) -> str:
+    return "/".join(name.split("/")[:3])
+
+
 def _resolve(name: str) -> Path | None:
-    """The file of a shipped dataset name; a bare platform name (``device/runtime/precision``)
-    without a file of its own picks the platform's only qualified dataset, or of several the
-    ``DEFAULT_QUALIFIER`` one."""
+    """The file of a dataset name (see the module docstring): its own name, its file's
+    spelling, or a bare platform's default or only dataset."""
     files = _files()
-    found = [f for f in files if _name(f) == name]
-    if found:
-        return found[0]
+    for spelling in (_name, _file_spelling):
+        found = [f for f in files if spelling(f) == name]
+        if found:
+            return found[0]
     if name.count("/") == 2:
-        qualified = [f for f in files if _name(f).rsplit("/", 1)[0] == name]
+        default = [f for f in files if _name(f) == DEFAULT_DATASETS.get(name)]
+        qualified = [f for f in files if _platform(_name(f)) == name]
+        if default:
+            return default[0]
         if len(qualified) == 1:
             return qualified[0]
-        preferred = [f for f in qualified if _name(f) == f"{name}/{DEFAULT_QUALIFIER}"]
-        if preferred:
-            return preferred[0]
     return None
 
 
-def shipped_names() -> list[str]:
-    """Every name :func:`load_dataset` accepts for a shipped dataset: the file names, and
-    each bare platform name that picks a qualified dataset."""
-    names = [_name(f) for f in _files()]
-    bare = sorted({n.rsplit("/", 1)[0] for n in names if n.count("/") == 3} - set(names))
-    return names + [b for b in bare if _resolve(b) is not None]
+def shipped_names(other_spellings: bool = False) -> list[str]:
+    """The names of the shipped datasets and each bare platform name that picks one (what
+    ``carb-nas dataset list`` shows); ``other_spellings`` adds the file spellings that
+    :func:`load_dataset` accepts too (``cpu/torch/fp32/zoo-zen4``)."""
+    files = _files()
+    names = [_name(f) for f in files]
+    bare = sorted({_platform(n) for n in names if n.count("/") == 3} - set(names))
+    out = names + [b for b in bare if _resolve(b) is not None]
+    if other_spellings:
+        out += [s for s in (_file_spelling(f) for f in files) if s not in out]
+    return out
 
 
 def dataset_path(platform_or_path: str | Path) -> Path:
@@ -152,6 +165,7 @@ def _describe(path: Path) -> dict[str, Any]:
     device, runtime, precision = (platform.split("/") + ["", "", ""])[:3]
     return {
         "name": name,
+        "machine_kind": name.rsplit("@", 1)[1] if "@" in name else None,
         "platform": platform,
         "device": device,
         "device_name": str(first["device_name"]) if first is not None else None,
@@ -165,7 +179,8 @@ def _describe(path: Path) -> dict[str, Any]:
 
 
 def list_datasets() -> list[dict[str, Any]]:
-    """One dict per shipped dataset: name (what :func:`load_dataset` takes), platform,
+    """One dict per shipped dataset: name (what :func:`load_dataset` takes), machine_kind
+    (an id of ``MACHINE_KINDS``; None for a file not in the shipped table), platform,
     device, device_name, runtime, precision, path (absolute), rows, ok_rows, energy_j (True
     when the dataset has measured energy).
 
@@ -189,8 +204,8 @@ def load_dataset(
     name: str | None = None,
 ) -> pd.DataFrame:
     """Measured rows, validated: a shipped dataset name (``cpu/torch/fp32``,
-    ``cpu/torch/fp32/zoo``, ``cpu/openvino/int8``; see :func:`list_datasets`), a path or a
-    frame.
+    ``cpu/torch/fp32/zoo@amd-zen4``, ``cpu/openvino/int8``; see :func:`list_datasets`), a path
+    or a frame.
 
     ``partial=False``: a complete dataset (every required column, real devices only);
     ``partial=True``: an analysis input (config columns plus what is present; see

@@ -933,9 +933,9 @@ def run_campaign(
         "source_fingerprint": src_fp,
         "storage": _recorded_storage(out_dir, url),
     }
-    if lock_sm_clock_mhz is not None:  # absent (= clocks as found) in older manifests
+    if lock_sm_clock_mhz is not None:  # key absent from a manifest = clocks as found
         manifest["lock_sm_clock_mhz"] = lock_sm_clock_mhz
-    if fresh_process:  # absent (= one process for all configs) in older manifests
+    if fresh_process:  # key absent from a manifest = one process for all
         manifest["fresh_process"] = True
     if wait_quiet_s:  # hygiene only: may change between sittings, not checked on resume
         manifest["wait_quiet_s"] = wait_quiet_s

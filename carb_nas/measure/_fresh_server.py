@@ -33,12 +33,12 @@ def _warm_up() -> None:
 
     - glibc starts with 128 KiB mmap and trim thresholds and raises them (up to 32 MiB and
       64 MiB) when it frees a mapped buffer. A process that has not yet seen a large buffer
-      maps, unmaps or trims its mid-size buffers on every call: fresh children measured
-      without this 18 % slower (median) on the 418 shipped configs that then faulted > 1,000
-      pages per run. Allocating and freeing one buffer just under 32 MiB raises both, as
+      maps, unmaps or trims its mid-size buffers on every call, so fresh children measured
+      without this ran slower than a long-running process (docs/measurement.md, "Page faults
+      and process history"). Allocating and freeing one buffer just under 32 MiB raises both, as
       any big model does in a shared profiling process; buffers of 32 MiB and more are still
       mapped anew on every call (``mmap_mb``), which no threshold changes.
-    - A fresh process spends ~0.9 s in its first memory profile (PyTorch's profiler) and
+    - A fresh process spends most of a second in its first memory profile (PyTorch's profiler) and
       JITs oneDNN on its first convolution: a tiny model pays that once here.
     The tiny model frees only small buffers, so the heap holds no free chunk that a large
     request could reuse.

@@ -3,7 +3,7 @@ matched to the traced op table of :func:`carb_nas.features.trace_ops`.
 
 :func:`measure_ops` times a module the way the profiler times a config (the
 :class:`~carb_nas.measure.Protocol`'s whole-network runs; the exact tensor peak of
-:func:`~carb_nas.measure.torch_cpu_peak_bytes`), then runs it ``profiled_runs`` more times under
+``_runtimes.torch_cpu_peak_bytes``), then runs it ``profiled_runs`` more times under
 ``torch.profiler.profile`` (public API), each run inside a ``record_function`` marker. The
 marker's direct children are the function-level ops the runtime executed (``aten::conv2d``,
 ``aten::batch_norm``, ``aten::add_``, ...); their per-run CPU times (``cpu_time_total``, which

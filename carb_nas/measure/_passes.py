@@ -1,11 +1,10 @@
 """Interleaved passes: the fastest of K measurements of each config, for shared machines.
 
-On a shared VM the slowdown that other tenants cause comes and goes over seconds to minutes and
-only ever adds time, so one measurement of a config (the median of its timed runs) moves a lot
-from one pass to the next while the fastest of a few passes, spread out in time, does not. On
-this project's 2-core AMD VM on a noisy day (2026-12-01, 12 torch configs, adaptive protocol,
-6 passes): two single passes differed by a MAPE of 11.6-24.2 %, the medians of 3 passes by
-20.5 %, the means of 3 by 14.6 %, the fastest of 3 by 5.9 %. :func:`profile_passes` measures
+On a shared machine the slowdown that other tenants cause comes and goes over seconds to
+minutes and only ever adds time, so one measurement of a config (the median of its timed runs)
+moves a lot from one pass to the next while the fastest of a few passes, spread out in time,
+does not; the fastest of 3 repeats far better than one pass, or the median or mean of 3
+(docs/measurement.md, "How well the machine repeats itself"). :func:`profile_passes` measures
 the configs in ``passes`` rounds (each config once per round, so the repeats of a config are
 spread over the whole job) and keeps, per config, its fastest ok row: a real row, whose
 ``protocol_params`` records the passes and every pass's latency.

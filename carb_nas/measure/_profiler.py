@@ -54,8 +54,9 @@ __all__ = [
 ]
 
 ERROR_MAX_CHARS = 500
-#: platforms whose shipped rows predate ``scheme`` in the fingerprint (kept as they were)
-_FINGERPRINTS_BEFORE_SCHEME = {("torch", "fp32"), ("onnxruntime", "fp32"), ("onnxruntime", "int8")}
+#: platforms whose fingerprint has no ``scheme`` key (their conversion is fixed): kept so, so
+#: that their campaigns' fingerprints stay equal to those of their shipped rows
+_PLATFORMS_WITHOUT_SCHEME = {("torch", "fp32"), ("onnxruntime", "fp32"), ("onnxruntime", "int8")}
 
 
 @contextlib.contextmanager
@@ -63,8 +64,8 @@ def frozen_heap() -> Iterator[None]:
     """Around a loop of :meth:`Profiler.profile` calls: collect, then freeze what lives now
     (the imported libraries, a loaded cost model, a campaign's store), so the full
     ``gc.collect()`` before each config scans only what the measurements create. Unfrozen on
-    exit. With a default model loaded that collection took 0.11-0.17 s of every 0.65-0.82 s
-    config (stop 43, a Zen 3), time a calibration's budget could measure with. Inside a heap
+    exit. With a default model loaded, a full collection is a sizeable share of each
+    config's time, time a calibration's budget could measure with instead. Inside a heap
     frozen already (an outer ``frozen_heap``), it does nothing: ``gc.unfreeze`` thaws every
     frozen object, so unfreezing here would leave the outer loop scanning the whole heap."""
     if gc.get_freeze_count():
@@ -118,9 +119,9 @@ _CPUINFO_FIELDS = {
 def cpu_identity() -> dict[str, Any]:
     """What tells two CPUs of the same ``model name`` apart (/proc/cpuinfo's first processor):
     vendor, family, model, stepping, microcode, cache size and the ISA extensions of
-    :data:`ISA_FLAGS` it has. Two VMs that both report ``AMD EPYC`` ran the same configs 3x
-    apart; the name alone could not say they differ. Empty off Linux. No clock: the current
-    frequency moves from one read to the next."""
+    :data:`ISA_FLAGS` it has. Two machines that both report ``AMD EPYC`` can run the same
+    configs several times apart; the name alone cannot say they differ. Empty off Linux.
+    No clock: the current frequency moves from one read to the next."""
     try:
         with open("/proc/cpuinfo") as f:
             return parse_cpuinfo(f.read())
@@ -164,8 +165,8 @@ def allocator_fingerprint() -> dict[str, Any]:
     """The C library and the environment that change how its allocator serves this process.
 
     Eager PyTorch on the CPU allocates through ``malloc``; buffers of at least glibc's mmap
-    threshold get fresh pages on every call, which costs ~0.4 ms per MB here (the ``mmap_mb``
-    feature). Raised ``MALLOC_MMAP_THRESHOLD_`` and ``MALLOC_TRIM_THRESHOLD_`` remove it
+    threshold get fresh pages on every call, a cost per MB (the ``mmap_mb`` feature,
+    docs/measurement.md). Raised ``MALLOC_MMAP_THRESHOLD_`` and ``MALLOC_TRIM_THRESHOLD_`` remove it
     (measured), other ``MALLOC_*`` / ``GLIBC_TUNABLES`` settings or a preloaded allocator
     (jemalloc, tcmalloc) may, so rows measured under them are not comparable. Preloaded
     libraries are named by file name only (no paths, so no user or host names).
@@ -192,10 +193,9 @@ class Profiler:
     ``fresh_process=True`` (CPU only) measures each config in a new process forked from a
     clean server, so no measurement depends on what ran before it: eager PyTorch pays the
     per-call page faults of its buffers of >= 32 MiB (``mmap_mb``) only when glibc has no
-    freed heap chunk to reuse, and a shared process sometimes has one (in one profiler
-    process basic-18 w2 r32 b4 ran 28 ms, against 68-73 ms fresh). Costs the model build per
-    config instead of per model, plus the fork (0.62 s per config on 796 shipped configs
-    here; Linux and macOS: it needs ``os.fork``).
+    freed heap chunk to reuse, and a shared process sometimes has one (docs/measurement.md,
+    "Page faults and process history"). Costs the model build per config instead of per
+    model, plus the fork (Linux and macOS: it needs ``os.fork``).
     """
 
     def __init__(
@@ -274,11 +274,10 @@ class Profiler:
         self.wait_quiet_s = wait_quiet_s
         self.quiet_threshold_cores = quiet_threshold_cores
         # the machine-speed probe among each row's runs (reference_ms); built on first use.
-        # None: CPU rows only. On the H200's 16-core VM host the CPU conv probe read 0.3-23 ms
-        # at random between CUDA runs, its two readings of one config were uncorrelated
-        # (r = -0.04), and dividing it out made the repeat MAPE 380 % instead of 11 %
-        # (docs/measurement.md, GPU sitting 2); True on a GPU times the launch probe
-        # (LAUNCH_WORKLOAD, opt-in until a sitting shows it follows the latency's drift)
+        # None: CPU rows only. Between CUDA runs the CPU conv probe does not follow the
+        # latency's drift, so dividing it out makes repeats disagree more (docs/measurement.md);
+        # True on a GPU times the launch probe (LAUNCH_WORKLOAD, opt-in until a measurement
+        # shows it follows the latency's drift)
         if reference_probe is None:
             reference_probe = self.kind == "cpu"
         self.reference_probe = bool(reference_probe) and self.kind in ("cpu", "cuda")
@@ -367,7 +366,7 @@ class Profiler:
             if self.precision == "int8":
                 cal = self.runtime.calibration
                 fp["calibration"] = CALIBRATION if cal is None else _calibration_record(cal)
-        if (self.runtime.name, self.precision) not in _FINGERPRINTS_BEFORE_SCHEME:
+        if (self.runtime.name, self.precision) not in _PLATFORMS_WITHOUT_SCHEME:
             fp["scheme"] = self.runtime.scheme()  # conversion, quantization, calibration set
         try:
             from importlib.metadata import version

@@ -6,12 +6,11 @@ within ``target_ci_rel`` (2%) of the median, with at least ``min_runs`` runs, or
 ``time_cap_s`` of timing is spent. Such an interval needs at least 6 runs at 95% (with 5, even
 [min, max] covers the median only 93.75% of the time), so the CI rule never stops earlier.
 Nor does it stop before ``min_time_s`` (0.15 s) of timing: successive runs are not independent
-on a shared machine (its speed wanders on a scale of seconds), so six 2 ms runs can agree
-closely and still miss the median a longer window sees (``benchmarks/protocol.py``, 20
-configs, 3 rounds, one run each: with the window the median adaptive-vs-CARB gap was 0.8% and
-the largest 3.8% at a speedup of 4.2; without it 1.3%, 5.2% and 5.2).
+on a shared machine (its speed wanders on a scale of seconds), so six short runs can agree
+closely and still miss the median a longer window sees (``benchmarks/protocol.py`` compares
+the two protocols with and without the window; docs/measurement.md, "Timing protocol").
 
-CARB (seed 001): 10 warmups, 100 timed runs, 1 s cooldown.
+CARB: the fixed protocol of the CARB paper: 10 warmups, 100 timed runs, 1 s cooldown.
 """
 
 from __future__ import annotations
@@ -270,7 +269,7 @@ def lost_its_core(row: Mapping[str, Any]) -> bool:
     (``cpu_per_wall`` below ``MIN_CPU_PER_WALL``; rows without it are not judged). More
     threads spin and wait in ways that are the runtime's own, so they are not judged."""
     raw_share, raw_threads = row.get("cpu_per_wall"), row.get("threads")
-    if raw_share is None or raw_threads is None:  # not recorded (older rows), no thread count
+    if raw_share is None or raw_threads is None:  # rows without the columns: nothing to judge
         return False
     try:
         share, threads = float(raw_share), float(raw_threads)

@@ -48,8 +48,9 @@ def autogroup_enabled() -> bool | None:
 
     With it on, the scheduler shares the CPU fairly between terminal sessions first and
     applies ``nice`` only inside a session: a ``nice -n 19`` job started from another
-    session still takes half of a core a measurement needs (measured here: a one-thread
-    convolution's wall time was 2-3x its CPU time until ``sched_autogroup_enabled`` was 0).
+    session still takes half of a core a measurement needs (a one-thread convolution's wall
+    time then exceeds its CPU time several times over; docs/measurement.md, "Sharing the
+    CPU").
     """
     try:
         with open("/proc/sys/kernel/sched_autogroup_enabled") as f:

@@ -1,23 +1,21 @@
 """The machine-speed probe: one fixed workload timed in short bursts among a config's runs.
 
-Why: on the shared VMs this project measures on, a core runs convolution code 10-25 % slower
-for seconds at a time while the process keeps its core (``cpu_per_wall`` about 1.0, no steal
-in ``/proc/stat``), so two fresh-process measurements of one config disagree by more than any
-cost model can learn. Measured (2026-12-02, AMD EPYC Zen 5, 2 vCPUs, the other core idle):
-the per-second medians of MobileNetV2 and ResNet-26 runs had a log sd of 0.110 and 0.074; this
-probe, timed between them, moved with them (correlation 0.95), so the ratios had 0.034 and
-0.042. A 512 x 512 matmul moved far less (0.030), so the slow phases are not a clock change
-that every kind of code feels the same way; a convolution probe follows convolution networks.
+Why: on a shared virtual machine a core can run convolution code slower for seconds at a time
+while the process keeps its core (``cpu_per_wall`` about 1.0, no steal in ``/proc/stat``), so
+two fresh-process measurements of one config disagree by more than any cost model can learn.
+A convolution probe timed between a network's runs moves with them, where a matmul does not:
+the slow phases are not a clock change that every kind of code feels the same way (the
+measurements: docs/measurement.md, "How well the machine repeats itself").
 
 A row's ``reference_ms`` (the probe's median over the row's timing window) lets a dataset
 divide the machine's momentary speed out: :func:`carb_nas.datasets.reference_normalized`.
 
-On a GPU that CPU conv says nothing (an H200 host, 2026-12-04: 0.36-23 ms at random between
-CUDA runs, two readings of one config uncorrelated), while eager CNNs there are launch-bound
-(20-40 us of host dispatch per op). ``workload="launch"`` times :data:`LAUNCH_WORKLOAD` instead,
+On a GPU that CPU conv says nothing (its readings between CUDA runs are uncorrelated with the
+latency's drift), while eager CNNs there are launch-bound (host dispatch per op).
+``workload="launch"`` times :data:`LAUNCH_WORKLOAD` instead,
 a chain of tiny kernels on the row's device, synchronized: the host's dispatch speed, which
 launch-bound latency follows. Opt-in (``Profiler(reference_probe=True)`` on a CUDA device)
-until a GPU sitting shows it tracks the latency's drift.
+until a GPU measurement shows it tracks the latency's drift.
 """
 
 from __future__ import annotations
@@ -45,10 +43,9 @@ class ReferenceProbe:
     """Times :data:`REFERENCE_WORKLOAD` in bursts of ``burst`` runs, one burst at the start
     of a timing window, then one whenever ``every_s`` of the window has passed since the
     last, and one at its end (:func:`carb_nas.measure.time_runs` calls it). Bursts rather
-    than one probe run after every timed run: the probe's ~0.55 MB (0.15 MB of weights, 0.2 MB
-    each of input and output) would evict part of a
-    small network's working set before each of its runs; a burst every 0.1 s colds at most
-    one run in ten or more, which the median ignores."""
+    than one probe run after every timed run: the probe's working set (weights, input and
+    output) would evict part of a small network's before each of its runs; a burst every
+    ``every_s`` colds at most a few runs, which the median ignores."""
 
     def __init__(
         self,

@@ -206,7 +206,7 @@ class Calibration:
         """How far this machine's latency moved between two measurements of the same config:
         ``n`` configs measured in two passes or more, the median and largest ``|second / first
         - 1|`` in % (NaN without passes)."""
-        from carb_nas.measure import pass_spread_pct
+        from carb_nas.measure.passes import pass_spread_pct
 
         # configs measured again because they fitted worst say how far outliers move, not
         # how the machine repeats: only whole passes count

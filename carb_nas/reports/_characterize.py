@@ -424,7 +424,7 @@ def characterize_loadgen(run_dir: str | Path) -> dict[str, Any]:
     throughput ratio and single-stream p90 ratio); the fastest platform per model and scenario.
     An INVALID run's figure is kept and flagged.
     """
-    from carb_nas.measure import loadgen_rows
+    from carb_nas.measure.loadgen import loadgen_rows
 
     rows = loadgen_rows(run_dir)
     if not rows:

@@ -471,7 +471,7 @@ def run_active_campaign(
     import dataclasses
     import time
 
-    from carb_nas.measure import campaign_rows, run_campaign
+    from carb_nas.measure.campaign import campaign_rows, run_campaign
 
     t_start = time.perf_counter()
     cand = _candidates(configs, runtime, precision)

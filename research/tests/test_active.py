@@ -14,15 +14,12 @@ from click.testing import CliRunner
 
 from carb_nas.cli import cli
 from carb_nas.errors import ConfigError
-from carb_nas.measure import (
+from carb_nas.measure import Prepared, Profiler, Protocol
+from carb_nas.measure._runtimes import TorchRuntime, group_of
+from carb_nas.measure.campaign import (
     JOURNAL,
     STUDY_NAME,
-    Prepared,
-    Profiler,
-    Protocol,
-    TorchRuntime,
     campaign_rows,
-    group_of,
     open_campaign_study,
     run_campaign,
 )

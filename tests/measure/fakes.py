@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import types
 
-from carb_nas.measure import Meter
+from carb_nas.measure.meters import Meter
 
 
 class FakeNVML(types.ModuleType):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from carb_nas.measure import run_ops_campaign
+from carb_nas.measure.campaign import run_ops_campaign
 from tests.measure.test_ops_measure import QUICK, _build
 
 ROOT = Path(__file__).resolve().parents[2]

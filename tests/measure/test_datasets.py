@@ -9,7 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from carb_nas.cli import cli
-from carb_nas.datasets import list_datasets, load_dataset, validate_rows
+from carb_nas.datasets import list_datasets, load_dataset
+from carb_nas.datasets._validate import validate_rows
 from carb_nas.errors import InputFileError, MissingFileError
 from carb_nas.measure import Profiler, Protocol, cpu_model_name
 from carb_nas.space import CONFIG_COLUMNS, Config
@@ -236,7 +237,7 @@ def test_merge_refuses_passes_of_different_platforms(real_rows, tmp_path):
 def test_dataset_list_skips_a_stray_file_with_a_warning(real_rows, tmp_path, monkeypatch):
     """Issue 19 #17: one bad file in the data folder does not break the list."""
     import carb_nas.datasets._shipped as shipped
-    from carb_nas.datasets import DatasetWarning
+    from carb_nas.datasets._shipped import DatasetWarning
 
     real_rows.to_csv(tmp_path / "cpu_torch_fp32.csv", index=False)
     (tmp_path / "notes.csv").write_text("a,b\n1,2\n")

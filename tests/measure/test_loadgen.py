@@ -7,7 +7,7 @@ import json
 import pytest
 
 from carb_nas.errors import ConfigError
-from carb_nas.measure import (
+from carb_nas.measure.loadgen import (
     LoadGenSettings,
     Workload,
     loadgen_rows,

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from carb_nas.errors import MeasurementError, MeterUnavailableError
-from carb_nas.measure import NoMeter, NVMLMeter, RAPLMeter, get_meter, measure_window
 from carb_nas.measure._meters import NO_METER_REASON, measure_idle_power_w
+from carb_nas.measure.meters import NoMeter, NVMLMeter, RAPLMeter, get_meter, measure_window
 from tests.measure.fakes import FakeMeter, FakeNVML
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from carb_nas.costmodel._nodes import node_table, torch_measured_table
 from carb_nas.errors import ConfigError
-from carb_nas.measure import run_ops_campaign
+from carb_nas.measure.campaign import run_ops_campaign
 from carb_nas.space import CONFIG_COLUMNS, Config
 from tests.measure.test_ops_measure import QUICK
 

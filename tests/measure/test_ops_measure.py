@@ -11,7 +11,8 @@ from torch import nn
 
 from carb_nas.errors import ConfigError
 from carb_nas.features import trace_ops
-from carb_nas.measure import Protocol, match_ops, measure_ops, read_ops_campaign, run_ops_campaign
+from carb_nas.measure import Protocol
+from carb_nas.measure.campaign import match_ops, measure_ops, read_ops_campaign, run_ops_campaign
 
 QUICK = Protocol(warmup_runs=1, warmup_min_s=0.0, min_runs=3, max_runs=3, target_ci_rel=None)
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from carb_nas.errors import ConfigError
-from carb_nas.measure import check_passes, fastest_of_passes, pass_spread_pct, profile_passes
+from carb_nas.measure.passes import check_passes, fastest_of_passes, pass_spread_pct, profile_passes
 
 
 def _row(key, lat, status="ok"):

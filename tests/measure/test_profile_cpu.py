@@ -12,15 +12,8 @@ from torch import nn
 
 from carb_nas.datasets import SCHEMA
 from carb_nas.errors import ConfigError, DeviceUnavailableError, InputFileError
-from carb_nas.measure import (
-    ORT_PEAK_METHOD,
-    TORCH_CPU_PEAK_METHOD,
-    Profiler,
-    Protocol,
-    check_platform,
-    profile_config,
-    torch_cpu_peak_bytes,
-)
+from carb_nas.measure import Profiler, Protocol, check_platform, profile_config
+from carb_nas.measure._runtimes import ORT_PEAK_METHOD, TORCH_CPU_PEAK_METHOD, torch_cpu_peak_bytes
 from carb_nas.space import Config
 from tests.measure._machine import thp_always
 from tests.measure.fakes import FakeMeter
@@ -162,7 +155,7 @@ def test_host_memory_cap_gives_oom_rows_and_errors_are_rows():
 
 
 def test_fake_meter_rows_are_labelled_and_never_valid_data():
-    from carb_nas.datasets import validate_rows
+    from carb_nas.datasets._validate import validate_rows
 
     prof = Profiler(
         "cpu",

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from carb_nas.errors import ConfigError
-from carb_nas.measure import Protocol, ReferenceProbe, median_ci, time_runs
+from carb_nas.measure import Protocol, ReferenceProbe, time_runs
+from carb_nas.measure._protocol import median_ci
 from tests.measure._machine import thp_always
 
 

@@ -40,7 +40,7 @@ def test_wait_for_quiet_gives_up_after_max_wait():
 def test_autogroup_enabled_reads_the_kernels_switch():
     from pathlib import Path
 
-    from carb_nas.measure import autogroup_enabled
+    from carb_nas.measure._quiet import autogroup_enabled
 
     switch = Path("/proc/sys/kernel/sched_autogroup_enabled")
     if not switch.exists():

@@ -72,7 +72,7 @@ def test_profile_campaigns_without_op_sums_are_compared_too(rep, tmp_path, monke
     # through campaign_rows, the latency part alone
     import pandas as pd
 
-    import carb_nas.measure as measure
+    import carb_nas.measure.campaign as measure
 
     fake = {  # FAKE rows: the second pass ran 5 % and 40 % slower, its probe 40 % slower on f
         "a": [("f", 10.0, 1.0), ("g", 4.0, 1.0)],

@@ -20,7 +20,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from carb_nas.measure import ReferenceProbe, measure_ops
+from carb_nas.measure import ReferenceProbe
+from carb_nas.measure.campaign import measure_ops
 from carb_nas.models import build_model
 from carb_nas.space import Config
 

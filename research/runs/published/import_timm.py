@@ -23,7 +23,7 @@ import subprocess
 from pathlib import Path
 
 from carb_nas._io import atomic_directory
-from carb_nas.datasets import (
+from carb_nas.datasets._published import (  # the importer of the shipped files: its parsers
     git_blob_sha1,
     parse_benchmark_name,
     read_published_accuracy,

@@ -32,8 +32,8 @@ the module model never saw; with / without the module ratio): representative 5.5
 (torch 5.87 / 6.15, ORT 5.12), farthest 6.39 / 6.39, random 6.39 / 6.54, every row 4.74 /
 5.08.
 
-``--pool research/runs/passes/calibration_pool_intel``: the same 300 configs measured the same way on
-an Intel Xeon VM with AVX-512 and AMX, with / without the module ratio:
+``--pool research/runs/passes/calibration_pool_intel``: the same 300 configs measured the same
+way on an Intel Xeon VM with AVX-512 and AMX, with / without the module ratio:
 representative 8.18 / 9.34 (torch 6.59 / 8.91, ORT 9.77), farthest 8.79 / 10.26, random 8.33 /
 9.51, every row 7.49 / 8.99 (torch 6.07 / 9.07). With the Intel kind's node models giving
 both maps an exact column (``calibrate.module_ratio``; the node model loaded before the

@@ -13,8 +13,9 @@ Beside it: :class:`KernelCostModel` / :class:`ModuleCostModel` (per-operator cos
 any ``nn.Module``, corrected by a network cascade), :class:`NodeCostModel` (one CPU kind's
 kernel time per ONNX Runtime / PyTorch node), few-shot calibration to a new platform
 (:func:`calibrate` -> :class:`CalibratedModel`), evaluation (:func:`evaluate`) and the
-default-model registry (``carb_nas.load_predictor`` builds predictors from it). Persistence never uses pickle: XGBoost UBJSON,
-LightGBM text, skops with an explicit trusted-type list, and a checksummed JSON manifest.
+default-model registry (``carb_nas.load_predictor`` builds predictors from it). Persistence
+never uses pickle: XGBoost UBJSON, LightGBM text, skops with an explicit trusted-type list, and
+a checksummed JSON manifest.
 """
 
 from carb_nas.costmodel._calibration import (

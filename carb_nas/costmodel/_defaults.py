@@ -241,12 +241,9 @@ def module_cpu_kind(isa: Sequence[str] | None = None, vendor: str | None = None)
     ``GenuineIntel``) has AVX-512, ``"amd-zen4"`` where another has it, otherwise
     ``"amd-zen3"`` (AVX2 only; also where /proc/cpuinfo cannot be read). ``isa`` and
     ``vendor``: :func:`carb_nas.measure.cpu_identity`'s, default this machine's (``isa`` given
-    alone: vendor unknown). Each kind's per-op costs differ: on 32 unseen networks the other
-    kind's model erred 1.3x (Zen 4: 9.2 against 6.9 %) to 2.2x (Zen 3: 7.9 against 3.6 %) as
-    much after a machine factor (stop 47); on an Intel Xeon with AVX-512 and AMX, 24 unseen
-    networks, 20.3 % (Zen 4's) and 20.9 % (Zen 3's) against 8.0 % for the Intel rows' model
-    (stop 49: Intel runs dense convs 2.6x faster than Zen 4's model says, depthwise and
-    grouped ones 1.4-1.7x, so no one factor serves both)."""
+    alone: vendor unknown). Each kind's per-op costs differ (dense, depthwise and grouped
+    convolutions by different ratios), so no one machine factor turns one kind's model into
+    another's (docs/accuracy.md)."""
     if isa is None:
         return _this_cpu_kind()
     if not any(str(f).startswith("avx512") for f in isa):

@@ -13,7 +13,9 @@ from carb_nas.cli._options import (
     example,
     info,
     json_option,
+    max_configs_option,
     precision_option,
+    renamed_option,
     runtime_option,
     seed_option,
     storage_option,
@@ -54,21 +56,17 @@ def _profile_spec(spec, device, runtime, threads, protocol, out_dir, as_json) ->
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N.")
 @runtime_option()
 @precision_option()
-@click.option(  # output_option's -o/--output, plus --out: the name older commands use
+@click.option(
     "-o",
     "--output",
-    "--out",
     "out_dir",
     required=True,
     type=click.Path(file_okay=False),
     help="Campaign directory (created; the same command resumes it).",
 )
-@click.option(
-    "--limit",
-    type=int,
-    default=None,
-    help="Profile N configs sampled from the source (nested in N for a seed).",
-)
+@max_configs_option("Profile N configs sampled from the source (nested in N for a seed).")
+@renamed_option("--limit", "--max-configs")
+@renamed_option("--out", "-o/--output")
 @click.option(
     "--active",
     "active",
@@ -128,8 +126,8 @@ def _profile_spec(spec, device, runtime, threads, protocol, out_dir, as_json) ->
     help="CPU memory cap: configs whose tensor peak exceeds it are rows with status oom.",
 )
 @click.option(
-    "--max-configs",
-    type=int,
+    "--stop-after",
+    type=click.IntRange(min=1),
     default=None,
     help="Stop after measuring this many configs in this call (resume later).",
 )
@@ -186,14 +184,14 @@ def _profile_spec(spec, device, runtime, threads, protocol, out_dir, as_json) ->
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @json_option("Print the summary as JSON on stdout.")
 @model_spec_options
-@example("carb-nas profile search_spaces/resnet.toml --limit 20 --threads 1 -o campaigns/cpu")
+@example("carb-nas profile search_spaces/resnet.toml --max-configs 2 --threads 1 -o campaigns/cpu")
 def profile_cmd(
     configs: str | None,
     device: str,
     runtime: str,
     precision: str,
     out_dir: str,
-    limit: int | None,
+    max_configs: int | None,
     active: int | None,
     active_round: int | None,
     seed: int,
@@ -205,7 +203,7 @@ def profile_cmd(
     meter: str,
     storage: str | None,
     max_host_mem_mb: float | None,
-    max_configs: int | None,
+    stop_after: int | None,
     remeasure_cv_above: float | None,
     retry_errors: bool,
     max_attempts: int,
@@ -250,8 +248,8 @@ def profile_cmd(
         max_attempts=max_attempts,
         remeasure_cv_above=remeasure_cv_above,
         wait_quiet_s=wait_quiet_s,
-        max_configs=max_configs,
-        limit=limit,
+        max_configs=stop_after,
+        limit=max_configs,
         max_host_mem_mb=max_host_mem_mb,
         lock_sm_clock_mhz=lock_sm_clock_mhz,
     )
@@ -273,10 +271,11 @@ def profile_cmd(
             f"invalid --active-round without --active: expected --active N with it, got "
             f"--active-round {active_round}. Add --active N or drop --active-round."
         )
-    if active is not None and limit is not None:
+    if active is not None and max_configs is not None:
         raise ConfigError(
-            f"invalid --limit with --active: expected one way to choose configs, got --limit "
-            f"{limit} and --active {active}. Drop --limit (--active N chooses N configs)."
+            f"invalid --max-configs with --active: expected one way to choose configs, got "
+            f"--max-configs {max_configs} and --active {active}. Drop --max-configs (--active N "
+            "chooses N configs)."
         )
     url = resolve_storage_url(storage)
     if url:  # its form (and a PostgreSQL server), before a space is read or anything is made
@@ -303,7 +302,7 @@ def profile_cmd(
         source=source,
         seed=seed,
         max_host_mem_mb=max_host_mem_mb,
-        max_configs=max_configs,
+        max_configs=stop_after,
         remeasure_cv_above=remeasure_cv_above,
         retry_errors=retry_errors,
         max_attempts=max_attempts,
@@ -329,7 +328,7 @@ def profile_cmd(
         )
         summary, rounds = result["summary"], result["rounds"]
     else:
-        summary = run_campaign(frame, out_dir, limit=limit, **kw)
+        summary = run_campaign(frame, out_dir, limit=max_configs, **kw)
     if summary.torn_bytes_cut:
         info(
             f"note: cut a torn last journal record ({summary.torn_bytes_cut} bytes, left by a "

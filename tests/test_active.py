@@ -330,7 +330,7 @@ def _one_line(r, needle):
     [
         (["--active", "100000000"], "invalid --active: expected at most the"),
         (["--active", "0"], "invalid --active"),
-        (["--active", "8", "--limit", "4"], "invalid --limit with --active"),
+        (["--active", "8", "--max-configs", "4"], "invalid --max-configs with --active"),
         (["--active-round", "4"], "--active-round without --active"),
         (["--active", "8", "--active-round", "0"], "invalid --active-round"),
     ],

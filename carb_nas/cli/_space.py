@@ -26,7 +26,7 @@ def space_group() -> None:
 @space_group.command("count")
 @click.argument("file")
 @json_option('Print {"count": N}.')
-@example("carb-nas space count search_spaces/cpu.toml")
+@example("carb-nas space count cpu")
 def space_count(file: str, as_json: bool) -> None:
     """Number of configurations in FILE (after its [limits])."""
     n = len(load_space(file))

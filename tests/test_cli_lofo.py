@@ -41,8 +41,8 @@ def test_missing_ops_table(tables, tmp_path):
         ["model", "evaluate", "--leave-one-family-out", str(tables), "--mode", "kernel"], tmp_path
     )
     _one_line_error(r, "kernel need the dataset's per-operator table", "zoo_ops.csv.gz", "--ops")
-    r = _run(["model", "evaluate", "--leave-one-family-out", str(tables), "--ops", str(tmp_path / "o")],
-             tmp_path)  # fmt: skip
+    r = _run(["model", "evaluate", "--leave-one-family-out", str(tables), "--ops",
+              str(tmp_path / "o")], tmp_path)  # fmt: skip
     _one_line_error(r, "per-operator table not found", "--ops")
 
 

@@ -304,7 +304,9 @@ def test_failed_write_leaves_no_partial_file(
 
 
 def test_debug_shows_the_exception(tmp_path: Path) -> None:
-    result = CliRunner().invoke(cli, ["--debug", "space", "features", str(tmp_path / "nowhere.csv")])
+    result = CliRunner().invoke(
+        cli, ["--debug", "space", "features", str(tmp_path / "nowhere.csv")]
+    )
     assert result.exit_code == 1
     assert isinstance(result.exception, MissingFileError)
 

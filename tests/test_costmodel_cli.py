@@ -1,4 +1,5 @@
-"""``carb-nas train / evaluate / predict`` through click's CliRunner, on SYNTHETIC tables."""
+"""``carb-nas model train / model evaluate / predict`` through click's CliRunner, on
+SYNTHETIC tables."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def test_train_writes_model_and_evaluation(trained):
         assert set(ev["test"][t]) >= {"r2", "mae", "mape"}
         assert set(ev["baselines"]["flops_linear"][t]) >= {"r2", "mae"}
     assert ev["train_seconds"] > 0
-    assert ev["split"]["model", "train"] + ev["split"]["test"] == 325
+    assert ev["split"]["train"] + ev["split"]["test"] == 325
     assert ev["split"]["test"] == 65
     assert ev["platform"]["platform"] == "synthetic/torch/fp32"
     assert any("status != ok" in n for n in ev["notes"])
@@ -251,7 +252,9 @@ def test_refuses_fake_rows_and_tables_without_targets(tmp_path):
     res = CliRunner().invoke(
         cli, ["model", "evaluate", str(tmp_path / "nowhere"), str(tmp_path / "nt.csv")]
     )
-    assert res.exit_code == 1 and "not found" in res.output and "`carb-nas train`" in res.output
+    assert (
+        res.exit_code == 1 and "not found" in res.output and "`carb-nas model train`" in res.output
+    )
 
 
 @pytest.mark.parametrize(
@@ -313,10 +316,10 @@ def test_results_on_stdout_progress_on_stderr(trained, tmp_path):
     assert len(res.stdout.splitlines()) == 1 + 330
 
 
-@pytest.mark.parametrize("command", ["model", "train", "evaluate", "predict"])
+@pytest.mark.parametrize("command", [("model", "train"), ("model", "evaluate"), ("predict",)])
 def test_help_shows_one_example(command):
-    res = run(command, "--help")
-    assert res.output.count("Example:") == 1 and f"carb-nas {command} " in res.output
+    res = run(*command, "--help")
+    assert res.output.count("Example:") == 1 and f"carb-nas {' '.join(command)} " in res.output
 
 
 def test_train_checks_every_option_before_touching_an_existing_model(trained):
@@ -411,7 +414,7 @@ def test_predict_and_evaluate_accept_a_shipped_platform_name(trained, tmp_path, 
     res = run("model", "evaluate", "cpu/torch/fp32", str(data), "--json")
     assert res.exit_code == 0 and json.loads(res.stdout)["n_rows"] == 325
     bad = CliRunner().invoke(cli, ["predict", str(tmp_path / "nowhere"), str(data)])
-    _one_line_error(bad, "MODEL not found", "carb-nas train")
+    _one_line_error(bad, "MODEL not found")
 
 
 def test_evaluate_report_is_atomic_and_checked_first(trained, tmp_path):

@@ -592,7 +592,8 @@ def test_cli_help_shows_one_example(command):
     out = CliRunner().invoke(cli, [command, "--help"]).output
     assert out.count("Example:") == 1 and f"carb-nas {command} " in out
     if command != "screen":
-        assert "--source" in out and "--report" in out and "--json" in out
+        assert "--report" in out and "--json" in out
+        assert ("--model" if command == "validate" else "--source") in out
 
 
 def test_default_search_pareto_set_spans_batch_sizes(torch_model):
@@ -663,7 +664,8 @@ def test_cli_search_embedded_default_says_where_models_come_from(model_dirs, mon
     )
     res = CliRunner().invoke(cli, ["search", "--trials", "150", "--no-validate"])
     assert res.exit_code == 0, res.output
-    assert "cpu/torch/fp32 model (a model file shipped with carb_nas)" in res.stderr
+    assert "--source cpu/torch/fp32 (carb cascade" in res.stderr
+    assert "a model file shipped with carb_nas" in res.stderr
     assert "150 distinct configs to evaluate" in res.stderr  # announced ...
     assert "150 distinct configs evaluated" in res.stdout  # ... and made
     assert "latency_ms_per_image" in res.stdout and "batch sizes" in res.stdout

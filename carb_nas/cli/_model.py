@@ -30,6 +30,7 @@ from carb_nas.cli._options import (
     output_option,
     renamed_option,
     report_option,
+    say_provenance,
     seed_option,
     uncalibrated_option,
 )
@@ -441,7 +442,9 @@ def evaluate_cmd(
     budget_limits = _per_batch_budgets(budgets) or None
     if report_dir:
         check_output_dir(report_dir, _MARKER_REPORT, "report", "--report")
-    cost_model = load(model, "MODEL", uncalibrated)
+    predictor = load(model, "MODEL", uncalibrated)
+    # a dataset's rows are scored by the cascade itself (its low-batch correction included)
+    cost_model = predictor.config_model if predictor.config_model is not None else predictor
     if budget_limits:
         from carb_nas.budgets import check_budgets
 
@@ -748,7 +751,7 @@ def predict_cmd(
     check_predictor(model, "MODEL")
     if spec is not None:
         spec_inputs(spec)  # traced (and cached) before the model loads: bad specs fail fast
-        cost_model = load(model, "MODEL", uncalibrated)
+        cost_model = load(model, "MODEL", uncalibrated, say=False)
         precision = deployed_level(cost_model, "precision", spec.precision)
         if precision != spec.precision:  # as deployed on a one-precision model, as
             # predict_costs does (cpu/openvino/int8)
@@ -779,6 +782,7 @@ def predict_cmd(
         if alpha is None:
             row = {k: v for k, v in row.items() if not k.endswith(("_lower", "_upper"))}
         out = pd.DataFrame([row])
+        say_provenance(cost_model, "MODEL")
         if output:
             write_table(out, output)
             info(f"wrote 1 prediction to {output}")
@@ -804,16 +808,24 @@ def predict_cmd(
         X = model_inputs(frame)
         base = frame[list(CONFIG_COLUMNS)].copy()
         base.insert(0, "key", [Config(*r).key for r in base.itertuples(index=False)])
-    cost_model = load(model, "MODEL", uncalibrated)
+    cost_model = load(model, "MODEL", uncalibrated, say=False)
     if generic:
         try:
             pred = cost_model.predict(X, alpha=alpha)
-        except ModelError:
+        except (ModelError, KeyError) as e:
             schema = getattr(cost_model, "schema_", None)
             knobs = {*getattr(schema, "numeric", ()), *getattr(schema, "categorical", {})}
             if "family" in frame.columns and set(REQUIRED_COLUMNS) <= knobs:
                 read_configs(p)  # a configs table short of a knob: its loader says which
-            raise
+            if isinstance(e, ModelError):
+                raise
+            names = list(getattr(cost_model, "feature_names_in_", None) or [])
+            missing = [c for c in names if c not in frame.columns]
+            raise ModelError(
+                f"{configs}: missing model input column(s) {missing}: expected a configs table "
+                f"({', '.join(REQUIRED_COLUMNS)}) or a table of the model's inputs, got "
+                f"{list(frame.columns)}. Add the columns or pass configs."
+            ) from None
     else:
         unseen_names = unseen_families(cost_model, frame["family"].unique())
         if unseen_names:
@@ -826,6 +838,7 @@ def predict_cmd(
             )
         pred = predict_frame(cost_model, frame, alpha=alpha, X=X)
     out = pd.concat([base.reset_index(drop=True), pred.reset_index(drop=True)], axis=1)
+    say_provenance(cost_model, "MODEL")
     if output:
         write_table(out, output)
         info(f"wrote {len(out)} predictions ({', '.join(cost_model.targets_)}) to {output}")

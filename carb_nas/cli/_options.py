@@ -54,6 +54,7 @@ __all__ = [
     "quantization_data_option",
     "renamed_option",
     "load",
+    "say_provenance",
     "EXAMPLES",
 ]
 
@@ -233,15 +234,22 @@ def renamed_option(old: str, new: str, *, is_flag: bool = False) -> Callable[[F]
     )
 
 
-def load(spec: Any, role: str, uncalibrated: bool = False) -> Any:
+def load(spec: Any, role: str, uncalibrated: bool = False, *, say: bool = True) -> Any:
     """The predictor ``spec`` names (:func:`carb_nas.predictors.load_predictor`: a platform
     name, a model directory), this machine's calibration applied unless ``uncalibrated``;
-    says on stderr what it is and whether it is calibrated."""
+    says on stderr what it is and whether it is calibrated (``say=False``: the command says
+    it with :func:`say_provenance` once its checks passed, so an error stays one line)."""
     from carb_nas.predictors import load_predictor
 
     predictor = load_predictor(spec, calibrated=not uncalibrated, role=role)
-    info(f"{role} {predictor.provenance.describe()}")
+    if say:
+        say_provenance(predictor, role)
     return predictor
+
+
+def say_provenance(predictor: Any, role: str) -> None:
+    """One stderr line: what ``predictor`` is and whether this machine's calibration applies."""
+    info(f"{role} {predictor.provenance.describe()}")
 
 
 def example(text: str) -> Callable[[F], F]:

@@ -22,6 +22,7 @@ from carb_nas.cli._options import (
     renamed_option,
     report_option,
     runtime_option,
+    say_provenance,
     seed_option,
     source_target_options,
     storage_option,
@@ -194,9 +195,11 @@ def screen_command(
 
     check_predictor(source, "--source")  # both before training either default model
     check_predictor(target, "--target")
-    src = load(source, "--source", uncalibrated)
-    tgt = load(target, "--target", uncalibrated)
+    src = load(source, "--source", uncalibrated, say=False)
+    tgt = load(target, "--target", uncalibrated, say=False)
     objs = [o.strip() for o in objectives.split(",") if o.strip()] if objectives else None
+    say_provenance(src, "--source")
+    say_provenance(tgt, "--target")
     result = screen(
         space,
         src,
@@ -394,14 +397,14 @@ def search_command(
     if calibrating:
         platforms = [DEFAULT_MODEL] if target is not None else [DEFAULT_MODEL, DEFAULT_RESCORE]
         _calibrate_first(platforms, time_budget_s)
-    model = load(source, "--source", uncalibrated)
+    model = load(source, "--source", uncalibrated, say=False)
     _check_space_model(space_obj, model, "search model")
     families = [str(f) for f in space_obj.values("family")]
     rescore = None
     if target is not None:
-        rescore = load(target, "--target", uncalibrated)
+        rescore = load(target, "--target", uncalibrated, say=False)
     elif embedded:
-        default = load(DEFAULT_RESCORE, "--target", uncalibrated)
+        default = load(DEFAULT_RESCORE, "--target", uncalibrated, say=False)
         if _covers(default, families):
             rescore = default
         else:
@@ -414,6 +417,9 @@ def search_command(
     )
     if do_validate is None:
         do_validate = embedded
+    say_provenance(model, "--source")
+    if rescore is not None:
+        say_provenance(rescore, "--target")
     if embedded:
         info(f"embedded default: budgets {' '.join(f'{k}={v:g}' for k, v in parsed.items())}")
     n_make = min(n_trials, len(space_obj))
@@ -678,7 +684,7 @@ def validate_command(
         check_writable_dir(report_dir)
     frame = candidate_frame(pareto)
     check_calibration(quantization_data, precision, frame)
-    model = load(model_spec, "--model", uncalibrated)
+    model = load(model_spec, "--model", uncalibrated, say=False)
     if recalibrate:
         known = model.config_families()
         beyond = sorted(set(map(str, frame["family"].unique())) - set(known or []))
@@ -690,6 +696,7 @@ def validate_command(
                 f"(`carb-nas calibrate {model_spec}` sets this machine's factor)."
             )
     check_budgets(parsed, model)
+    say_provenance(model, "--model")
     if max_configs is not None:
         frame = frame.loc[_spread_labels(frame, "batch_size", max_configs)]
 

@@ -536,8 +536,7 @@ def _fake_platform_profilers(monkeypatch, models, factor=1.3, seconds=1.0):
 
 
 def test_cli_calibrate_json_and_recalibration_note(torch_model, model_cache, monkeypatch):
-    _default_model_is(monkeypatch, torch_model)
-    _fake_platform_profilers(monkeypatch, {PLATFORM: torch_model})
+    _patch_defaults(monkeypatch, torch_model)
     res = CliRunner().invoke(cli, ["calibrate", PLATFORM, "--time-budget-s", "8", "--json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
@@ -579,7 +578,9 @@ def test_search_with_no_arguments_calibrates_first(model_dirs, model_cache, monk
     calibrated = json.loads(res.stdout)
     assert len(list((model_cache / "calibrations").iterdir())) == 2
     res = CliRunner().invoke(cli, args)
-    assert res.exit_code == 0 and "using this machine's calibration" in res.stderr
+    assert res.exit_code == 0 and "calibrating" not in res.stderr
+    assert "--source cpu/torch/fp32 (carb cascade" in res.stderr
+    assert "calibrated to this machine (" in res.stderr  # the provenance line says so
     # a calibration of another default model (an upgrade retrained it) is not used: redone
     (torch_dir,) = (model_cache / "calibrations").glob("cpu_torch_fp32-*")
     doc = json.loads((torch_dir / "calibration.json").read_text())
@@ -590,9 +591,16 @@ def test_search_with_no_arguments_calibrates_first(model_dirs, model_cache, monk
     assert (
         "another default cpu/torch/fp32 model" in res.stderr and "Calibrating again" in res.stderr
     )
-    assert "no calibration of cpu/torch/fp32 yet" in res.stderr
+    assert "calibrating cpu/torch/fp32 [" in res.stderr
+    assert "calibrating cpu/onnxruntime/fp32 [" not in res.stderr  # still valid: kept
+    # --no-calibrate measures nothing (an existing calibration still applies); --uncalibrated
+    # predicts with the shipped models
     res = CliRunner().invoke(cli, [*args, "--no-calibrate"])
-    assert res.exit_code == 0 and "calibrat" not in res.stderr.replace("--no-calibrate", "")
+    assert res.exit_code == 0 and "calibrating" not in res.stderr
+    assert "not calibrated" not in res.stderr
+    res = CliRunner().invoke(cli, [*args, "--uncalibrated"])
+    assert res.exit_code == 0 and "calibrating" not in res.stderr
+    assert res.stderr.count("not calibrated to this machine") == 2  # --source and --target
     plain = json.loads(res.stdout)
     # the calibrated search predicted 1.3x the default latency for the same configs
     cols = ["family", "depth", "width", "resolution", "batch_size"]
@@ -647,50 +655,36 @@ def test_cli_validate_recalibrate_checks_the_model_first(tmp_path, model_dirs):
     assert len(res.stderr.strip().splitlines()) == 1
 
 
-# -- validate --calibrated: this machine's calibrated model, or one line naming the fix ---------
+# -- calibrated by default: validate and predict apply this machine's calibration -------------
 def _patch_defaults(monkeypatch, torch_model):
-    _default_model_is(monkeypatch, torch_model)
+    import carb_nas.costmodel._defaults as cm
+    import carb_nas.predictors._load as loader
+
+    monkeypatch.setattr(cm, "load_default_model", lambda platform, verbose=True: torch_model)
+    monkeypatch.setattr(loader, "load_default_model", lambda p, verbose=True: torch_model)
+    monkeypatch.setattr(loader, "zoo_dataset_paths", lambda *a, **k: None)  # no module model
+    monkeypatch.setattr(loader, "_CACHE", {})  # predictors loaded by other tests: not these
     _fake_platform_profilers(monkeypatch, {PLATFORM: torch_model})
 
 
-def test_cli_validate_calibrated_without_a_calibration_is_one_line(
-    tmp_path, torch_model, model_cache, monkeypatch
-):
+def test_cli_validate_old_calibrated_flag_names_the_default(tmp_path, torch_model, model_cache,
+                                                            monkeypatch):  # fmt: skip
     _patch_defaults(monkeypatch, torch_model)
     pareto = tmp_path / "p.csv"
     _grid(2).to_csv(pareto, index=False)
-    before = pareto.read_bytes()
-    args = ["validate", str(pareto), "--model", PLATFORM, "--calibrated"]
-    res = CliRunner().invoke(cli, [*args, "--report", str(tmp_path / "rep")])
+    res = CliRunner().invoke(cli, ["validate", str(pareto), "--model", PLATFORM, "--calibrated"])
     assert res.exit_code == 1
     lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: no calibration of cpu/torch/fp32")
-    assert f"`carb-nas calibrate {PLATFORM}`" in lines[0] and "Traceback" not in res.output
-    assert not (tmp_path / "rep").exists() and pareto.read_bytes() == before
+    assert len(lines) == 1 and "--calibrated is now the default (--uncalibrated" in lines[0]
     assert not (model_cache / "calibrations").exists()
-    # another model than the platform measured is refused before anything
-    res = CliRunner().invoke(
-        cli,
-        ["validate", str(pareto), "--model", "cpu/onnxruntime/fp32", "--runtime", "torch",
-         "--calibrated"],
-    )  # fmt: skip
-    assert res.exit_code == 1 and "--calibrated validates this machine's" in res.stderr
-    assert len(res.stderr.strip().splitlines()) == 1
-    # a qualified dataset's default model of the platform measured is one to calibrate
-    res = CliRunner().invoke(
-        cli, ["validate", str(pareto), "--model", f"{PLATFORM}/zoo", "--calibrated"]
-    )
-    assert res.exit_code == 1 and "error: no calibration of cpu/torch/fp32/zoo" in res.stderr
 
 
-def test_cli_validate_calibrated_uses_this_machines_calibration(
+def test_cli_validate_applies_this_machines_calibration_by_default(
     tmp_path, torch_model, model_cache, monkeypatch
 ):
     import carb_nas.measure
 
     _patch_defaults(monkeypatch, torch_model)
-    res = CliRunner().invoke(cli, ["calibrate", PLATFORM, "--time-budget-s", "8"])
-    assert res.exit_code == 0, res.output
     # the machine runs 1.3x the default model's latency (a FAKE profiler says so)
     monkeypatch.setattr(
         carb_nas.measure, "Profiler", lambda *a, **k: FakeProfiler(torch_model, 1.3)
@@ -698,17 +692,27 @@ def test_cli_validate_calibrated_uses_this_machines_calibration(
     pareto = tmp_path / "p.csv"
     _grid(5).to_csv(pareto, index=False)
     base = ["validate", str(pareto), "--model", PLATFORM, "--json"]
-    plain = CliRunner().invoke(cli, base)
-    cal = CliRunner().invoke(cli, [*base, "--calibrated"])
+    before = CliRunner().invoke(cli, base)  # no calibration yet: the shipped model, said so
+    assert before.exit_code == 0, before.output
+    assert "--model cpu/torch/fp32 (carb cascade" in before.stderr
+    assert "not calibrated to this machine" in before.stderr
+    res = CliRunner().invoke(cli, ["calibrate", PLATFORM, "--time-budget-s", "8"])
+    assert res.exit_code == 0, res.output
+    monkeypatch.setattr(__import__("carb_nas.predictors._load").predictors._load, "_CACHE", {})
+    cal = CliRunner().invoke(cli, base)
+    plain = CliRunner().invoke(cli, [*base, "--uncalibrated"])
     assert plain.exit_code == 0 and cal.exit_code == 0, plain.output + cal.output
-    assert "validating this machine's calibration of cpu/torch/fp32" in cal.stderr
+    assert "calibrated to this machine (" in cal.stderr
+    assert "not calibrated to this machine" in plain.stderr
     ratio = {
         name: json.loads(r.stdout)["ratios"]["latency_ms"]["median"]
-        for name, r in (("plain", plain), ("calibrated", cal))
+        for name, r in (("plain", plain), ("calibrated", cal), ("before", before))
     }
     assert ratio["plain"] == pytest.approx(1.3, rel=0.02)
+    assert ratio["before"] == pytest.approx(ratio["plain"])
     assert ratio["calibrated"] == pytest.approx(1.0, rel=0.05)  # the calibration absorbed it
-    assert json.loads(cal.stdout)["calibrated"] is True and "calibrated" not in plain.stdout
+    assert json.loads(cal.stdout)["model"]["calibrated"] is True
+    assert json.loads(plain.stdout)["model"]["calibrated"] is False
 
 
 def test_set_up_time_does_not_count_as_a_configs_cost(torch_model, model_cache, clock,
@@ -793,32 +797,26 @@ def test_every_entry_point_applies_this_machines_calibration_by_default(
     )
 
 
-def test_cli_predict_calibrated_configs_and_model_specs(
+def test_cli_predict_applies_this_machines_calibration_by_default(
     tmp_path, torch_model, model_cache, monkeypatch
 ):
-    """`carb-nas predict --calibrated`: configs through this machine's calibrated model, a
-    model spec scaled by this machine's factors; refused without a calibration or for a
-    model directory, before anything is written."""
-    import carb_nas.cli._model as cli_model
-    import carb_nas.scoring as scoring
+    """`carb-nas predict PLATFORM`: this machine's calibrated model once it has one (said on
+    stderr and in the JSON), the shipped one with --uncalibrated; the old --calibrated flag
+    names the new default in one line."""
+    import carb_nas.measure
 
     _patch_defaults(monkeypatch, torch_model)
-    monkeypatch.setattr(cal_mod, "_MACHINE_FACTORS", {})
-    monkeypatch.setattr(cli_model, "load_predictor", lambda *a, **k: torch_model)
-    monkeypatch.setattr(scoring, "resolve_model", lambda *a, **k: torch_model)
-    monkeypatch.syspath_prepend(str(__import__("pathlib").Path(__file__).resolve().parents[1]))
+    # this machine's fingerprint, as the calibration store reads it, is the FAKE profiler's
+    monkeypatch.setattr(
+        carb_nas.measure, "Profiler", lambda *a, **k: FakeProfiler(torch_model, 1.3)
+    )
     configs = tmp_path / "c.csv"
     _grid(4).to_csv(configs, index=False)
-    spec = ["--model-spec", "tests.user_nets:make_cnn", "--input-shape", "2,3,32,32"]
     out = tmp_path / "pred.csv"
-    for args in (["predict", PLATFORM, str(configs)], ["predict", PLATFORM, *spec]):
-        res = CliRunner().invoke(cli, [*args, "--calibrated", "-o", str(out)])
-        assert res.exit_code == 1 and "error: no calibration of cpu/torch/fp32" in res.stderr
-        assert len(res.stderr.strip().splitlines()) == 1 and not out.exists()
-    torch_model.save(tmp_path / "model")
-    res = CliRunner().invoke(cli, ["predict", str(tmp_path / "model"), str(configs),
-                                   "--calibrated"])  # fmt: skip
-    assert res.exit_code == 1 and "expected MODEL to be a platform name" in res.stderr
+    res = CliRunner().invoke(cli, ["predict", PLATFORM, str(configs), "--calibrated", "-o",
+                                   str(out)])  # fmt: skip
+    assert res.exit_code == 1 and "--calibrated is now the default" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and not out.exists()
     assert CliRunner().invoke(cli, ["calibrate", PLATFORM, "--time-budget-s", "8"]).exit_code == 0
 
     def predicted(args):
@@ -827,18 +825,12 @@ def test_cli_predict_calibrated_configs_and_model_specs(
         doc = json.loads(res.stdout)
         return pd.DataFrame(doc["predictions"]), doc, res.stderr
 
-    plain, _, _ = predicted(["predict", PLATFORM, str(configs)])
-    cal, doc, err = predicted(["predict", PLATFORM, str(configs), "--calibrated"])
-    assert doc["calibrated"] is True and "predicting with this machine's calibration" in err
+    plain, pdoc, perr = predicted(["predict", PLATFORM, str(configs), "--uncalibrated"])
+    cal, doc, err = predicted(["predict", PLATFORM, str(configs)])
+    assert doc["calibrated"] is True and "calibrated to this machine (" in err, err
+    assert pdoc["calibrated"] is False and "not calibrated to this machine" in perr
     ratio = cal["latency_ms"] / plain["latency_ms"]  # the FAKE machine runs 1.3x the model
     assert float(ratio.median()) == pytest.approx(1.3, rel=0.1)
-    plain, _, _ = predicted(["predict", PLATFORM, *spec, "--alpha", "0.1"])
-    cal, _, err = predicted(["predict", PLATFORM, *spec, "--alpha", "0.1", "--calibrated"])
-    factor = cal_mod.machine_factors(PLATFORM)["latency_ms"]
-    assert factor == pytest.approx(1.3, rel=0.02) and "latency_ms x1.30" in err
-    for col in ("latency_ms", "latency_ms_upper"):
-        assert cal[col].iloc[0] == pytest.approx(factor * plain[col].iloc[0])
-    assert cal["peak_mem_mb"].iloc[0] == pytest.approx(plain["peak_mem_mb"].iloc[0], rel=0.02)
 
 
 def test_no_calibration_is_said_before_the_default_model_loads(model_cache, monkeypatch):

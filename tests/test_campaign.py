@@ -293,7 +293,7 @@ def test_profile_cli_bad_input(tmp_path, args, match):
         pytest.skip("RAPL present on this machine")
     csv = tmp_path / "c.csv"
     _configs(1).to_csv(csv, index=False)
-    r = CliRunner().invoke(cli, ["profile", str(csv), "--out", str(tmp_path / "o"), *args])
+    r = CliRunner().invoke(cli, ["profile", str(csv), "-o", str(tmp_path / "o"), *args])
     assert r.exit_code == 1, r.output
     assert match in r.output and r.output.startswith("error:")
     assert not (tmp_path / "o" / JOURNAL).exists()
@@ -319,7 +319,7 @@ def test_kill_9_mid_campaign_then_resume_measures_each_config_once(tmp_path):
         "from carb_nas.cli import main; main()",
         "profile",
         str(csv),
-        "--out",
+        "-o",
         str(out),
         "--threads",
         "1",
@@ -425,7 +425,7 @@ def test_profile_cli_warns_about_rows_timed_off_their_core(tmp_path, monkeypatch
     monkeypatch.setattr(carb_nas.measure.campaign, "run_campaign", measured)
     csv = tmp_path / "c.csv"
     _configs(1).to_csv(csv, index=False)
-    r = CliRunner().invoke(cli, ["profile", str(csv), "--out", str(tmp_path / "o")])
+    r = CliRunner().invoke(cli, ["profile", str(csv), "-o", str(tmp_path / "o")])
     assert r.exit_code == 0, r.output
     assert "warning: 2 of the rows measured now were timed while other processes" in r.stderr
     assert "--remeasure-cv-above" in r.stderr
@@ -605,7 +605,7 @@ def test_status_text_and_json(tmp_path):
         (["--remeasure-cv-above", "-1"], "invalid --remeasure-cv-above"),
         (["--wait-quiet-s", "-1"], "invalid --wait-quiet-s: expected seconds >= 0"),
         (["--threads", "1000"], "invalid --threads: expected 1 to"),
-        (["--limit", "0"], "invalid --limit"),
+        (["--max-configs", "0"], "--max-configs"),
         (["--max-host-mem-mb", "0"], "invalid --max-host-mem-mb"),
         (["--target-ci", "0"], "invalid target_ci_rel"),
         (["--cooldown-s", "-1"], "invalid cooldown_s"),

@@ -88,7 +88,7 @@ def fuzz_env(tmp_path_factory: pytest.TempPathFactory) -> Env:
     for rows_file, model_dir in (("rows.csv", "model"), ("rows_ort.csv", "model_ort")):
         res = CliRunner().invoke(
             cli,
-            ["train", str(root / rows_file), "-o", str(root / model_dir)]
+            ["model", "train", str(root / rows_file), "-o", str(root / model_dir)]
             + ["--preset", "fast", "--threads", "1"],
         )
         assert res.exit_code == 0, res.output
@@ -182,7 +182,7 @@ VERBS: dict[tuple[str, ...], tuple[list, list]] = {
             ("--stratify", None),
         ],
     ),
-    ("features",): ([CONFIGS], [("--json", None), ("-o", _out((".csv", ".parquet")))]),
+    ("space", "features"): ([CONFIGS], [("--json", None), ("-o", _out((".csv", ".parquet")))]),
     ("dataset", "status"): ([_choice(["campaign"], ["a_dir", "missing_dir", "rows.csv"])], []),
     ("dataset", "export"): (
         [_choice(["campaign"], ["a_dir", "missing_dir", "rows.csv"])],
@@ -202,7 +202,7 @@ VERBS: dict[tuple[str, ...], tuple[list, list]] = {
         [],
         [("--json", None), ("--source", _choice(["all", "measured", "published"], ["x", ""]))],
     ),
-    ("train",): (
+    ("model", "train"): (
         [ROWS],
         [
             ("-o", _outdir()),
@@ -217,7 +217,7 @@ VERBS: dict[tuple[str, ...], tuple[list, list]] = {
             ),
         ],
     ),
-    ("evaluate",): (
+    ("model", "evaluate"): (
         [MODEL, ROWS],
         [
             ("--json", None),
@@ -233,8 +233,8 @@ VERBS: dict[tuple[str, ...], tuple[list, list]] = {
     ("screen",): (
         [SPACE],
         [
-            ("--source-model", MODEL),
-            ("--target-model", MODEL),
+            ("--source", MODEL),
+            ("--target", MODEL),
             ("--top-k", _number(["2", "5"], ["0", "-1", "x"])),
             ("--budget", BUDGET),
             ("--confidence", CONF),
@@ -279,7 +279,7 @@ VERBS: dict[tuple[str, ...], tuple[list, list]] = {
             ("--json", None),
         ],
     ),
-    ("characterize",): ([ROWS], [("--json", None), ("--report", _outdir())]),
+    ("report", "characterize"): ([ROWS], [("--json", None), ("--report", _outdir())]),
     ("published", "evaluate"): (
         [
             _choice(
@@ -323,12 +323,12 @@ VERBS: dict[tuple[str, ...], tuple[list, list]] = {
             ("--quick", None),
             ("--min-duration-ms", _number(["100"], ["-1", "x", "1.5"])),
             ("--samples-per-query", _number(["8"], ["0", "-2", "x", "3"])),
-            ("--calibration", _choice(["missing.npy"], ["rows.csv", "a_dir"])),
+            ("--quantization-data", _choice(["missing.npy"], ["rows.csv", "a_dir"])),
             ("--threads", _number(["1"], ["0", "1000", "x"])),
             ("--json", None),
         ],
     ),
-    ("transfer",): (
+    ("report", "transfer"): (
         [ROWS, _files("rows_ort.csv")],
         [
             ("--json", None),
@@ -341,7 +341,7 @@ VERBS: dict[tuple[str, ...], tuple[list, list]] = {
         [_files("configs.csv")],
         [
             ("-o", _outdir()),
-            ("--limit", _number(["1"], ["0", "-1", "x"])),
+            ("--max-configs", _number(["1"], ["0", "-1", "x"])),
             ("--threads", _number(["1"], ["0", "1000", "x"])),
             ("--meter", _choice(["none"], ["bogus", "nvml"])),
             ("--max-attempts", _number(["2"], ["0", "-1"])),
@@ -390,7 +390,7 @@ def _campaign(env: Env, work: Path) -> None:
                 str(env.root / "configs.csv"),
                 "-o",
                 str(src),
-                "--limit",
+                "--max-configs",
                 "1",
                 "--threads",
                 "1",

@@ -35,12 +35,14 @@ def tables(tmp_path):
 def test_missing_ops_table(tables, tmp_path):
     # without its ops table a dataset is held out family by family by the network-level
     # model; this one is not a dataset at all, and the kernel mode needs the table
-    r = _run(["evaluate", "--leave-one-family-out", str(tables)], tmp_path)
+    r = _run(["model", "evaluate", "--leave-one-family-out", str(tables)], tmp_path)
     _one_line_error(r, "missing column(s)", "SCHEMA")
-    r = _run(["evaluate", "--leave-one-family-out", str(tables), "--mode", "kernel"], tmp_path)
+    r = _run(
+        ["model", "evaluate", "--leave-one-family-out", str(tables), "--mode", "kernel"], tmp_path
+    )
     _one_line_error(r, "kernel need the dataset's per-operator table", "zoo_ops.csv.gz", "--ops")
-    r = _run(["evaluate", "--leave-one-family-out", str(tables), "--ops", str(tmp_path / "o")],
-             tmp_path)  # fmt: skip
+    r = _run(["model", "evaluate", "--leave-one-family-out", str(tables), "--ops",
+              str(tmp_path / "o")], tmp_path)  # fmt: skip
     _one_line_error(r, "per-operator table not found", "--ops")
 
 
@@ -50,7 +52,7 @@ def test_one_family_group_without_ops_table_is_one_line(tmp_path):
     part = tmp_path / "resnets.csv"
     rows = load_dataset("cuda/torch/fp16")
     rows[rows.family.isin(["basic", "bottleneck"])].to_csv(part, index=False)
-    r = _run(["evaluate", "--leave-one-family-out", str(part)], tmp_path)
+    r = _run(["model", "evaluate", "--leave-one-family-out", str(part)], tmp_path)
     _one_line_error(r, "too few family groups", "['resnet']")
 
 
@@ -63,7 +65,9 @@ def test_dataset_without_ops_table_is_held_out_by_the_network_model(tmp_path):
     part = tmp_path / "gpu.csv"
     rows = load_dataset("cuda/torch/fp16")
     rows[rows.family.isin(["basic", "bottleneck", "vgg", "mobilenet_v2"])].to_csv(part, index=False)
-    r = CliRunner().invoke(cli, ["evaluate", "--leave-one-family-out", str(part), "--json"])
+    r = CliRunner().invoke(
+        cli, ["model", "evaluate", "--leave-one-family-out", str(part), "--json"]
+    )
     assert r.exit_code == 0, r.output
     report = json.loads(r.stdout)
     assert report["targets"] == ["peak_mem_mb", "energy_j", "latency_ms"]
@@ -78,32 +82,36 @@ def test_dataset_without_ops_table_is_held_out_by_the_network_model(tmp_path):
 def test_missing_columns(tables, tmp_path):
     ops = tmp_path / "zoo_ops.csv.gz"
     pd.DataFrame({"key": ["a"]}).to_csv(ops, index=False)
-    r = _run(["evaluate", "--leave-one-family-out", str(tables)], tmp_path)
+    r = _run(["model", "evaluate", "--leave-one-family-out", str(tables)], tmp_path)
     _one_line_error(r, "not a multi-family dataset", "measured_ms")
 
 
 def test_two_arguments_with_lofo(tables, tmp_path):
-    r = _run(["evaluate", "--leave-one-family-out", "cpu/torch/fp32", str(tables)], tmp_path)
+    r = _run(
+        ["model", "evaluate", "--leave-one-family-out", "cpu/torch/fp32", str(tables)], tmp_path
+    )
     _one_line_error(r, "takes one argument", "Drop MODEL")
 
 
 def test_lofo_options_without_the_flag(tables, tmp_path):
-    r = _run(["evaluate", "cpu/torch/fp32", str(tables), "--mode", "both"], tmp_path)
+    r = _run(["model", "evaluate", "cpu/torch/fp32", str(tables), "--mode", "both"], tmp_path)
     _one_line_error(r, "--leave-one-family-out")
 
 
 def test_evaluate_still_needs_a_dataset(tmp_path):
-    r = _run(["evaluate", "cpu/torch/fp32"], tmp_path)
+    r = _run(["model", "evaluate", "cpu/torch/fp32"], tmp_path)
     _one_line_error(r, "missing DATASET")
 
 
 def test_no_anchor_without_the_flag(tables, tmp_path):
-    r = _run(["evaluate", "cpu/torch/fp32", str(tables), "--no-anchor"], tmp_path)
+    r = _run(["model", "evaluate", "cpu/torch/fp32", str(tables), "--no-anchor"], tmp_path)
     _one_line_error(r, "--no-anchor belongs to --leave-one-family-out")
 
 
 def test_normalized_lofo_options_without_the_flag(tables, tmp_path):
-    r = _run(["evaluate", "cpu/torch/fp32", str(tables), "--reference-normalized"], tmp_path)
+    r = _run(
+        ["model", "evaluate", "cpu/torch/fp32", str(tables), "--reference-normalized"], tmp_path
+    )
     _one_line_error(r, "--reference-normalized belongs to --leave-one-family-out")
 
 
@@ -123,7 +131,10 @@ def test_normalized_lofo_needs_rows_that_timed_the_probe(tmp_path):
     pd.DataFrame({"key": ["a"], "index": [0], "measured_ms": [1.0]}).to_csv(
         tmp_path / "zoo_ops.csv.gz", index=False
     )
-    r = _run(["evaluate", "--leave-one-family-out", str(rows), "--reference-normalized"], tmp_path)
+    r = _run(
+        ["model", "evaluate", "--leave-one-family-out", str(rows), "--reference-normalized"],
+        tmp_path,
+    )
     _one_line_error(r, "needs rows that timed the speed probe", "measure --reference")
 
 
@@ -151,7 +162,14 @@ def test_normalized_lofo_scores_the_probe_rows_of_the_zen5_dataset(tmp_path, mon
     seen = []
     real = costmodel.lofo_report
     monkeypatch.setattr(costmodel, "lofo_report", lambda *a, **k: seen.append(k) or real(*a, **k))
-    args = ["evaluate", "--leave-one-family-out", str(tmp_path / "z.csv"), "--mode", "kernel"]
+    args = [
+        "model",
+        "evaluate",
+        "--leave-one-family-out",
+        str(tmp_path / "z.csv"),
+        "--mode",
+        "kernel",
+    ]
     r = CliRunner().invoke(cli, [*args, "--reference-normalized", "--no-anchor"])
     assert r.exit_code == 0, r.output
     assert f"(the {len(pick)} that timed the speed probe, scaled to" in r.output
@@ -172,21 +190,24 @@ KERNELS = "research/runs/passes/kernels-zen4/kernels.csv.gz"
 
 def test_kernel_samples_of_another_machine_are_refused_before_any_training(tmp_path):
     # the Intel Xeon zoo rows with the Zen 4 samples: per-op costs are per machine
-    r = _run(["evaluate", "--leave-one-family-out", _zoo("cpu_torch_fp32_zoo.csv"),
+    r = _run(["model", "evaluate", "--leave-one-family-out", _zoo("cpu_torch_fp32_zoo.csv"),
               "--kernel-samples", KERNELS], tmp_path)  # fmt: skip
     _one_line_error(r, "--kernel-samples", "another machine", "Intel", "AMD EPYC")
 
 
 def test_kernel_samples_missing_or_malformed(tmp_path):
     zen4 = _zoo("cpu_torch_fp32_zoo-zen4.csv")
-    r = _run(["evaluate", "--leave-one-family-out", zen4, "--kernel-samples",
+    r = _run(["model", "evaluate", "--leave-one-family-out", zen4, "--kernel-samples",
               str(tmp_path / "none.csv.gz")], tmp_path)  # fmt: skip
     _one_line_error(r, "kernel samples not found")
     bad = tmp_path / "bad.csv"
     pd.DataFrame({"key": ["a"], "measured_ms": [1.0]}).to_csv(bad, index=False)
-    r = _run(["evaluate", "--leave-one-family-out", zen4, "--kernel-samples", str(bad)], tmp_path)
+    r = _run(
+        ["model", "evaluate", "--leave-one-family-out", zen4, "--kernel-samples", str(bad)],
+        tmp_path,
+    )
     _one_line_error(r, "not kernel samples", "reference_ms")
-    r = _run(["evaluate", "cpu/torch/fp32", zen4, "--kernel-samples", KERNELS], tmp_path)
+    r = _run(["model", "evaluate", "cpu/torch/fp32", zen4, "--kernel-samples", KERNELS], tmp_path)
     _one_line_error(r, "--kernel-samples belongs to --leave-one-family-out")
 
 

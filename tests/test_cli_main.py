@@ -11,7 +11,7 @@ from carb_nas.cli import cli
 @pytest.mark.parametrize(
     "args, needle",
     [
-        (["train"], "Missing argument 'DATASET'"),
+        (["model", "train"], "Missing argument 'DATASET'"),
         (["search", "--pop-size", "x"], "'x' is not a valid integer"),
         (["no-such-verb"], "No such command 'no-such-verb'"),
         (["space", "count", "--no-such-flag", "cpu"], "--no-such-flag"),

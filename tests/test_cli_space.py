@@ -80,7 +80,7 @@ def test_space_sample_writes_the_api_sample(good_toml: Path, tmp_path: Path) -> 
 
 
 def test_features_json_in_input_order(good_csv: Path) -> None:
-    result = _run("features", str(good_csv), "--json")
+    result = _run("space", "features", str(good_csv), "--json")
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
     frame = pd.read_csv(good_csv)
@@ -98,7 +98,7 @@ def test_features_json_in_input_order(good_csv: Path) -> None:
 @pytest.mark.parametrize("suffix", ["csv", "parquet"])
 def test_features_output_file(good_toml: Path, tmp_path: Path, suffix: str) -> None:
     out = tmp_path / f"features.{suffix}"
-    result = _run("features", str(good_toml), "-o", str(out))
+    result = _run("space", "features", str(good_toml), "-o", str(out))
     assert result.exit_code == 0, result.output
     table = pd.read_csv(out) if suffix == "csv" else pd.read_parquet(out)
     grid = load_space(good_toml).grid()
@@ -110,11 +110,11 @@ def test_features_output_file(good_toml: Path, tmp_path: Path, suffix: str) -> N
 
 
 def test_features_readable_table_and_summary(good_csv: Path) -> None:
-    small = _run("features", str(good_csv))
+    small = _run("space", "features", str(good_csv))
     assert small.exit_code == 0
     lines = small.stdout.strip().splitlines()
     assert len(lines) == 4 and "flops" in lines[0] and "tensor_peak_mb" in lines[0]
-    big = _run("features", "carb_screening")
+    big = _run("space", "features", "carb_screening")
     assert big.exit_code == 0
     assert "3,072 in all" in big.stdout and "max" in big.stdout
 
@@ -238,7 +238,7 @@ def test_bad_space_files(case: str, tmp_path: Path) -> None:
     _assert_clean_failure(
         _run("space", "sample", str(space), "-n", "3", "-o", str(out)), words, out
     )
-    _assert_clean_failure(_run("features", str(space), "-o", str(out)), words, out)
+    _assert_clean_failure(_run("space", "features", str(space), "-o", str(out)), words, out)
 
 
 @pytest.mark.parametrize("case", sorted(CSV_CASES))
@@ -247,8 +247,8 @@ def test_bad_configs_files(case: str, tmp_path: Path) -> None:
     configs = tmp_path / "configs.csv"
     configs.write_text(text)
     out = tmp_path / "features.parquet"
-    _assert_clean_failure(_run("features", str(configs), "-o", str(out)), words, out)
-    _assert_clean_failure(_run("features", str(configs), "--json"), words, None)
+    _assert_clean_failure(_run("space", "features", str(configs), "-o", str(out)), words, out)
+    _assert_clean_failure(_run("space", "features", str(configs), "--json"), words, None)
 
 
 def test_configs_as_parquet_with_bad_values(tmp_path: Path) -> None:
@@ -256,7 +256,7 @@ def test_configs_as_parquet_with_bad_values(tmp_path: Path) -> None:
     pd.DataFrame(
         {"family": ["basic"], "depth": [18], "width": [1.0], "resolution": [64], "batch_size": [-1]}
     ).to_parquet(configs)
-    _assert_clean_failure(_run("features", str(configs)), ["batch_size", "-1"], None)
+    _assert_clean_failure(_run("space", "features", str(configs)), ["batch_size", "-1"], None)
 
 
 @pytest.mark.parametrize(
@@ -265,9 +265,9 @@ def test_configs_as_parquet_with_bad_values(tmp_path: Path) -> None:
         ("space", "count", "{dir}/nowhere.toml"),
         ("space", "show", "{dir}/nowhere.toml"),
         ("space", "sample", "{dir}/nowhere.toml", "-n", "2", "-o", "{dir}/out.csv"),
-        ("features", "{dir}/nowhere.toml", "-o", "{dir}/out.csv"),
-        ("features", "{dir}/nowhere.csv", "-o", "{dir}/out.csv"),
-        ("features", "{dir}/nowhere.parquet", "--json"),
+        ("space", "features", "{dir}/nowhere.toml", "-o", "{dir}/out.csv"),
+        ("space", "features", "{dir}/nowhere.csv", "-o", "{dir}/out.csv"),
+        ("space", "features", "{dir}/nowhere.parquet", "--json"),
     ],
 )
 def test_missing_files(args: tuple, tmp_path: Path) -> None:
@@ -277,9 +277,11 @@ def test_missing_files(args: tuple, tmp_path: Path) -> None:
 
 def test_bad_outputs(good_csv: Path, tmp_path: Path) -> None:
     txt = tmp_path / "features.txt"
-    _assert_clean_failure(_run("features", str(good_csv), "-o", str(txt)), [".csv"], txt)
+    _assert_clean_failure(_run("space", "features", str(good_csv), "-o", str(txt)), [".csv"], txt)
     deep = tmp_path / "no" / "such" / "dir" / "f.csv"
-    _assert_clean_failure(_run("features", str(good_csv), "-o", str(deep)), ["directory"], deep)
+    _assert_clean_failure(
+        _run("space", "features", str(good_csv), "-o", str(deep)), ["directory"], deep
+    )
     bad_n = tmp_path / "s.csv"
     _assert_clean_failure(
         _run("space", "sample", "resnet", "-n", "0", "-o", str(bad_n)), ["-n", "0"], bad_n
@@ -296,11 +298,15 @@ def test_failed_write_leaves_no_partial_file(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(pd.DataFrame, "to_csv", half_written)
-    _assert_clean_failure(_run("features", str(good_csv), "-o", str(out)), ["No space left"], out)
+    _assert_clean_failure(
+        _run("space", "features", str(good_csv), "-o", str(out)), ["No space left"], out
+    )
 
 
 def test_debug_shows_the_exception(tmp_path: Path) -> None:
-    result = CliRunner().invoke(cli, ["--debug", "features", str(tmp_path / "nowhere.csv")])
+    result = CliRunner().invoke(
+        cli, ["--debug", "space", "features", str(tmp_path / "nowhere.csv")]
+    )
     assert result.exit_code == 1
     assert isinstance(result.exception, MissingFileError)
 
@@ -343,7 +349,7 @@ def test_space_sample_refuses_bad_seeds(good_toml: Path, tmp_path: Path, seed: s
 
 
 @pytest.mark.parametrize(
-    "command", [("space", "count"), ("space", "show"), ("space", "sample"), ("features",)]
+    "command", [("space", "count"), ("space", "show"), ("space", "sample"), ("space", "features")]
 )
 def test_every_command_has_one_example_and_json(command: tuple) -> None:
     result = _run(*command, "--help")
@@ -355,6 +361,6 @@ def test_every_command_has_one_example_and_json(command: tuple) -> None:
 def test_features_of_a_header_only_csv_is_one_clear_line(tmp_path: Path) -> None:
     configs = tmp_path / "configs.csv"
     configs.write_text("family,depth,width,resolution,batch_size\n")
-    result = _run("features", str(configs))
+    result = _run("space", "features", str(configs))
     _assert_clean_failure(result, ["no configs", "data row"], None)
     assert "Empty DataFrame" not in result.output

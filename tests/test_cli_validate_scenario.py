@@ -179,7 +179,7 @@ def test_static_int8_takes_a_calibration_set_and_records_it(model_dirs, tmp_path
     data = tmp_path / "rows.csv"
     r = _run(
         "validate", _pareto(tmp_path, BASIC), "--model", model_dirs[0], "--runtime",
-        "onnxruntime", "--precision", "int8", "--calibration", calib, "--threads", "1",
+        "onnxruntime", "--precision", "int8", "--quantization-data", calib, "--threads", "1",
         "--protocol", "carb", "--append", data,
     )  # fmt: skip
     assert r.exit_code == 0, r.output
@@ -280,7 +280,7 @@ def test_calibration_checks(model_dirs, tmp_path):
     before = calib.read_bytes()
     report = tmp_path / "report"
     base = ["validate", pareto, "--model", model_dirs[0], "--report", report]
-    base += ["--calibration", calib]
+    base += ["--quantization-data", calib]
     _one_line_error(_run(*base), "calibration set was given for precision 'fp32'")
     if importlib.util.find_spec("onnxruntime") is not None:
         r = _run(*base, "--runtime", "onnxruntime", "--precision", "int8")

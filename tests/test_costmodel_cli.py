@@ -1,4 +1,5 @@
-"""``carb-nas train / evaluate / predict`` through click's CliRunner, on SYNTHETIC tables."""
+"""``carb-nas model train / model evaluate / predict`` through click's CliRunner, on
+SYNTHETIC tables."""
 
 from __future__ import annotations
 
@@ -28,7 +29,17 @@ def trained(tmp_path_factory):
     data = d / "rows.csv"
     df.to_csv(data, index=False)
     res = run(
-        "train", str(data), "-o", str(d / "model"), "--preset", "fast", "--seed", "3", "--jobs", "1"
+        "model",
+        "train",
+        str(data),
+        "-o",
+        str(d / "model"),
+        "--preset",
+        "fast",
+        "--seed",
+        "3",
+        "--jobs",
+        "1",
     )
     assert res.exit_code == 0, res.output
     return d, data, res
@@ -53,6 +64,7 @@ def test_train_writes_model_and_evaluation(trained):
 def test_train_is_seeded(trained, tmp_path):
     _, data, _ = trained
     a = run(
+        "model",
         "train",
         str(data),
         "-o",
@@ -75,6 +87,7 @@ def test_train_is_seeded(trained, tmp_path):
 def test_train_with_physical_offsets(trained, tmp_path):
     _, data, _ = trained
     res = run(
+        "model",
         "train",
         str(data),
         "-o",
@@ -91,10 +104,11 @@ def test_train_with_physical_offsets(trained, tmp_path):
     man = json.loads((tmp_path / "m" / "manifest.json").read_text())
     assert man["offsets"] == {"peak_mem_mb": "tensor_peak_mb", "latency_ms": "act_mb_total"}
     bad = CliRunner().invoke(
-        cli, ["train", str(data), "-o", str(tmp_path / "n"), "--offset", "latency_ms"]
+        cli, ["model", "train", str(data), "-o", str(tmp_path / "n"), "--offset", "latency_ms"]
     )
     assert bad.exit_code == 1 and "TARGET=COLUMN" in bad.output
     res = run(
+        "model",
         "train",
         str(data),
         "-o",
@@ -113,7 +127,8 @@ def test_train_with_physical_offsets(trained, tmp_path):
     assert man["offsets"] == {"latency_ms": ["flops", "param_mb"]}
     assert set(man["offset_coefs"]["latency_ms"]) == {"flops", "param_mb"}
     bad = CliRunner().invoke(
-        cli, ["train", str(data), "-o", str(tmp_path / "t"), "--offset", "latency_ms=flops+"]
+        cli,
+        ["model", "train", str(data), "-o", str(tmp_path / "t"), "--offset", "latency_ms=flops+"],
     )
     assert bad.exit_code == 1 and "COL1+COL2" in bad.output
 
@@ -121,6 +136,7 @@ def test_train_with_physical_offsets(trained, tmp_path):
 def test_evaluate_json_and_report(trained, tmp_path):
     d, data, _ = trained
     res = run(
+        "model",
         "evaluate",
         str(d / "model"),
         str(data),
@@ -136,7 +152,7 @@ def test_evaluate_json_and_report(trained, tmp_path):
     assert rep["n_rows"] == 325
     assert (tmp_path / "r" / "parity_latency_ms.png").is_file()
     assert (tmp_path / "r" / "evaluation.json").is_file()
-    human = run("evaluate", str(d / "model"), str(data))
+    human = run("model", "evaluate", str(d / "model"), str(data))
     assert human.exit_code == 0 and "latency_ms" in human.output
 
 
@@ -196,6 +212,7 @@ def test_generic_table_with_named_target(tmp_path):
     tab["throughput_ips"] = 1e9 / tab["flops"] * tab["batch_size"] ** 0.3
     tab.to_csv(tmp_path / "bench.csv", index=False)
     res = run(
+        "model",
         "train",
         str(tmp_path / "bench.csv"),
         "-o",
@@ -220,16 +237,24 @@ def test_refuses_fake_rows_and_tables_without_targets(tmp_path):
     df = synthetic_dataset(60, seed=1, space="cpu")
     df.loc[df.index[3], "meter"] = "fake"
     df.to_csv(tmp_path / "fake.csv", index=False)
-    res = CliRunner().invoke(cli, ["train", str(tmp_path / "fake.csv"), "-o", str(tmp_path / "m")])
+    res = CliRunner().invoke(
+        cli, ["model", "train", str(tmp_path / "fake.csv"), "-o", str(tmp_path / "m")]
+    )
     assert res.exit_code == 1
     assert "error:" in res.output and "fake" in res.output and "row 4" in res.output
     df.drop(columns=["latency_ms", "peak_mem_mb", "energy_j"]).assign(meter="none").to_csv(
         tmp_path / "nt.csv", index=False
     )
-    res = CliRunner().invoke(cli, ["train", str(tmp_path / "nt.csv"), "-o", str(tmp_path / "m")])
+    res = CliRunner().invoke(
+        cli, ["model", "train", str(tmp_path / "nt.csv"), "-o", str(tmp_path / "m")]
+    )
     assert res.exit_code == 1 and "no target column" in res.output
-    res = CliRunner().invoke(cli, ["evaluate", str(tmp_path / "nowhere"), str(tmp_path / "nt.csv")])
-    assert res.exit_code == 1 and "not found" in res.output and "`carb-nas train`" in res.output
+    res = CliRunner().invoke(
+        cli, ["model", "evaluate", str(tmp_path / "nowhere"), str(tmp_path / "nt.csv")]
+    )
+    assert (
+        res.exit_code == 1 and "not found" in res.output and "`carb-nas model train`" in res.output
+    )
 
 
 @pytest.mark.parametrize(
@@ -242,7 +267,9 @@ def test_refuses_fake_rows_and_tables_without_targets(tmp_path):
 )
 def test_evaluate_rejects_bad_budgets_with_one_line(trained, budget, message):
     d, data, _ = trained
-    res = CliRunner().invoke(cli, ["evaluate", str(d / "model"), str(data), "--budget", budget])
+    res = CliRunner().invoke(
+        cli, ["model", "evaluate", str(d / "model"), str(data), "--budget", budget]
+    )
     assert res.exit_code == 1
     assert message in res.output and "Traceback" not in res.output
 
@@ -265,7 +292,17 @@ def test_results_on_stdout_progress_on_stderr(trained, tmp_path):
     _, data, _ = trained
     res = CliRunner().invoke(
         cli,
-        ["train", str(data), "-o", str(tmp_path / "m"), "--preset", "fast", "--threads", "1"],
+        [
+            "model",
+            "train",
+            str(data),
+            "-o",
+            str(tmp_path / "m"),
+            "--preset",
+            "fast",
+            "--threads",
+            "1",
+        ],
     )
     assert res.exit_code == 0, res.output
     assert "R2" in res.stdout and "wrote" not in res.stdout
@@ -279,10 +316,10 @@ def test_results_on_stdout_progress_on_stderr(trained, tmp_path):
     assert len(res.stdout.splitlines()) == 1 + 330
 
 
-@pytest.mark.parametrize("command", ["train", "evaluate", "predict"])
+@pytest.mark.parametrize("command", [("model", "train"), ("model", "evaluate"), ("predict",)])
 def test_help_shows_one_example(command):
-    res = run(command, "--help")
-    assert res.output.count("Example:") == 1 and f"carb-nas {command} " in res.output
+    res = run(*command, "--help")
+    assert res.output.count("Example:") == 1 and f"carb-nas {' '.join(command)} " in res.output
 
 
 def test_train_checks_every_option_before_touching_an_existing_model(trained):
@@ -295,7 +332,7 @@ def test_train_checks_every_option_before_touching_an_existing_model(trained):
         (["--test-fraction", "1.5"], "--test-fraction"),
         (["--offset", "latency_ms=flops", "--offset", "latency_ms=n_conv"], "repeated --offset"),
     ):
-        res = CliRunner().invoke(cli, ["train", str(data), "-o", str(d / "model"), *bad])
+        res = CliRunner().invoke(cli, ["model", "train", str(data), "-o", str(d / "model"), *bad])
         _one_line_error(res, needle)
         assert _snapshot(d / "model") == before  # model and evaluation.json untouched
 
@@ -313,7 +350,8 @@ def test_train_failure_after_training_leaves_the_previous_model_intact(trained, 
 
     monkeypatch.setattr(persist, "_write_files", half_then_fail)
     res = CliRunner().invoke(
-        cli, ["train", str(data), "-o", str(d / "model"), "--preset", "fast", "--jobs", "1"]
+        cli,
+        ["model", "train", str(data), "-o", str(d / "model"), "--preset", "fast", "--jobs", "1"],
     )
     assert res.exit_code != 0
     assert _snapshot(d / "model") == before
@@ -322,7 +360,9 @@ def test_train_failure_after_training_leaves_the_previous_model_intact(trained, 
 
 def test_train_refuses_seed_below_zero(trained, tmp_path):
     _, data, _ = trained
-    res = CliRunner().invoke(cli, ["train", str(data), "-o", str(tmp_path / "m"), "--seed", "-1"])
+    res = CliRunner().invoke(
+        cli, ["model", "train", str(data), "-o", str(tmp_path / "m"), "--seed", "-1"]
+    )
     assert res.exit_code != 0 and "--seed" in res.output and "Traceback" not in res.output
     assert not (tmp_path / "m").exists()
 
@@ -331,7 +371,7 @@ def test_train_refuses_a_directory_of_other_files(trained, tmp_path):
     _, data, _ = trained
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "notes.txt").write_text("keep")
-    res = CliRunner().invoke(cli, ["train", str(data), "-o", str(tmp_path / "out")])
+    res = CliRunner().invoke(cli, ["model", "train", str(data), "-o", str(tmp_path / "out")])
     _one_line_error(res, "holds other files")
     assert _snapshot(tmp_path / "out") == {"notes.txt": b"keep"}
 
@@ -353,7 +393,9 @@ def test_train_refuses_implausible_targets_and_mixed_platforms(tmp_path, edit, n
     df = edit(synthetic_dataset(120, seed=2, space="cpu"))
     df.to_csv(tmp_path / "rows.csv", index=False)
     before = (tmp_path / "rows.csv").read_bytes()
-    res = CliRunner().invoke(cli, ["train", str(tmp_path / "rows.csv"), "-o", str(tmp_path / "m")])
+    res = CliRunner().invoke(
+        cli, ["model", "train", str(tmp_path / "rows.csv"), "-o", str(tmp_path / "m")]
+    )
     _one_line_error(res, needle)
     assert not (tmp_path / "m").exists() and (tmp_path / "rows.csv").read_bytes() == before
 
@@ -369,27 +411,31 @@ def test_predict_and_evaluate_accept_a_shipped_platform_name(trained, tmp_path, 
     )
     res = run("predict", "cpu/torch/fp32", str(data), "-o", str(tmp_path / "p.csv"))
     assert res.exit_code == 0 and len(pd.read_csv(tmp_path / "p.csv")) == 330
-    res = run("evaluate", "cpu/torch/fp32", str(data), "--json")
+    res = run("model", "evaluate", "cpu/torch/fp32", str(data), "--json")
     assert res.exit_code == 0 and json.loads(res.stdout)["n_rows"] == 325
     bad = CliRunner().invoke(cli, ["predict", str(tmp_path / "nowhere"), str(data)])
-    _one_line_error(bad, "MODEL not found", "carb-nas train")
+    _one_line_error(bad, "MODEL not found")
 
 
 def test_evaluate_report_is_atomic_and_checked_first(trained, tmp_path):
     d, data, _ = trained
-    res = run("evaluate", str(d / "model"), str(data), "--report", str(tmp_path / "r"), "--json")
+    res = run(
+        "model", "evaluate", str(d / "model"), str(data), "--report", str(tmp_path / "r"), "--json"
+    )
     doc = json.loads(res.stdout)
     assert all(Path(p).parent == tmp_path / "r" and Path(p).is_file() for p in doc["plots"])
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "a.txt").write_text("keep")
     res = CliRunner().invoke(
-        cli, ["evaluate", str(d / "model"), str(data), "--report", str(tmp_path / "mine")]
+        cli, ["model", "evaluate", str(d / "model"), str(data), "--report", str(tmp_path / "mine")]
     )
     _one_line_error(res, "holds other files")
     res = CliRunner().invoke(
-        cli, ["evaluate", str(d / "model"), str(data), "--report", "/proc/carb_nas_x"]
+        cli, ["model", "evaluate", str(d / "model"), str(data), "--report", "/proc/carb_nas_x"]
     )
     _one_line_error(res, "/proc/carb_nas_x")
-    res = CliRunner().invoke(cli, ["evaluate", str(d / "model"), str(data), "--alpha", "5"])
+    res = CliRunner().invoke(
+        cli, ["model", "evaluate", str(d / "model"), str(data), "--alpha", "5"]
+    )
     _one_line_error(res, "--alpha", "confidence")

@@ -161,7 +161,7 @@ def test_an_unknown_platform_is_refused():
         load_published("published/rtx9090")
     run = CliRunner().invoke(cli, ["published", "evaluate", "published/h100"])
     assert "no published dataset 'published/h100'" in _one_error_line(run)
-    run = CliRunner().invoke(cli, ["transfer", "published/rtx4090", "published/a100"])
+    run = CliRunner().invoke(cli, ["report", "transfer", "published/rtx4090", "published/a100"])
     assert "no published dataset 'published/a100'" in _one_error_line(run)
     run = CliRunner().invoke(cli, ["published", "screen", "--target", "published/tpu"])
     assert "published/tpu" in _one_error_line(run)
@@ -193,9 +193,9 @@ def test_published_where_measured_rows_are_required(tmp_path, monkeypatch):
         (["validate", str(configs), "--append", str(raw)], "--append needs"),
         (["validate", str(configs), "--append", "published/rtx4090"], "--append needs"),
         (["calibrate", "published/rtx4090"], "calibrate needs"),
-        (["train", "published/rtx4090", "-o", "m"], "published dataset"),
-        (["characterize", "published/rtx3090"], "published dataset"),
-        (["transfer", "published/rtx4090", "cpu/torch/fp32"], "expected two published"),
+        (["model", "train", "published/rtx4090", "-o", "m"], "published dataset"),
+        (["report", "characterize", "published/rtx3090"], "published dataset"),
+        (["report", "transfer", "published/rtx4090", "cpu/torch/fp32"], "expected two published"),
     ):
         run = CliRunner().invoke(cli, args)
         assert what in _one_error_line(run), args
@@ -287,6 +287,7 @@ def test_published_cli_json():
     run = CliRunner().invoke(
         cli,
         [
+            "report",
             "transfer",
             "published/rtx4090",
             "published/rtx4090/amp-nchw-pt291-cu128-dynamo",

@@ -87,7 +87,7 @@ def test_only_ok_rows_are_used(tmp_path):
 def test_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(MissingFileError, match="dataset not found"):
         characterize(tmp_path / "nope.csv")
-    result = CliRunner().invoke(cli, ["characterize", str(tmp_path / "nope.csv")])
+    result = CliRunner().invoke(cli, ["report", "characterize", str(tmp_path / "nope.csv")])
     assert result.exit_code == 1
     assert result.output.startswith("error: dataset not found")
 
@@ -287,7 +287,7 @@ def test_characterize_report_files_and_cli_json(tmp_path):
     on_disk = json.loads((out / "characterization.json").read_text())
     assert on_disk["rows_ok"] == 2 * len(synthetic_rows())
 
-    run = CliRunner().invoke(cli, ["characterize", a, b, "--json"])
+    run = CliRunner().invoke(cli, ["report", "characterize", a, b, "--json"])
     assert run.exit_code == 0, run.output
     data = json.loads(run.stdout)
     assert {
@@ -304,7 +304,7 @@ def test_characterize_report_files_and_cli_json(tmp_path):
         "synthetic/onnxruntime/fp32": len(synthetic_rows()),
         "synthetic/torch/fp32": len(synthetic_rows()),
     }
-    text = CliRunner().invoke(cli, ["characterize", a])
+    text = CliRunner().invoke(cli, ["report", "characterize", a])
     assert text.exit_code == 0 and text.output.startswith("# Characterization")
 
 
@@ -356,13 +356,13 @@ def test_transfer_cli_json_keys(tmp_path):
     bf = synthetic_rows(runtime="onnxruntime")
     bf["latency_ms"] *= 3.0
     b = _write(bf, tmp_path / "b.csv")
-    run = CliRunner().invoke(cli, ["transfer", a, b, "--json", "--few-shot", "none"])
+    run = CliRunner().invoke(cli, ["report", "transfer", a, b, "--json", "--few-shot", "none"])
     assert run.exit_code == 0, run.output
     data = json.loads(run.stdout)
     for t in ("latency_ms", "peak_mem_mb"):
         assert {"slope", "intercept", "r2", "spearman", "top100_overlap"} <= set(data[t])
     assert data["latency_ms"]["slope"] == pytest.approx(3.0)
-    bad = CliRunner().invoke(cli, ["transfer", a, b, "--few-shot", "ten"])
+    bad = CliRunner().invoke(cli, ["report", "transfer", a, b, "--few-shot", "ten"])
     assert bad.exit_code == 1 and "invalid --few-shot" in bad.output
 
 
@@ -696,7 +696,9 @@ def test_cli_transfer_prior_bad_input_is_one_line(tmp_path, prior, needle):
     a = _write(synthetic_rows(), tmp_path / "a.csv")
     b = _write(synthetic_rows(runtime="onnxruntime"), tmp_path / "b.csv")
     prior = prior.replace("b.csv", b)
-    run = CliRunner().invoke(cli, ["transfer", a, b, "--few-shot", "10", "--prior", prior])
+    run = CliRunner().invoke(
+        cli, ["report", "transfer", a, b, "--few-shot", "10", "--prior", prior]
+    )
     _one_line_error(run, needle)
 
 
@@ -750,6 +752,7 @@ def test_calibrate_function_and_few_shot_transfer(tmp_path):
     run = CliRunner().invoke(
         cli,
         [
+            "report",
             "transfer",
             *paths,
             "--json",
@@ -757,7 +760,7 @@ def test_calibrate_function_and_few_shot_transfer(tmp_path):
             "25",
             "--seeds",
             "1",
-            "--source-model",
+            "--source",
             str(tmp_path / "source_model"),
         ],
     )
@@ -783,12 +786,12 @@ def test_characterize_accepts_a_shipped_platform_name():
     frame = load_measurements("cpu/torch/fp32")
     assert frame.attrs["source"].endswith("cpu_torch_fp32.csv")
     assert set(frame["variant"]) == {"cpu/torch/fp32"}
-    run = CliRunner().invoke(cli, ["characterize", "cpu/onnxruntime/int8", "--json"])
+    run = CliRunner().invoke(cli, ["report", "characterize", "cpu/onnxruntime/int8", "--json"])
     assert run.exit_code == 0, run.output
     data = json.loads(run.stdout)
     assert data["datasets"][0]["source"].endswith("cpu_onnxruntime_int8.csv")
     assert set(data["variants"]) == {"cpu/onnxruntime/int8"}
-    bad = CliRunner().invoke(cli, ["characterize", "tpu/jax/fp8"])
+    bad = CliRunner().invoke(cli, ["report", "characterize", "tpu/jax/fp8"])
     _one_line_error(bad, "no shipped dataset", "dataset list")
 
 
@@ -797,7 +800,9 @@ def test_characterize_too_few_rows_says_the_minimum(tmp_path):
 
     path = _write(synthetic_rows().head(5), tmp_path / "five.csv")
     before = (tmp_path / "five.csv").read_bytes()
-    run = CliRunner().invoke(cli, ["characterize", path, "--report", str(tmp_path / "out")])
+    run = CliRunner().invoke(
+        cli, ["report", "characterize", path, "--report", str(tmp_path / "out")]
+    )
     _one_line_error(run, "too few rows", f"at least {MIN_CHARACTERIZE_ROWS}", "got 5")
     assert not (tmp_path / "out").exists()
     assert (tmp_path / "five.csv").read_bytes() == before
@@ -817,13 +822,13 @@ def test_characterize_a_family_with_very_few_rows():
 
 def test_the_same_dataset_twice(tmp_path):
     a = _write(synthetic_rows(), tmp_path / "a.csv")
-    run = CliRunner().invoke(cli, ["characterize", a, str(tmp_path / "." / "a.csv")])
+    run = CliRunner().invoke(cli, ["report", "characterize", a, str(tmp_path / "." / "a.csv")])
     _one_line_error(run, "the same dataset given twice")
     frame = synthetic_rows()
     with pytest.raises(InputFileError, match="twice"):
         characterize([frame, frame])
     # transfer A A is a legitimate sanity check: it runs, with a warning and a note
-    run = CliRunner().invoke(cli, ["transfer", a, a, "--few-shot", "none", "--json"])
+    run = CliRunner().invoke(cli, ["report", "transfer", a, a, "--few-shot", "none", "--json"])
     assert run.exit_code == 0, run.output
     assert "warning: A and B are the same dataset" in run.stderr
     data = json.loads(run.stdout)
@@ -831,7 +836,7 @@ def test_the_same_dataset_twice(tmp_path):
     assert data["latency_ms"]["r2"] == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize("verb", ["characterize", "transfer"])
+@pytest.mark.parametrize("verb", ["report", "characterize", "transfer"])
 def test_unwritable_report_dir_is_refused_before_any_work(tmp_path, monkeypatch, verb):
     import carb_nas.reports._write as write
 
@@ -866,12 +871,12 @@ def test_few_shot_larger_than_the_target_dataset_says_the_maximum(tmp_path):
     a = _write(synthetic_rows(), tmp_path / "a.csv")
     b = _write(synthetic_rows(runtime="onnxruntime"), tmp_path / "b.csv")
     n = len(synthetic_rows())
-    run = CliRunner().invoke(cli, ["transfer", a, b, "--few-shot", "10,100000"])
+    run = CliRunner().invoke(cli, ["report", "transfer", a, b, "--few-shot", "10,100000"])
     _one_line_error(run, f"<= {n - MIN_EVALUATION_ROWS}", "got 100000", "--few-shot")
     assert "training" not in run.output  # refused before the source model was trained
     with pytest.raises(ModelError, match="invalid repeats"):
         transfer(a, b, repeats=0)
-    bad = CliRunner().invoke(cli, ["transfer", a, b, "--repeats", "0"])
+    bad = CliRunner().invoke(cli, ["report", "transfer", a, b, "--repeats", "0"])
     assert bad.exit_code in (1, 2) and "--repeats" in bad.output  # a usage error
 
 

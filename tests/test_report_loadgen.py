@@ -52,7 +52,7 @@ def test_cli_writes_markdown_png_json(run_dir, tmp_path):
     md = tmp_path / "docs" / "seed.md"
     res = CliRunner().invoke(
         cli,
-        ["characterize", "--loadgen", str(run_dir), "--markdown", str(md)],
+        ["report", "characterize", "--loadgen", str(run_dir), "--markdown", str(md)],
         obj={"debug": False},
     )
     assert res.exit_code == 0, res.output
@@ -64,6 +64,8 @@ def test_empty_directory_is_one_line(tmp_path):
     with pytest.raises(InputFileError, match="no LoadGen results"):
         characterize_loadgen(tmp_path)
     res = CliRunner().invoke(
-        cli, ["characterize", "--loadgen", str(tmp_path), "cpu/torch/fp32"], obj={"debug": False}
+        cli,
+        ["report", "characterize", "--loadgen", str(tmp_path), "cpu/torch/fp32"],
+        obj={"debug": False},
     )
     assert res.exit_code == 1 and len(res.stderr.strip().splitlines()) == 1

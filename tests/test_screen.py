@@ -307,9 +307,9 @@ def test_cli_screen_json_and_outputs(model_dirs, tmp_path):
         [
             "screen",
             "search_spaces/carb_screening.toml",
-            "--source-model",
+            "--source",
             str(src),
-            "--target-model",
+            "--target",
             str(tgt),
             "--rank-by",
             "latency_ms",
@@ -344,7 +344,7 @@ def test_cli_screen_short_option_names_and_help_example(model_dirs):
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["shortlisted"] == 5
     help_text = CliRunner().invoke(cli, ["screen", "--help"]).output
-    assert "--source-model" in help_text and "Example:" in help_text
+    assert "--source" in help_text and "Example:" in help_text
 
 
 def test_cli_screen_space_with_precisions_the_models_do_not_know(model_dirs):

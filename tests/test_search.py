@@ -364,9 +364,9 @@ def test_cli_search_json(model_dirs, tmp_path):
         [
             "search",
             "cpu",
-            "--model",
+            "--source",
             str(src),
-            "--rescore",
+            "--target",
             str(tgt),
             "--budget",
             "latency_ms=6",
@@ -421,7 +421,7 @@ def test_cli_search_bad_input(model_dirs, args, words, monkeypatch):
     monkeypatch.setattr(carb_nas.search, "search", no_search)
     monkeypatch.setattr("carb_nas.storage.time.sleep", lambda s: None)  # no retry back-off
     src, _ = model_dirs
-    res = CliRunner().invoke(cli, ["search", "cpu", "--model", str(src), "--trials", "8"] + args)
+    res = CliRunner().invoke(cli, ["search", "cpu", "--source", str(src), "--trials", "8"] + args)
     assert res.exit_code in (1, 2), res.output
     assert words in res.output and "Traceback" not in res.output
     if res.exit_code == 1:  # ours: one line (exit 2: click's usage error for an IntRange)
@@ -434,7 +434,8 @@ def test_cli_search_model_of_another_space(model_dirs, tmp_path):
         'resolution = [32]\nbatch_size = [1, 2]\nprecision = ["fp32", "fp16"]\n'
     )
     res = CliRunner().invoke(
-        cli, ["search", str(tmp_path / "fp16.toml"), "--model", str(model_dirs[0]), "--trials", "4"]
+        cli,
+        ["search", str(tmp_path / "fp16.toml"), "--source", str(model_dirs[0]), "--trials", "4"],
     )
     assert res.exit_code == 1 and "trained on another space" in res.output
 
@@ -475,7 +476,7 @@ def test_cli_search_embedded_default_validates(model_dirs, monkeypatch, tmp_path
         "default_model_dir",
         lambda platform="cpu/torch/fp32": shipped.get(platform, tmp_path / "x"),
     )
-    res = CliRunner().invoke(cli, ["search", "--trials", "200", "--validate-max", "1", "--json"])
+    res = CliRunner().invoke(cli, ["search", "--trials", "200", "--max-configs", "1", "--json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert doc["rescored"] and doc["budgets"] == {"latency_ms": 20.0, "peak_mem_mb": 100.0}
@@ -573,7 +574,7 @@ def test_cli_search_storage_defaults_to_the_environment(model_dirs, tmp_path, mo
 
     journal = tmp_path / "env.log"
     monkeypatch.setenv("CARB_NAS_STORAGE", f"journal:{journal}")
-    base = ["search", "cpu", "--model", str(model_dirs[0]), "--trials", "8", "--pop-size", "4"]
+    base = ["search", "cpu", "--source", str(model_dirs[0]), "--trials", "8", "--pop-size", "4"]
     res = CliRunner().invoke(cli, base + ["--json"])  # pymoo: the optuna default is not used
     assert res.exit_code == 0, res.output
     assert not journal.exists()
@@ -591,7 +592,8 @@ def test_cli_help_shows_one_example(command):
     out = CliRunner().invoke(cli, [command, "--help"]).output
     assert out.count("Example:") == 1 and f"carb-nas {command} " in out
     if command != "screen":
-        assert "--model" in out and "--report" in out and "--json" in out
+        assert "--report" in out and "--json" in out
+        assert ("--model" if command == "validate" else "--source") in out
 
 
 def test_default_search_pareto_set_spans_batch_sizes(torch_model):
@@ -662,7 +664,8 @@ def test_cli_search_embedded_default_says_where_models_come_from(model_dirs, mon
     )
     res = CliRunner().invoke(cli, ["search", "--trials", "150", "--no-validate"])
     assert res.exit_code == 0, res.output
-    assert "cpu/torch/fp32 model (a model file shipped with carb_nas)" in res.stderr
+    assert "--source cpu/torch/fp32 (carb cascade" in res.stderr
+    assert "a model file shipped with carb_nas" in res.stderr
     assert "150 distinct configs to evaluate" in res.stderr  # announced ...
     assert "150 distinct configs evaluated" in res.stdout  # ... and made
     assert "latency_ms_per_image" in res.stdout and "batch sizes" in res.stdout
@@ -857,7 +860,7 @@ def test_cli_search_says_each_warning_once(model_dirs, tmp_path):
     space.write_text('[knobs]\nfamily = ["basic", "mobilenet_v2"]\nwidth = [0.5, 1.0]\n'
                      "resolution = [32, 64]\nbatch_size = [1, 2, 4]\n[family.basic]\n"
                      "depth = [10, 18]\n[family.mobilenet_v2]\ndepth = [9, 17]\n")  # fmt: skip
-    args = ["search", str(space), "--model", str(model_dirs[0]), "--trials", "20"]
+    args = ["search", str(space), "--source", str(model_dirs[0]), "--trials", "20"]
     res = CliRunner().invoke(cli, [*args, "--no-validate"])
     assert res.exit_code == 0, res.output
     notes = [line for line in res.stderr.splitlines() if "never saw family" in line]

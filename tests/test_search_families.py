@@ -141,7 +141,7 @@ def test_cli_screen_of_a_family_space_ranks_with_the_module_model(module_model, 
     space = tmp_path / "fam.toml"
     space.write_text(SPACE)
     out = tmp_path / "short.csv"
-    models = ["--source-model", "cpu/torch/fp32", "--target-model", "cpu/torch/fp32"]
+    models = ["--source", "cpu/torch/fp32", "--target", "cpu/torch/fp32"]
     args = [
         "screen",
         str(space),

@@ -524,4 +524,5 @@ def test_bad_passes_is_refused_before_measuring(torch_model, model_dirs, tmp_pat
         cli, ["validate", str(pareto), "--model", str(model_dirs[0]), "--passes", "3",
               "--scenario", "single-stream"],
     )  # fmt: skip
-    assert res.exit_code == 1 and "--passes does not apply under a LoadGen scenario" in res.output
+    assert res.exit_code == 1 and "LoadGen validation is now `carb-nas loadgen" in res.output
+    assert len(res.output.strip().splitlines()) == 1

@@ -1,6 +1,9 @@
-"""The ``carb-nas`` command line: one verb per pipeline stage.
+"""The ``carb-nas`` command line: one verb per pipeline stage, twelve in all.
 
-Each stage's commands live in their own module here and are registered below. Every user error
+Each stage's commands live in their own module here and are registered below; the modules
+import the library inside the commands, so ``carb-nas --help`` loads none of it. A verb that
+moved into a group (``carb-nas train`` -> ``carb-nas model train``) fails in one line naming
+its new spelling. Every user error
 -- a ``CarbNasError`` from the library or a usage error click finds in the arguments -- prints
 one line on stderr and exits with code 1; ``--debug`` shows the traceback.
 """
@@ -41,7 +44,24 @@ def _warning_printer() -> Any:
     return show
 
 
+#: verbs that moved into a group: old spelling -> new
+MOVED = {
+    "train": "model train",
+    "evaluate": "model evaluate",
+    "features": "space features",
+    "characterize": "report characterize",
+    "transfer": "report transfer",
+}
+
+
 class _Group(click.Group):
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:  # noqa: D102
+        if args and args[0] in MOVED and args[0] not in self.commands:
+            raise click.UsageError(
+                f"`carb-nas {args[0]}` is now `carb-nas {MOVED[args[0]]}`.", ctx=ctx
+            )
+        return super().resolve_command(ctx, args)
+
     def main(self, *args: Any, **kwargs: Any) -> Any:  # noqa: D102 - click API
         # click's own handling prints three lines and exits 2 for a usage error; ours is the
         # one-line, exit-code-1 contract every carb_nas error keeps.
@@ -73,7 +93,7 @@ class _Group(click.Group):
             ctx.exit(1)
 
 
-@click.group(cls=_Group)
+@click.group(cls=_Group, context_settings={"max_content_width": 100})
 @click.option("--debug", is_flag=True, help="Show full tracebacks on errors.")
 @click.version_option(package_name="carb-nas")
 @click.pass_context
@@ -97,18 +117,30 @@ def _register() -> None:
     )
 
     for module in (
-        _space,
-        _profile,
-        _loadgen,
-        _data,
+        _search,
         _model,
         _calibrate,
-        _search,
+        _profile,
+        _loadgen,
+        _space,
+        _data,
         _report,
         _published,
     ):
         for command in module.COMMANDS:
+            _full_short_help(command)
             cli.add_command(command)
+
+
+def _full_short_help(command: click.Command) -> None:
+    """Each command's first sentence as its listed help, whole: click would cut it at 45
+    characters with '...'."""
+    for sub in getattr(command, "commands", {}).values():
+        _full_short_help(sub)
+    if command.short_help is None and command.help:
+        first = command.help.split("\n\n")[0]
+        sentence = first.split(". ")[0].rstrip(".")
+        command.short_help = " ".join(sentence.split()) + "."
 
 
 _register()

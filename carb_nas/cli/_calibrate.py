@@ -48,54 +48,6 @@ def run_calibration(
     return cal
 
 
-def calibrated_model(platform: str, doing: str) -> Any:
-    """This machine's calibrated model of ``platform`` for ``--calibrated`` (``doing``: what
-    the command does with it, said on stderr); one line naming the fix without one."""
-    from carb_nas.calibrate import load_calibration
-    from carb_nas.errors import MissingFileError
-
-    cal = load_calibration(platform)
-    if cal is None:
-        raise MissingFileError(
-            f"no calibration of {platform} on this machine: expected one made here by "
-            f"`carb-nas calibrate {platform}`, got none. Run `carb-nas calibrate {platform}` "
-            "first (about a minute), or drop --calibrated."
-        )
-    info(
-        f"{doing} this machine's calibration of {platform} ({cal.n_rows} rows, "
-        f"{cal.created or 'undated'})"
-    )
-    return cal.model
-
-
-def config_model(
-    spec: str, families: Any, role: str, calibrated: bool = False, doing: str = "scoring with"
-) -> Any:
-    """The model ``spec`` names for configs of ``families``: where a platform name's ResNet
-    config model never saw some of them (``costmodel.families_for_module_model``), its
-    kernel-level module model over configs (with ``calibrated``, times this machine's factors);
-    else the model itself (with ``calibrated``, :func:`calibrated_model`). Says which on
-    stderr when it is the module model."""
-    from carb_nas.costmodel import families_for_module_model, load_config_model
-    from carb_nas.scoring import resolve_model
-
-    beyond = families_for_module_model(spec, families)
-    if not beyond:
-        return calibrated_model(spec, doing) if calibrated else resolve_model(spec, role)
-    model = load_config_model(spec, families, role)
-    if calibrated:
-        from carb_nas.calibrate import scaled_to_this_machine
-
-        model = scaled_to_this_machine(model, spec)
-    scaled = ", ".join(f"{t} x{f:.2f}" for t, f in model.factors.items())
-    info(
-        f"{role} {spec}: the kernel-level module model for families its ResNet config model "
-        f"never saw ({', '.join(beyond)}; {model.default_origin_})"
-        + (f", calibrated to this machine ({scaled})" if calibrated else "")
-    )
-    return model
-
-
 def time_budget_option() -> Callable[[Any], Any]:
     return click.option(
         "--time-budget-s",
@@ -125,12 +77,13 @@ def calibrate_command(
 
     Measures a spread of the shipped configs (more where the model is least sure) for about
     --time-budget-s seconds, each in --passes interleaved rounds (the fastest kept), fits the
-    few-shot calibration and caches it keyed by this machine's fingerprint; `carb-nas search`
-    then uses it. The summary says how far this machine repeats itself. A recalibration says
-    what it replaces.
+    few-shot calibration and caches it keyed by this machine's fingerprint; every command that
+    predicts with PLATFORM then applies it (--uncalibrated: not). The summary says how far
+    this machine repeats itself. A recalibration says what it replaces.
     """
-    from carb_nas.calibrate import check_runnable, check_time_budget_s, split_platform
+    from carb_nas.calibrate import check_time_budget_s
     from carb_nas.datasets import refuse_published
+    from carb_nas.predictors import check_runnable, split_platform
 
     refuse_published(platform, "calibrate", "a platform this machine can measure")
     split_platform(platform)

@@ -1,19 +1,25 @@
-"""``carb-nas loadgen``: MLPerf LoadGen scenarios on a runtime and precision, resumable."""
+"""``carb-nas loadgen``: MLPerf LoadGen scenarios on a runtime and precision, resumable; with
+``--model``, the model's predictions validated against them (``validate.validate_scenario``)."""
 
 from __future__ import annotations
 
 import click
 
-from carb_nas._io import check_writable_dir
 from carb_nas.cli._model import model_spec_options, resolve_model_spec
 from carb_nas.cli._options import (
     echo_json,
     example,
     info,
     json_option,
+    load,
+    max_configs_option,
+    model_option,
     precision_option,
+    quantization_data_option,
+    renamed_option,
     runtime_option,
     threads_option,
+    uncalibrated_option,
 )
 
 __all__ = ["COMMANDS"]
@@ -69,15 +75,28 @@ def _parse_config(text: str):
     required=True,
     help="MLPerf scenario; repeatable (a model is prepared once for all of them).",
 )
-@click.option(  # output_option's -o/--output, plus --out: the name profile uses too
+@click.option(
     "-o",
     "--output",
-    "--out",
     "out_dir",
     required=True,
     type=click.Path(file_okay=False),
     help="Run directory (created; the same command resumes it).",
 )
+@renamed_option("--out", "-o/--output")
+@model_option(
+    help="Validate this cost model's predictions (a directory or a shipped platform name) "
+    "against LoadGen's figures: one --scenario; CONFIGS is then e.g. a Pareto set.",
+)
+@click.option(
+    "--budget",
+    "budgets",
+    multiple=True,
+    metavar="TARGET=LIMIT",
+    help="With --model: the scenario's own budget (single-stream latency_p90_ms, multi-stream "
+    "latency_p99_ms, offline throughput_sps, a lower limit), decided on the measurements.",
+)
+@uncalibrated_option()
 @click.option(
     "--quick", is_flag=True, help="Shorter runs (>= 1 s, >= 64 queries), recorded as rules=quick."
 )
@@ -101,13 +120,10 @@ def _parse_config(text: str):
     show_default=True,
     help="Samples in the query sample library (seeded inputs).",
 )
-@click.option(
-    "--calibration",
-    type=click.Path(dir_okay=False, exists=True),
-    default=None,
-    help="int8: a .npy of shape (N, 3, H, W) instead of the seeded set.",
-)
-@click.option("--limit", type=int, default=None, help="Only the first N configs.")
+@quantization_data_option()
+@renamed_option("--calibration", "--quantization-data")
+@max_configs_option("Only the first N configs.")
+@renamed_option("--limit", "--max-configs")
 @threads_option("Intra-op threads of the runtime (default: all this process may use).")
 @json_option("Print the summary as JSON on stdout.")
 @example(
@@ -124,6 +140,9 @@ def loadgen_cmd(
     precision: str,
     scenarios: tuple[str, ...],
     out_dir: str,
+    model: str | None,
+    budgets: tuple[str, ...],
+    uncalibrated: bool,
     quick: bool,
     min_duration_ms: int | None,
     min_query_count: int | None,
@@ -131,8 +150,8 @@ def loadgen_cmd(
     samples_per_query: int,
     batch_size: int,
     sample_count: int,
-    calibration: str | None,
-    limit: int | None,
+    quantization_data: str | None,
+    max_configs: int | None,
     threads: int | None,
     as_json: bool,
 ) -> None:
@@ -144,7 +163,12 @@ def loadgen_cmd(
     judges the run. Every run keeps LoadGen's summary and detail logs (-o/logs/) and one row
     (-o/results/); LoadGen's INVALID is reported, never dropped. Killed, the same command
     continues where it stopped. Everything is checked before anything is created.
+
+    With --model, one --scenario validates the model: per config LoadGen's figure, the
+    budget, pass, VALID/INVALID and the model's prediction of the same quantity.
     """
+    from carb_nas._io import check_writable_dir
+    from carb_nas.budgets import check_scenario_budgets, parse_budgets
     from carb_nas.datasets import read_configs
     from carb_nas.errors import ConfigError
     from carb_nas.measure import calibration_batches, check_platform, usable_cpus
@@ -157,6 +181,19 @@ def loadgen_cmd(
     from carb_nas.space import frame_to_configs
 
     check_platform("cpu", runtime, precision)
+    parsed = parse_budgets(budgets)
+    if model is None and parsed:
+        raise ConfigError(
+            "--budget without --model: expected a cost model to validate against the budget, "
+            "got none. Add --model PLATFORM or drop --budget."
+        )
+    if model is not None and len(scenarios) != 1:
+        raise ConfigError(
+            f"--model validates under one scenario: expected one --scenario, got "
+            f"{len(scenarios)}. Run one command per scenario."
+        )
+    if model is not None:
+        check_scenario_budgets(parsed, scenarios[0])
     rules = "quick" if quick else "loadgen-default"
     settings = [
         LoadGenSettings(
@@ -176,8 +213,6 @@ def loadgen_cmd(
             f"invalid --threads: expected 1 to {usable_cpus()} (the CPUs this process may use), "
             f"got {threads}. More threads than cores measure oversubscription."
         )
-    if limit is not None and limit < 1:
-        raise ConfigError(f"invalid --limit: expected >= 1, got {limit}. Use e.g. --limit 5.")
     spec = resolve_model_spec(model_spec, factory_kwargs, input_shape, "fp32")
     if spec is not None:
         try:  # the factory imports and builds a module (cheaply, on the meta device)
@@ -192,7 +227,7 @@ def loadgen_cmd(
             "no configs: expected CONFIGS (a table or a space file), --config or --model-spec, "
             "got none. Give one, e.g. --config family=basic,depth=18,width=0.5,resolution=64."
         )
-    found = found[:limit] if limit else found
+    found = found[:max_configs] if max_configs else found
     workloads, seen = [], set()
     for w in [Workload.from_config(c) for c in found] + (
         [Workload.from_spec(spec)] if spec is not None else []
@@ -200,10 +235,14 @@ def loadgen_cmd(
         if w.key not in seen:  # batch size does not matter: the scenario sets the batches
             seen.add(w.key)
             workloads.append(w)
-    if calibration is not None:
+    if quantization_data is not None:
         for w in workloads:
-            calibration_batches(calibration, w.input_shape)
+            calibration_batches(quantization_data, w.input_shape)
     check_writable_dir(out_dir)  # creatable and writable, before anything is measured
+    if model is not None:
+        _validate(found, spec, model, uncalibrated, settings[0], runtime, precision, parsed,
+                  threads, quantization_data, out_dir, as_json)  # fmt: skip
+        return
     summary = run_loadgen_campaign(
         workloads,
         out_dir,
@@ -211,7 +250,7 @@ def loadgen_cmd(
         precision,
         settings,
         threads=threads,
-        calibration=calibration,
+        calibration=quantization_data,
         progress=info,
     )
     for line in summary.invalid:
@@ -226,6 +265,45 @@ def loadgen_cmd(
         f"({summary.measured_now} now; {len(summary.invalid)} INVALID, {len(summary.errors)} "
         f"failed), rules {rules}. Rows: {out_dir}/results, LoadGen logs: {out_dir}/logs"
     )
+
+
+def _validate(
+    configs, spec, model, uncalibrated, settings, runtime, precision, budgets, threads,
+    quantization_data, out_dir, as_json,
+) -> None:  # fmt: skip  # noqa: ANN001
+    """``loadgen --model``: the configs measured under one scenario against the model."""
+    import warnings
+
+    from carb_nas.errors import ConfigError
+    from carb_nas.space import configs_to_frame
+    from carb_nas.validate import validate_scenario
+
+    if spec is not None:
+        raise ConfigError(
+            "--model-spec with --model: expected configs to validate the model on (CONFIGS or "
+            "--config), got a factory. Predict it with `carb-nas predict` instead."
+        )
+    predictor = load(model, "--model", uncalibrated)
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        result = validate_scenario(
+            configs_to_frame(configs),
+            settings,
+            runtime=runtime,
+            precision=precision,
+            model=predictor,
+            budgets=budgets,
+            threads=threads,
+            calibration=quantization_data,
+            report_dir=out_dir,
+            progress=None if as_json else info,
+        )
+    if as_json:
+        for line in result.warnings:  # the text summary carries them on stdout
+            info(f"warning: {line}")
+        echo_json(result.to_dict())
+        return
+    click.echo(result.summary())
 
 
 COMMANDS: list = [loadgen_cmd]

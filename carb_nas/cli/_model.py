@@ -1,4 +1,5 @@
-"""``carb-nas train``, ``carb-nas evaluate`` and ``carb-nas predict`` (the cost-model stage).
+"""``carb-nas model train``, ``carb-nas model evaluate`` and ``carb-nas predict`` (the
+cost-model stage).
 
 DATASET is a CSV/Parquet table: either measured rows following ``carb_nas.datasets.SCHEMA``
 (config columns, targets, fingerprint; only ``status == ok`` rows are used, and rows from fake
@@ -19,28 +20,20 @@ from pathlib import Path
 from typing import Any
 
 import click
-import pandas as pd
 
-from carb_nas._io import atomic_directory, atomic_write_json
 from carb_nas.cli._options import (
     echo_json,
     example,
     info,
     json_option,
+    load,
     output_option,
+    renamed_option,
     report_option,
+    say_provenance,
     seed_option,
+    uncalibrated_option,
 )
-from carb_nas.costmodel import (
-    check_output_dir,
-    load_model,
-    load_predictor,
-    prepare_table,
-)
-from carb_nas.costmodel import (
-    physical_offsets as find_physical_offsets,
-)
-from carb_nas.datasets import TARGETS
 from carb_nas.errors import ConfigError, ModelError
 
 _MARKER_MODEL = "manifest.json"
@@ -51,6 +44,7 @@ def _per_batch_budgets(items: tuple[str, ...]) -> dict[str, float]:
     """``--budget`` values by the shared rules (carb_nas.budgets.parse_budgets), per batch only:
     evaluation classifies the measured target columns themselves."""
     from carb_nas.budgets import parse_budgets
+    from carb_nas.datasets import TARGETS
 
     budgets = parse_budgets(items)
     per_image = [t for t in budgets if t not in TARGETS]
@@ -163,7 +157,12 @@ def _measured_table(dataset: str, command: str):
     return frame
 
 
-@click.command("train")
+@click.group("model")
+def model_group() -> None:
+    """Train a cost model on measured rows, or evaluate one (a directory or a platform)."""
+
+
+@model_group.command("train")
 @click.argument("dataset", type=click.Path(dir_okay=False))
 @output_option(
     "Directory to write the model (and evaluation.json) into; a previous model there is "
@@ -217,7 +216,7 @@ def _measured_table(dataset: str, command: str):
 )
 @_threads_option
 @json_option("Print evaluation.json to stdout.")
-@example("carb-nas train carb_nas/data/datasets/cpu_torch_fp32.csv -o models/torch --preset fast")
+@example("carb-nas model train measured.csv -o models/torch --preset fast")
 def train_cmd(
     dataset: str,
     model_dir: str,
@@ -235,13 +234,17 @@ def train_cmd(
     as_json: bool,
 ) -> None:
     """Train a cost model on DATASET (holding out a seeded test split) and evaluate it."""
+    from carb_nas._io import atomic_directory, atomic_write_json
     from carb_nas.costmodel import (
         CostModel,
+        check_output_dir,
         evaluate,
         frame_sha256,
         leave_one_batch_tier_out,
+        prepare_table,
         telemetry_ablation,
     )
+    from carb_nas.costmodel import physical_offsets as find_physical_offsets
     from carb_nas.space import load_space
 
     # every option first: nothing is read, trained or written before they all pass
@@ -310,7 +313,7 @@ def train_cmd(
         click.echo(line)
 
 
-@click.command("evaluate")
+@model_group.command("evaluate")
 @click.argument("model", metavar="MODEL")
 @click.argument("dataset", type=click.Path(dir_okay=False), required=False)
 @report_option("Write evaluation.json and parity plots (PNG) into this directory.")
@@ -386,10 +389,12 @@ def train_cmd(
     "not scaled to each network's timed latency (costmodel.anchored_ops; anchoring helps "
     "where a row's latency is a median of several passes, not where it is one pass).",
 )
-@example("carb-nas evaluate cpu/torch/fp32 carb_nas/data/datasets/cpu_torch_fp32.csv --json")
+@uncalibrated_option()
+@example("carb-nas model evaluate cpu/torch/fp32 configs_measured.csv --json")
 def evaluate_cmd(
     model: str,
     dataset: str | None,
+    uncalibrated: bool,
     report_dir: str | None,
     as_json: bool,
     alpha: float,
@@ -405,7 +410,13 @@ def evaluate_cmd(
     """Score MODEL (a model directory or a shipped platform name such as cpu/torch/fp32) on
     the measured rows of DATASET; or, with --leave-one-family-out, the kernel-level
     predictor family by family on DATASET (the only argument)."""
-    from carb_nas.costmodel import evaluate, leave_one_batch_tier_out
+    from carb_nas._io import atomic_directory, atomic_write_json
+    from carb_nas.costmodel import (
+        check_output_dir,
+        evaluate,
+        leave_one_batch_tier_out,
+        prepare_table,
+    )
 
     if lofo:
         _evaluate_lofo(
@@ -414,8 +425,8 @@ def evaluate_cmd(
         return
     if dataset is None:
         raise ModelError(
-            "missing DATASET: expected `carb-nas evaluate MODEL DATASET` (or "
-            "`carb-nas evaluate --leave-one-family-out DATASET`), got only MODEL "
+            "missing DATASET: expected `carb-nas model evaluate MODEL DATASET` (or "
+            "`carb-nas model evaluate --leave-one-family-out DATASET`), got only MODEL "
             f"{model!r}. Name the measured table to score on."
         )
     given = [name for name, value in (("--ops", ops_path), ("--mode", modes),
@@ -431,7 +442,9 @@ def evaluate_cmd(
     budget_limits = _per_batch_budgets(budgets) or None
     if report_dir:
         check_output_dir(report_dir, _MARKER_REPORT, "report", "--report")
-    cost_model = load_model(model, "MODEL")
+    predictor = load(model, "MODEL", uncalibrated)
+    # a dataset's rows are scored by the cascade itself (its low-batch correction included)
+    cost_model = predictor.config_model if predictor.config_model is not None else predictor
     if budget_limits:
         from carb_nas.budgets import check_budgets
 
@@ -487,6 +500,8 @@ def _evaluate_lofo(
     kernel_samples: str | None = None,
     no_anchor: bool = False,
 ) -> None:
+    import pandas as pd
+
     from carb_nas.costmodel import MODES, lofo_report
     from carb_nas.datasets import load_kernel_samples, reference_normalized
 
@@ -575,6 +590,8 @@ def _evaluate_lofo_network(
 ) -> None:
     """--leave-one-family-out on a dataset without a per-operator table (the GPU rows): the
     config-table CostModel family by family, energy too where measured."""
+    import pandas as pd
+
     from carb_nas.costmodel import network_lofo_report
     from carb_nas.datasets import load_dataset
 
@@ -686,21 +703,17 @@ def resolve_model_spec(
     help="Add <target>_lower/_upper conformal bounds at this miscoverage (1 - confidence).",
 )
 @json_option("Print the predictions as JSON records on stdout.")
-@click.option(
-    "--calibrated",
-    is_flag=True,
-    help="Predict this machine's costs: MODEL (a shipped platform name) calibrated by "
-    "`carb-nas calibrate MODEL`; with --model-spec, scaled by this machine's factors.",
-)
+@uncalibrated_option()
+@renamed_option("--calibrated", "the default (--uncalibrated opts out)", is_flag=True)
 @model_spec_options
-@example("carb-nas predict cpu/torch/fp32 search_spaces/resnet.toml -o predictions.csv")
+@example("carb-nas predict cpu/torch/fp32 cpu -o predictions.csv")
 def predict_cmd(
     model: str,
     configs: str | None,
     output: str | None,
     alpha: float | None,
     as_json: bool,
-    calibrated: bool,
+    uncalibrated: bool,
     model_spec: str | None,
     factory_kwargs: str | None,
     input_shape: str | None,
@@ -708,15 +721,18 @@ def predict_cmd(
     """Predict costs for CONFIGS (CSV/Parquet of configs, or a space TOML: all its configs,
     any built-in family) with MODEL (a model directory or a shipped platform name such as
     cpu/torch/fp32), or for your own network: --model-spec pkg.mod:make_net --kwargs '{...}'
-    --input-shape 1,3,224,224 (traced on the meta device, nothing is run). On cpu/torch/fp32,
-    CONFIGS with a family other than ResNet's are predicted by its kernel-level module model."""
+    --input-shape 1,3,224,224 (traced on the meta device, nothing is run). A platform name
+    predicts configs of the families its data holds with its CARB cascade, any other network
+    with its kernel-level module model where it has one; this machine's calibration is
+    applied when it exists (--uncalibrated: not)."""
+    import pandas as pd
+
     from carb_nas.costmodel import model_inputs
     from carb_nas.datasets import read_configs, read_table, write_table
     from carb_nas.errors import ConfigError, ModelError
     from carb_nas.scoring import (
         deployed_level,
         predict_frame,
-        predict_spec,
         spec_inputs,
         trained_families_note,
         unseen_families,
@@ -730,33 +746,17 @@ def predict_cmd(
             f"{'both' if configs else 'neither'}. Pass a configs table/space or a factory."
         )
     spec = resolve_model_spec(model_spec, factory_kwargs, input_shape, "fp32")
-    if calibrated:
-        from carb_nas.calibrate import split_platform
+    from carb_nas.predictors import check_predictor
 
-        if Path(model).exists():
-            raise ConfigError(
-                f"--calibrated calibrates a shipped model: expected MODEL to be a platform name "
-                f"such as cpu/torch/fp32, got the directory {model!r}. Pass the platform name "
-                "or drop --calibrated."
-            )
-        split_platform(model)
+    check_predictor(model, "MODEL")
     if spec is not None:
         spec_inputs(spec)  # traced (and cached) before the model loads: bad specs fail fast
-        # a missing calibration refused before the module model's first-use training
-        factors = _machine_factors(model) if calibrated else {}
-        cost_model = load_predictor(model, "MODEL")
+        cost_model = load(model, "MODEL", uncalibrated, say=False)
         precision = deployed_level(cost_model, "precision", spec.precision)
         if precision != spec.precision:  # as deployed on a one-precision model, as
             # predict_costs does (cpu/openvino/int8)
             spec = resolve_model_spec(model_spec, factory_kwargs, input_shape, precision)
-        pred, unseen = predict_spec(cost_model, spec, alpha if alpha is not None else 0.1)
-        origin = getattr(cost_model, "default_origin_", None)
-        if origin:
-            info(f"model {model}: {origin}")
-        for target, factor in factors.items():
-            for col in (target, f"{target}_lower", f"{target}_upper"):
-                if col in pred:
-                    pred[col] = pred[col] * factor
+        pred, unseen = cost_model.predict_spec(spec, alpha if alpha is not None else 0.1)
         unmodelled = list(pred["unmodelled_ops"].iloc[0]) if "unmodelled_ops" in pred else []
         if unmodelled:
             warnings.warn(
@@ -782,13 +782,14 @@ def predict_cmd(
         if alpha is None:
             row = {k: v for k, v in row.items() if not k.endswith(("_lower", "_upper"))}
         out = pd.DataFrame([row])
+        say_provenance(cost_model, "MODEL")
         if output:
             write_table(out, output)
             info(f"wrote 1 prediction to {output}")
         if as_json:
             echo_json({"model": str(model), "targets": list(cost_model.targets_),
-                       "alpha": alpha, "calibrated": calibrated, "n_rows": 1, "output": output,
-                       "predictions": out.to_dict(orient="records")})  # fmt: skip
+                       "alpha": alpha, "calibrated": cost_model.calibrated, "n_rows": 1,
+                       "output": output, "predictions": out.to_dict(orient="records")})  # fmt: skip
         elif not output:
             click.echo(out.to_csv(index=False), nl=False)
         return
@@ -807,20 +808,24 @@ def predict_cmd(
         X = model_inputs(frame)
         base = frame[list(CONFIG_COLUMNS)].copy()
         base.insert(0, "key", [Config(*r).key for r in base.itertuples(index=False)])
-    from carb_nas.cli._calibrate import config_model
-
-    # a platform name's module model for families its ResNet config model never saw
-    families = [] if generic else frame["family"].unique()
-    cost_model = config_model(model, families, "MODEL", calibrated, "predicting with")
+    cost_model = load(model, "MODEL", uncalibrated, say=False)
     if generic:
         try:
             pred = cost_model.predict(X, alpha=alpha)
-        except ModelError:
+        except (ModelError, KeyError) as e:
             schema = getattr(cost_model, "schema_", None)
             knobs = {*getattr(schema, "numeric", ()), *getattr(schema, "categorical", {})}
             if "family" in frame.columns and set(REQUIRED_COLUMNS) <= knobs:
                 read_configs(p)  # a configs table short of a knob: its loader says which
-            raise
+            if isinstance(e, ModelError):
+                raise
+            names = list(getattr(cost_model, "feature_names_in_", None) or [])
+            missing = [c for c in names if c not in frame.columns]
+            raise ModelError(
+                f"{configs}: missing model input column(s) {missing}: expected a configs table "
+                f"({', '.join(REQUIRED_COLUMNS)}) or a table of the model's inputs, got "
+                f"{list(frame.columns)}. Add the columns or pass configs."
+            ) from None
     else:
         unseen_names = unseen_families(cost_model, frame["family"].unique())
         if unseen_names:
@@ -833,6 +838,7 @@ def predict_cmd(
             )
         pred = predict_frame(cost_model, frame, alpha=alpha, X=X)
     out = pd.concat([base.reset_index(drop=True), pred.reset_index(drop=True)], axis=1)
+    say_provenance(cost_model, "MODEL")
     if output:
         write_table(out, output)
         info(f"wrote {len(out)} predictions ({', '.join(cost_model.targets_)}) to {output}")
@@ -842,7 +848,7 @@ def predict_cmd(
                 "model": str(model),
                 "targets": list(cost_model.targets_),
                 "alpha": alpha,
-                "calibrated": calibrated,
+                "calibrated": cost_model.calibrated,
                 "n_rows": len(out),
                 "output": output,
                 "predictions": out.to_dict(orient="records"),
@@ -852,14 +858,4 @@ def predict_cmd(
         click.echo(out.to_csv(index=False), nl=False)
 
 
-def _machine_factors(platform: str) -> dict[str, float]:
-    """This machine's factors for the spec predictor of ``platform`` (said on stderr)."""
-    from carb_nas.calibrate import machine_factors
-
-    factors = machine_factors(platform)
-    said = ", ".join(f"{t} x{f:.2f}" for t, f in factors.items())
-    info(f"calibrated to this machine by its calibration of {platform}: {said}")
-    return factors
-
-
-COMMANDS: list = [train_cmd, evaluate_cmd, predict_cmd]
+COMMANDS: list = [model_group, predict_cmd]

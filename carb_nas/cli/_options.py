@@ -5,7 +5,10 @@
 | output file / dir  | ``-o/--output``                 | what the command produces                |
 | report directory   | ``--report DIR``                | README.md, JSON and PNG plots            |
 | a cost model       | ``--model``                     | saved model dir or shipped platform name |
-| two-stage models   | ``--source-model/--target-model`` | screen, transfer                       |
+| two-stage models   | ``--source/--target``           | search, screen, published screen         |
+| calibration        | ``--uncalibrated``              | this machine's is applied by default     |
+| how many configs   | ``--max-configs``               | validate, search, profile, loadgen       |
+| INT8 data          | ``--quantization-data FILE``    | static INT8's calibration batches (.npy) |
 | Optuna storage     | ``--storage`` / ``CARB_NAS_STORAGE`` | as Optuna's CLI has OPTUNA_STORAGE  |
 | CPU threads        | ``--threads``                   | profiler intra-op threads, learner jobs  |
 | runtime, precision | ``--runtime`` / ``--precision`` | what ``measure.SUPPORTED`` holds         |
@@ -24,8 +27,9 @@ from typing import Any, TypeVar
 
 import click
 
-from carb_nas._json import jsonable
-from carb_nas.storage import STORAGE_ENV
+#: where ``--storage`` falls back to (carb_nas.storage.STORAGE_ENV, written out here so that
+#: --help imports nothing heavy; tests/test_cli_main.py checks they agree)
+STORAGE_ENV = "CARB_NAS_STORAGE"
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -44,11 +48,25 @@ __all__ = [
     "runtime_option",
     "precision_option",
     "PLATFORM_PRECISIONS",
+    "uncalibrated_option",
+    "max_configs_option",
+    "source_target_options",
+    "quantization_data_option",
+    "renamed_option",
+    "load",
+    "say_provenance",
+    "EXAMPLES",
 ]
+
+#: every command's ``--help`` example, by the function it documents (run by
+#: tests/test_cli_examples.py)
+EXAMPLES: dict[str, str] = {}
 
 
 def echo_json(value: Any) -> None:
     """Print strict JSON (NaN and inf become null) on stdout."""
+    from carb_nas._json import jsonable
+
     click.echo(json.dumps(jsonable(value), indent=None, allow_nan=False))
 
 
@@ -150,10 +168,95 @@ def precision_option(help: str | None = None) -> Callable[[F], F]:
     )
 
 
+def uncalibrated_option() -> Callable[[F], F]:
+    return click.option(
+        "--uncalibrated",
+        is_flag=True,
+        help="Predict with the shipped model as it is: without this machine's calibration "
+        "(`carb-nas calibrate PLATFORM`), which is applied by default when it exists.",
+    )
+
+
+def max_configs_option(help: str, default: int | None = None) -> Callable[[F], F]:
+    return click.option(
+        "--max-configs",
+        type=click.IntRange(min=1),
+        default=default,
+        show_default=default is not None,
+        help=help,
+    )
+
+
+def source_target_options(
+    *, required: bool = False, source_help: str, target_help: str, **defaults: str
+) -> Callable[[F], F]:
+    """``--source`` (ranks every candidate) and ``--target`` (re-scores the shortlist)."""
+
+    def deco(f: F) -> F:
+        f = click.option(
+            "--target",
+            required=required,
+            default=defaults.get("target"),
+            show_default="target" in defaults,
+            help=target_help,
+        )(f)
+        return click.option(
+            "--source",
+            required=required,
+            default=defaults.get("source"),
+            show_default="source" in defaults,
+            help=source_help,
+        )(f)
+
+    return deco
+
+
+def quantization_data_option() -> Callable[[F], F]:
+    return click.option(
+        "--quantization-data",
+        "quantization_data",
+        type=click.Path(dir_okay=False, exists=True),
+        default=None,
+        help="--precision int8 (static): a .npy of shape (N, 3, H, W) to calibrate the "
+        "quantization with, instead of the seeded set.",
+    )
+
+
+def renamed_option(old: str, new: str, *, is_flag: bool = False) -> Callable[[F], F]:
+    """A hidden ``old`` spelling that fails in one line naming ``new``."""
+
+    def refuse(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+        if value:
+            raise click.UsageError(f"{old} is now {new}.", ctx=ctx)
+
+    return click.option(
+        old, is_flag=is_flag, hidden=True, expose_value=False, callback=refuse, default=None
+    )
+
+
+def load(spec: Any, role: str, uncalibrated: bool = False, *, say: bool = True) -> Any:
+    """The predictor ``spec`` names (:func:`carb_nas.predictors.load_predictor`: a platform
+    name, a model directory), this machine's calibration applied unless ``uncalibrated``;
+    says on stderr what it is and whether it is calibrated (``say=False``: the command says
+    it with :func:`say_provenance` once its checks passed, so an error stays one line)."""
+    from carb_nas.predictors import load_predictor
+
+    predictor = load_predictor(spec, calibrated=not uncalibrated, role=role)
+    if say:
+        say_provenance(predictor, role)
+    return predictor
+
+
+def say_provenance(predictor: Any, role: str) -> None:
+    """One stderr line: what ``predictor`` is and whether this machine's calibration applies."""
+    info(f"{role} {predictor.provenance.describe()}")
+
+
 def example(text: str) -> Callable[[F], F]:
     """Append one runnable example to a command's ``--help`` (click keeps ``\\b`` blocks as is)."""
 
     def deco(f: F) -> F:
+        EXAMPLES[f"{f.__module__}.{f.__qualname__}"] = text
         # cleandoc first: click dedents by the docstring's own indentation, which an appended
         # unindented block would otherwise break
         doc = inspect.cleandoc(f.__doc__ or "")

@@ -13,7 +13,9 @@ from carb_nas.cli._options import (
     example,
     info,
     json_option,
+    max_configs_option,
     precision_option,
+    renamed_option,
     runtime_option,
     seed_option,
     storage_option,
@@ -54,21 +56,17 @@ def _profile_spec(spec, device, runtime, threads, protocol, out_dir, as_json) ->
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N.")
 @runtime_option()
 @precision_option()
-@click.option(  # output_option's -o/--output, plus --out: the name older commands use
+@click.option(
     "-o",
     "--output",
-    "--out",
     "out_dir",
     required=True,
     type=click.Path(file_okay=False),
     help="Campaign directory (created; the same command resumes it).",
 )
-@click.option(
-    "--limit",
-    type=int,
-    default=None,
-    help="Profile N configs sampled from the source (nested in N for a seed).",
-)
+@max_configs_option("Profile N configs sampled from the source (nested in N for a seed).")
+@renamed_option("--limit", "--max-configs")
+@renamed_option("--out", "-o/--output")
 @seed_option("Sampling/order seed (an integer >= 0).")
 @threads_option(
     "Intra-op threads (torch.set_num_threads / ORT intra_op_num_threads), at most the CPUs "
@@ -113,8 +111,8 @@ def _profile_spec(spec, device, runtime, threads, protocol, out_dir, as_json) ->
     help="CPU memory cap: configs whose tensor peak exceeds it are rows with status oom.",
 )
 @click.option(
-    "--max-configs",
-    type=int,
+    "--stop-after",
+    type=click.IntRange(min=1),
     default=None,
     help="Stop after measuring this many configs in this call (resume later).",
 )
@@ -171,14 +169,14 @@ def _profile_spec(spec, device, runtime, threads, protocol, out_dir, as_json) ->
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @json_option("Print the summary as JSON on stdout.")
 @model_spec_options
-@example("carb-nas profile search_spaces/resnet.toml --limit 20 --threads 1 -o campaigns/cpu")
+@example("carb-nas profile search_spaces/resnet.toml --max-configs 2 --threads 1 -o campaigns/cpu")
 def profile_cmd(
     configs: str | None,
     device: str,
     runtime: str,
     precision: str,
     out_dir: str,
-    limit: int | None,
+    max_configs: int | None,
     seed: int,
     threads: int | None,
     protocol: str,
@@ -188,7 +186,7 @@ def profile_cmd(
     meter: str,
     storage: str | None,
     max_host_mem_mb: float | None,
-    max_configs: int | None,
+    stop_after: int | None,
     remeasure_cv_above: float | None,
     retry_errors: bool,
     max_attempts: int,
@@ -211,8 +209,13 @@ def profile_cmd(
     """
     from carb_nas.datasets import read_configs
     from carb_nas.errors import ConfigError
-    from carb_nas.measure import Protocol, check_platform
-    from carb_nas.measure.campaign import check_campaign_args, check_heartbeat, run_campaign
+    from carb_nas.measure import (
+        Protocol,
+        check_campaign_args,
+        check_heartbeat,
+        check_platform,
+        run_campaign,
+    )
     from carb_nas.space import load_space
     from carb_nas.storage import check_postgres, check_storage_url, resolve_storage_url
 
@@ -228,8 +231,8 @@ def profile_cmd(
         max_attempts=max_attempts,
         remeasure_cv_above=remeasure_cv_above,
         wait_quiet_s=wait_quiet_s,
-        max_configs=max_configs,
-        limit=limit,
+        max_configs=stop_after,
+        limit=max_configs,
         max_host_mem_mb=max_host_mem_mb,
         lock_sm_clock_mhz=lock_sm_clock_mhz,
     )
@@ -270,7 +273,7 @@ def profile_cmd(
         source=source,
         seed=seed,
         max_host_mem_mb=max_host_mem_mb,
-        max_configs=max_configs,
+        max_configs=stop_after,
         remeasure_cv_above=remeasure_cv_above,
         retry_errors=retry_errors,
         max_attempts=max_attempts,
@@ -281,7 +284,7 @@ def profile_cmd(
         heartbeat_s=heartbeat_s,
         grace_s=grace_s,
     )
-    summary = run_campaign(frame, out_dir, limit=limit, **kw)
+    summary = run_campaign(frame, out_dir, limit=max_configs, **kw)
     if summary.torn_bytes_cut:
         info(
             f"note: cut a torn last journal record ({summary.torn_bytes_cut} bytes, left by a "

@@ -1,4 +1,5 @@
-"""``carb-nas characterize`` and ``carb-nas transfer``: reports on measured datasets."""
+"""``carb-nas report characterize`` and ``carb-nas report transfer``: reports on measured
+datasets."""
 
 from __future__ import annotations
 
@@ -7,8 +8,15 @@ from typing import Any
 
 import click
 
-from carb_nas._io import check_writable_dir
-from carb_nas.cli._options import echo_json, example, info, json_option, report_option, seed_option
+from carb_nas.cli._options import (
+    echo_json,
+    example,
+    info,
+    json_option,
+    renamed_option,
+    report_option,
+    seed_option,
+)
 from carb_nas.errors import ConfigError
 
 __all__ = ["COMMANDS"]
@@ -31,7 +39,12 @@ def _parse_sizes(text: str) -> list[int]:
     return sizes
 
 
-@click.command("characterize")
+@click.group("report")
+def report_group() -> None:
+    """Reports on measured datasets: characterize platforms, transfer between them."""
+
+
+@report_group.command("characterize")
 @click.argument("datasets", nargs=-1)
 @report_option("Write README.md, characterization.json and PNG plots into this directory.")
 @click.option(
@@ -56,7 +69,7 @@ def _parse_sizes(text: str) -> list[int]:
     help="With --loadgen: a Markdown file appended as the reading.",
 )
 @json_option()
-@example("carb-nas characterize cpu/torch/fp32 cpu/onnxruntime/int8 --report out/char")
+@example("carb-nas report characterize cpu/torch/fp32 cpu/onnxruntime/int8 --report out/char")
 def characterize_command(
     datasets: tuple[str, ...],
     report_dir: str | None,
@@ -111,7 +124,7 @@ def characterize_command(
         click.echo(reports.characterization_markdown(result))
 
 
-@click.command("transfer")
+@report_group.command("transfer")
 @click.argument("dataset_a")
 @click.argument("dataset_b")
 @report_option("Write README.md, transfer.json and PNG plots into this directory.")
@@ -140,8 +153,9 @@ def characterize_command(
     show_default=True,
     help="Calibration map (see carb_nas.costmodel.calibrate).",
 )
+@renamed_option("--source-model", "--source")
 @click.option(
-    "--source-model",
+    "--source",
     "source_model",
     type=click.Path(file_okay=False, exists=True),
     help="A saved CostModel directory for platform A (default: train one on A).",
@@ -160,7 +174,9 @@ def characterize_command(
     "pairs of B's runtime at another precision on B's machine, or at B's precision on another "
     "machine), 'none', or A:B dataset pairs, comma-separated.",
 )
-@example("carb-nas transfer cpu/torch/fp32 cpu/onnxruntime/fp32 --few-shot 10,25 --repeats 3")
+@example(
+    "carb-nas report transfer cpu/torch/fp32 cpu/onnxruntime/fp32 --few-shot 10,25 --repeats 3"
+)
 def transfer_command(
     dataset_a: str,
     dataset_b: str,
@@ -187,6 +203,7 @@ def transfer_command(
     list --source published``) compare latency per image on the models both published.
     """
     from carb_nas import reports
+    from carb_nas._io import check_writable_dir
     from carb_nas.datasets import is_published
 
     sizes = _parse_sizes(few_shot)
@@ -261,7 +278,7 @@ def _published_transfer(
         raise PublishedDatasetError(
             "published transfer: expected the default calibration (a CostModel of A trained "
             "here, method auto), got "
-            + ("--source-model" if source_model else f"--method {method}")
+            + ("--source" if source_model else f"--method {method}")
             + ". Drop that option for published platforms."
         )
     for name in (a, b):
@@ -282,4 +299,4 @@ def _published_transfer(
         click.echo(reports.published_transfer_markdown(result))
 
 
-COMMANDS: list = [characterize_command, transfer_command]
+COMMANDS: list = [report_group]

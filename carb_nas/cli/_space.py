@@ -1,4 +1,4 @@
-"""``carb-nas space ...`` and ``carb-nas features``."""
+"""``carb-nas space ...``: count, show, sample and the features of a space's configs."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def space_group() -> None:
 @space_group.command("count")
 @click.argument("file")
 @json_option('Print {"count": N}.')
-@example("carb-nas space count search_spaces/cpu.toml")
+@example("carb-nas space count cpu")
 def space_count(file: str, as_json: bool) -> None:
     """Number of configurations in FILE (after its [limits])."""
     n = len(load_space(file))
@@ -85,11 +85,11 @@ _SHOWN = ("flops", "params", "param_mb", "act_mb_total", "tensor_peak_mb")
 _TABLE_ROWS = 20
 
 
-@click.command("features")
+@space_group.command("features")
 @click.argument("configs")
 @output_option("Write config columns + features to this .csv or .parquet file.")
 @json_option("Print a JSON list, one object per config in input order.")
-@example("carb-nas features search_spaces/cpu.toml -o features.parquet")
+@example("carb-nas space features resnet -o features.csv")
 def features_command(configs: str, output: str | None, as_json: bool) -> None:
     """Architecture features of every config in CONFIGS.
 
@@ -134,4 +134,4 @@ def _summary(table: pd.DataFrame) -> str:
     )
 
 
-COMMANDS = [space_group, features_command]
+COMMANDS = [space_group]

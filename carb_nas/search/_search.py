@@ -214,7 +214,10 @@ def search(
 
     Args:
         space: a Space, a space TOML or a bundled name (``cpu``).
-        model: fitted CostModel of the platform being searched for (the surrogate).
+        model: the platform being searched for (the surrogate): a shipped platform name
+            (``cpu/torch/fp32``), a model directory or a loaded predictor; names and
+            directories go through :func:`carb_nas.predictors.load_predictor` (this
+            machine's calibration applied when it exists).
         budgets: ``{"latency_ms": 50}`` or ``["latency_ms=50"]`` (per batch; units in names).
         objectives: among the model's targets, ``<target>_per_image`` and ``quality``;
             default (:func:`default_objectives`): every target of the model plus
@@ -226,12 +229,17 @@ def search(
             the operators stop finding new ones); optuna: trials to run (a repeated config is
             predicted once).
         confidence: budgets checked on the upper bound at ``alpha = 1 - confidence``.
-        rescore: optional target-platform CostModel; the Pareto set is re-predicted with it
-            and each config marked ``target_within_budget``.
+        rescore: optional target platform (as ``model``); the Pareto set is re-predicted
+            with it and each config marked ``target_within_budget``.
         storage / study_name: Optuna storage URL and study name (optuna backend only).
     """
     t0 = time.perf_counter()
     check_search_args(backend, trials, pop_size, sampler, storage)
+    if isinstance(model, (str, Path)) or isinstance(rescore, (str, Path)):
+        from carb_nas.predictors import load_predictor
+
+        model = load_predictor(model, role="model")
+        rescore = load_predictor(rescore, role="rescore") if rescore is not None else None
     space = space if isinstance(space, Space) else load_space(space)
     ev = SurrogateEvaluator(space, model, objectives, budgets, quality, confidence)
     if rescore is not None:

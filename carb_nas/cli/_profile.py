@@ -209,13 +209,8 @@ def profile_cmd(
     """
     from carb_nas.datasets import read_configs
     from carb_nas.errors import ConfigError
-    from carb_nas.measure import (
-        Protocol,
-        check_campaign_args,
-        check_heartbeat,
-        check_platform,
-        run_campaign,
-    )
+    from carb_nas.measure import Protocol, check_platform
+    from carb_nas.measure.campaign import check_campaign_args, check_heartbeat, run_campaign
     from carb_nas.space import load_space
     from carb_nas.storage import check_postgres, check_storage_url, resolve_storage_url
 

@@ -294,7 +294,7 @@ def _validate(
             model=predictor,
             budgets=budgets,
             threads=threads,
-            calibration=quantization_data,
+            quantization_data=quantization_data,
             report_dir=out_dir,
             progress=None if as_json else info,
         )

@@ -717,7 +717,7 @@ def validate_command(
             report_dir=report_dir,
             progress=None if as_json else _progress,
             fresh_process=fresh_process,
-            calibration=quantization_data,
+            quantization_data=quantization_data,
             passes=passes,
         )
     if result.appended_to:

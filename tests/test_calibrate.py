@@ -508,17 +508,20 @@ def _fake_platform_profilers(monkeypatch, models, factor=1.3, seconds=1.0):
     installed = getattr(cal_mod.time.perf_counter, "__self__", None)
     clock = installed if isinstance(installed, FakeClock) else FakeClock()
     monkeypatch.setattr(cal_mod.time, "perf_counter", clock.perf_counter)
-    monkeypatch.setattr(
-        cal_mod,
-        "calibration_profiler",
-        lambda platform, source, protocol="adaptive": FakeProfiler(
+    import carb_nas.predictors._store as store
+
+    def fake(platform, source, protocol="adaptive"):
+        return FakeProfiler(
             models["/".join(platform.split("/")[:3])],  # a qualified dataset's platform
             factor,
             platform="/".join(platform.split("/")[:3]),
             clock=clock,
             seconds_per_config=seconds,
-        ),
-    )
+        )
+
+    # the calibration store fingerprints this machine with the same (FAKE) profiler
+    monkeypatch.setattr(cal_mod, "calibration_profiler", fake)
+    monkeypatch.setattr(store, "calibration_profiler", fake)
     monkeypatch.setattr(cal_mod, "check_runnable", lambda platform: platform.split("/"))
 
 

@@ -74,3 +74,18 @@ def test_every_command_has_one_example_and_json(verb: tuple[str, ...]) -> None:
     assert res.stdout.count("Example:") == 1, res.stdout
     assert f"carb-nas {' '.join(verb)}" in res.stdout.split("Example:")[1]
     assert "--json" in res.stdout  # every command reports something
+
+
+def test_storage_env_matches_the_library():
+    from carb_nas.cli._options import STORAGE_ENV
+    from carb_nas.storage import STORAGE_ENV as LIBRARY
+
+    assert STORAGE_ENV == LIBRARY
+
+
+def test_moved_verbs_name_their_new_spelling():
+    for old, new in (("train", "model train"), ("features", "space features"),
+                     ("transfer", "report transfer")):  # fmt: skip
+        res = CliRunner().invoke(cli, [old, "x"])
+        assert res.exit_code == 1 and f"`carb-nas {new}`" in res.output
+        assert len(res.output.strip().splitlines()) == 1

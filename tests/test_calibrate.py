@@ -656,14 +656,14 @@ def test_cli_validate_recalibrate_checks_the_model_first(tmp_path, model_dirs):
 
 
 # -- calibrated by default: validate and predict apply this machine's calibration -------------
-def _patch_defaults(monkeypatch, torch_model):
-    import carb_nas.costmodel._defaults as cm
+def _patch_defaults(monkeypatch, torch_model, module_model=False):
+    """The default model of every platform is ``torch_model``, measured by FAKE profilers;
+    without ``module_model`` the platform has no kernel-level model (configs only)."""
     import carb_nas.predictors._load as loader
 
-    monkeypatch.setattr(cm, "load_default_model", lambda platform, verbose=True: torch_model)
-    monkeypatch.setattr(loader, "load_default_model", lambda p, verbose=True: torch_model)
-    monkeypatch.setattr(loader, "zoo_dataset_paths", lambda *a, **k: None)  # no module model
-    monkeypatch.setattr(loader, "_CACHE", {})  # predictors loaded by other tests: not these
+    _default_model_is(monkeypatch, torch_model)
+    if not module_model:
+        monkeypatch.setattr(loader, "zoo_dataset_paths", lambda *a, **k: None)
     _fake_platform_profilers(monkeypatch, {PLATFORM: torch_model})
 
 
@@ -765,7 +765,7 @@ def test_every_entry_point_applies_this_machines_calibration_by_default(
     from carb_nas.integrations import CostConstraints
     from carb_nas.space import Config
 
-    _patch_defaults(monkeypatch, torch_model)
+    _patch_defaults(monkeypatch, torch_model, module_model=True)
     config = Config("basic", 18, 0.5, 64, 4)
     before = load_predictor(PLATFORM)
     assert not before.provenance.calibrated and "not calibrated" in before.provenance.describe()
@@ -788,7 +788,8 @@ def test_every_entry_point_applies_this_machines_calibration_by_default(
     # a user's module: the kernel-level model times the one factor the calibration printed
     factor = cal.module_factors["latency_ms"]
     assert here.module_factors == cal.module_factors
-    assert f"latency_ms x{factor:.2f} applied" in cal.summary()
+    (line,) = [x for x in cal.summary().splitlines() if "kernel-level model" in x]
+    assert f"latency_ms x{factor:.2f}" in line and line.endswith("applied")
     assert load_calibration(PLATFORM).module_factors == cal.module_factors  # stored, reread
     net = predict_costs(make_cnn(), (2, 3, 32, 32))
     assert net["latency_ms"] == pytest.approx(factor * plain_net["latency_ms"])

@@ -660,13 +660,16 @@ def test_environment_storage_default_and_the_recorded_url(tmp_path, monkeypatch)
     assert not (out / JOURNAL).exists()
 
 
-def test_help_shows_one_example_and_both_output_names(tmp_path):
+def test_help_shows_one_example_and_one_output_name(tmp_path):
     runner = CliRunner()
     for args in (["profile"], ["dataset", "export"], ["dataset", "status"]):
         r = runner.invoke(cli, [*args, "--help"])
         assert r.exit_code == 0 and r.output.count("Example:") == 1, args
     r = runner.invoke(cli, ["profile", "--help"])
-    assert "-o, --output, --out" in r.output and "CARB_NAS_STORAGE" in r.output
+    assert "-o, --output" in r.output and "--out " not in r.output
+    assert "CARB_NAS_STORAGE" in r.output
+    r = runner.invoke(cli, ["profile", "x.csv", "--out", str(tmp_path / "c")])  # old spelling
+    assert r.exit_code == 1 and "-o/--output" in r.stderr and not (tmp_path / "c").exists()
 
 
 def test_profiler_limits_blas_threads_while_measuring():

@@ -84,7 +84,7 @@ def test_default_gpu_model_predicts_and_calibrates(tmp_path, monkeypatch):
     import carb_nas
 
     net = nn.Sequential(nn.Conv2d(3, 16, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten())
-    with pytest.warns(UserWarning, match="held out in `carb-nas evaluate"):
+    with pytest.warns(UserWarning, match="held out in `carb-nas model evaluate"):
         costs = carb_nas.predict_costs(net, (8, 3, 64, 64), platform="cuda/torch/fp16")
     lo, mid, hi = (
         costs.values["energy_j"][1],
@@ -169,21 +169,21 @@ def test_validate_with_a_gpu_model_measures_on_the_gpu_or_says_there_is_none(tmp
 def test_calibrating_a_gpu_platform_leaves_the_host_thread_count_alone(monkeypatch):
     """The H200 rows record their host's 16 cores; a GPU calibration must not set torch's
     CPU threads to that on the user's machine (the CPU's count is capped, the GPU's unset)."""
-    import carb_nas.calibrate as cal_mod
     import carb_nas.measure as measure
+    from carb_nas.predictors import _store
 
     seen = {}
-    monkeypatch.setattr(cal_mod, "check_runnable", lambda p: tuple(p.split("/")[:3]))
+    monkeypatch.setattr(_store, "check_runnable", lambda p: tuple(p.split("/")[:3]))
     monkeypatch.setattr(
         measure, "Profiler", lambda *a, **k: (seen.setdefault("args", a), seen.update(kw=k))
     )
     source = type("M", (), {"platform_": {"threads": 16}})()
-    cal_mod.calibration_profiler("cuda/torch/fp16", source)
+    _store.calibration_profiler("cuda/torch/fp16", source)
     assert seen["args"][:4] == ("cuda", "torch", "fp16", None)
     # CARB's training-mode utilization window costs 1 s a CUDA row and feeds no calibration
     assert seen["kw"]["utilization_window_s"] == 0
     del seen["args"]
-    cal_mod.calibration_profiler("cpu/torch/fp32", source)
+    _store.calibration_profiler("cpu/torch/fp32", source)
     assert seen["args"][3] == min(16, measure.usable_cpus())
 
 

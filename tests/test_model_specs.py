@@ -68,7 +68,9 @@ def test_predict_costs_of_a_resnet_config_is_seen() -> None:
 
 
 def test_predict_a_family_space_uses_the_platforms_module_model(tmp_path) -> None:
-    from carb_nas.costmodel import load_default_module_model
+    from carb_nas import load_predictor
+    from carb_nas.costmodel import load_default_module_model, model_inputs
+    from carb_nas.space import configs_to_frame
 
     space = tmp_path / "mixed.toml"
     space.write_text('[knobs]\nfamily = ["basic", "mobilenet_v2"]\nwidth = [0.5]\n'
@@ -76,14 +78,21 @@ def test_predict_a_family_space_uses_the_platforms_module_model(tmp_path) -> Non
                      "[family.mobilenet_v2]\ndepth = [9]\n")  # fmt: skip
     res = CliRunner().invoke(cli, ["predict", PLATFORM, str(space), "--json"])
     assert res.exit_code == 0, res.output
-    # not the ResNet config model, which would warn "never saw family ['mobilenet_v2']"
-    assert "warning" not in res.stderr and "module model for families" in res.stderr
+    # the platform's kernel-level model takes the family its ResNet cascade never saw: no
+    # "never saw family ['mobilenet_v2']" warning
+    assert "warning" not in res.stderr and "kernel-level module model" in res.stderr
     doc = json.loads(res.stdout)
     assert doc["n_rows"] == 4
     module = load_default_module_model(verbose=False)
-    for r in doc["predictions"]:  # every row, the ResNets too: one model per table
+    cascade = load_predictor(PLATFORM).config_model
+    for r in doc["predictions"]:  # one answer per config: its family says which model
         config = Config(r["family"], r["depth"], r["width"], r["resolution"], r["batch_size"])
-        own, _ = module.predict_spec(ModelSpec.from_config(config), None)
+        if config.family == "mobilenet_v2":
+            own, _ = module.predict_spec(ModelSpec.from_config(config), None)
+        else:  # a ResNet: the platform's CARB cascade, as predict_costs(config) says
+            own = cascade.predict(model_inputs(configs_to_frame([config])))
+            assert r["latency_ms"] == pytest.approx(predict_costs(config, platform=PLATFORM)[
+                "latency_ms"])  # fmt: skip
         assert r["latency_ms"] == pytest.approx(own["latency_ms"][0])
     res = CliRunner().invoke(cli, ["predict", "cpu/onnxruntime/fp32", str(space), "--json"])
     assert res.exit_code == 0 and "never saw family ['mobilenet_v2']" in res.stderr  # no module
@@ -251,13 +260,11 @@ def test_cli_search_over_a_family_space(tmp_path) -> None:
     space.write_text('[knobs]\nfamily = ["mobilenet_v3_small", "vgg"]\nwidth = [0.25]\n'
                      "resolution = [32]\nbatch_size = [1, 2]\n[family.mobilenet_v3_small]\n"
                      "depth = [6, 11]\n[family.vgg]\ndepth = [11]\n")  # fmt: skip
-    res = CliRunner().invoke(cli, ["search", str(space), "--model", PLATFORM, "--trials", "6",
+    res = CliRunner().invoke(cli, ["search", str(space), "--source", PLATFORM, "--trials", "6",
                                    "--budget", "latency_ms=1000", "--json"])  # fmt: skip
     assert res.exit_code == 0, res.output
-    # the platform name's module model scores them, not its ResNet model
-    assert "ResNet config model never saw (mobilenet_v3_small, vgg)" in res.stderr
-    assert "kernel-level cpu/torch/fp32 module model" in res.stderr
-    assert "warning" not in res.stderr
+    # the platform name's module model scores them (its ResNet model would warn)
+    assert "kernel-level module model" in res.stderr and "warning" not in res.stderr
     doc = json.loads(res.stdout)
     assert doc["pareto"] and {r["family"] for r in doc["pareto"]} <= {"mobilenet_v3_small", "vgg"}
 

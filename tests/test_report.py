@@ -836,7 +836,7 @@ def test_the_same_dataset_twice(tmp_path):
     assert data["latency_ms"]["r2"] == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize("verb", ["report", "characterize", "transfer"])
+@pytest.mark.parametrize("verb", ["characterize", "transfer"])
 def test_unwritable_report_dir_is_refused_before_any_work(tmp_path, monkeypatch, verb):
     import carb_nas.reports._write as write
 
@@ -848,10 +848,12 @@ def test_unwritable_report_dir_is_refused_before_any_work(tmp_path, monkeypatch,
     a = _write(synthetic_rows(), tmp_path / "a.csv")
     b = _write(synthetic_rows(runtime="onnxruntime"), tmp_path / "b.csv")
     datasets = [a] if verb == "characterize" else [a, b]
-    run = CliRunner().invoke(cli, [verb, *datasets, "--report", "/proc/x/report"])
+    run = CliRunner().invoke(cli, ["report", verb, *datasets, "--report", "/proc/x/report"])
     _one_line_error(run, "cannot write report directory", "/proc/x/report")
     (tmp_path / "file").write_text("x")
-    run = CliRunner().invoke(cli, [verb, *datasets, "--report", str(tmp_path / "file" / "r")])
+    run = CliRunner().invoke(
+        cli, ["report", verb, *datasets, "--report", str(tmp_path / "file" / "r")]
+    )
     _one_line_error(run, "cannot create report directory", "in the way")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.csv", "b.csv", "file"]
 

@@ -229,8 +229,10 @@ def renamed_option(old: str, new: str, *, is_flag: bool = False) -> Callable[[F]
         if value:
             raise click.UsageError(f"{old} is now {new}.", ctx=ctx)
 
+    # a name of its own: the old spelling's derived name may be the new option's destination
+    name = "renamed_" + old.lstrip("-").replace("-", "_")
     return click.option(
-        old, is_flag=is_flag, hidden=True, expose_value=False, callback=refuse, default=None
+        old, name, is_flag=is_flag, hidden=True, expose_value=False, callback=refuse, default=None
     )
 
 

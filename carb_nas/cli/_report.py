@@ -52,8 +52,8 @@ def report_group() -> None:
     "loadgen_dir",
     type=click.Path(file_okay=False, exists=True),
     default=None,
-    help="Instead of DATASETS: seed 004's runtime x precision x scenario table from a "
-    "`carb-nas loadgen` directory.",
+    help="Instead of DATASETS: the quantization study's runtime x precision x scenario table "
+    "from a `carb-nas loadgen` directory.",
 )
 @click.option(
     "--markdown",
@@ -228,9 +228,10 @@ def transfer_command(
         info(f"warning: A and B are the same dataset ({dataset_a}): every fit is trivially perfect")
     model = None
     if source_model:
-        from carb_nas.costmodel import CostModel
+        from carb_nas.predictors import load_predictor
 
-        model = CostModel.load(source_model)
+        # the transfer report fits maps on a CARB cascade: the predictor's, uncalibrated
+        model = load_predictor(source_model, calibrated=False, role="--source").config_model
     kwargs: dict[str, Any] = dict(
         few_shot=sizes,
         repeats=repeats,

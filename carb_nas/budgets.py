@@ -192,7 +192,7 @@ def model_targets(model: Any) -> list[str]:
     if targets is None:
         raise ModelError(
             "unfitted cost model: expected a fitted CostModel (with targets_), got "
-            f"{type(model).__name__} without targets_. Train it (carb-nas train) or load "
+            f"{type(model).__name__} without targets_. Train it (carb-nas model train) or load "
             "a saved one."
         )
     return [str(t) for t in targets]

@@ -1,4 +1,4 @@
-"""``carb-nas evaluate --leave-one-family-out``: its bad inputs (one line, exit 1, nothing
+"""``carb-nas model evaluate --leave-one-family-out``: its bad inputs (one line, exit 1, nothing
 written); the evaluation itself is tested in test_costmodel_kernels.py."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``carb-nas space ...`` and ``carb-nas features``, including every bad input of issue 2."""
+"""``carb-nas space ...`` and ``carb-nas space features``, including every bad input."""
 
 from __future__ import annotations
 

@@ -381,7 +381,7 @@ def test_saved_model_checks_schema_at_predict(fitted, data, tmp_path):
 
 
 def test_load_default_model_names_the_fix():
-    with pytest.raises(ModelError, match="carb-nas train"):
+    with pytest.raises(ModelError, match="carb-nas model train"):
         load_default_model("tpu/jax/fp8")
 
 

@@ -411,7 +411,7 @@ def test_cli_screen_missing_model_dir(tmp_path):
             "latency_ms",
         ],
     )
-    assert res.exit_code == 1 and "model not found" in res.output
+    assert res.exit_code == 1 and "--source not found" in res.output
 
 
 def test_distilled_stage1_gives_the_exact_shortlist(torch_model, ort_model):

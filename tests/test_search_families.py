@@ -74,9 +74,8 @@ def test_cli_search_of_a_family_space_uses_the_module_model(module_model, tmp_pa
     args = ["search", str(space), "--trials", "6", "--budget", "latency_ms=1000", "--json"]
     res = CliRunner().invoke(cli, [*args, "--no-validate"])
     assert res.exit_code == 0, res.output
-    assert "the kernel-level cpu/torch/fp32 module model" in res.stderr
-    assert "not calibrated" in res.stderr and "not re-scored" in res.stderr
-    assert "never saw family" not in res.stderr.replace("model never saw (", "")
+    assert "kernel-level module model" in res.stderr and "not calibrated" in res.stderr
+    assert "never saw family" not in res.stderr
     pareto = pd.DataFrame(json.loads(res.stdout)["pareto"])
     assert set(pareto["family"]) <= {"mobilenet_v3_small", "vgg"} and len(pareto)
     frame = pareto[KEY].assign(precision="fp32", runtime="torch")
@@ -87,22 +86,42 @@ def test_cli_search_of_a_family_space_uses_the_module_model(module_model, tmp_pa
 def test_cli_search_of_a_family_space_scales_by_this_machines_factors(
     module_model, tmp_path, monkeypatch
 ):
+    """The embedded default calibrates first (ensure_calibrated, within --time-budget-s), then
+    searches with the calibrated predictor: the module model's answers times its factor."""
     import carb_nas.calibrate as cal_mod
-    import carb_nas.cli._search as cli_search
+    import carb_nas.predictors as predictors
+    from carb_nas.predictors import PlatformPredictor, Provenance
 
     space = tmp_path / "fam.toml"
     space.write_text(SPACE)
-    calibrated = []
-    monkeypatch.setattr(
-        cli_search, "_calibrated_defaults", lambda m, r, s: calibrated.append(s) or (m, r)
+    asked = []
+    monkeypatch.setattr(cal_mod, "ensure_calibrated", lambda p, s, *a, **k: asked.append(s) or {})
+    plain = predictors.load_predictor("cpu/torch/fp32", calibrated=False)
+    factors = {"latency_ms": 2.0}
+    here = PlatformPredictor(
+        plain.config_model,
+        module_model,
+        module_factors=factors,
+        provenance=Provenance(
+            "cpu/torch/fp32",
+            "carb cascade + kernel-level module model",
+            calibrated=True,
+            calibration="latency_ms x2.00",
+            module_factors=factors,
+        ),  # fmt: skip
     )
-    monkeypatch.setattr(cal_mod, "machine_factors", lambda p, predictor=None: {"latency_ms": 2.0})
+    real = predictors.load_predictor
+    monkeypatch.setattr(
+        predictors,
+        "load_predictor",
+        lambda spec, calibrated=True, **k: here if calibrated else real(spec, calibrated=False),
+    )
     monkeypatch.setenv("CARB_NAS_CALIBRATE", "1")
     args = ["search", str(space), "--trials", "6", "--budget", "latency_ms=1000", "--json",
             "--no-validate", "--time-budget-s", "30"]  # fmt: skip
     res = CliRunner().invoke(cli, args)
     assert res.exit_code == 0, res.output
-    assert calibrated == [30.0] and "calibrated to this machine (latency_ms x2.00)" in res.stderr
+    assert asked == [30.0] and "calibrated to this machine (latency_ms x2.00)" in res.stderr
     pareto = pd.DataFrame(json.loads(res.stdout)["pareto"])
     frame = pareto[KEY].assign(precision="fp32", runtime="torch")
     want = ConfigModuleModel(module_model).predict(model_inputs(frame))
@@ -123,7 +142,7 @@ def test_cli_validate_of_family_configs_scores_the_module_models_predictions(
     before = pareto.read_bytes()
     res = CliRunner().invoke(cli, ["validate", str(pareto), "--model", "cpu/torch/fp32", "--json"])
     assert res.exit_code == 0, res.output
-    assert "module model for families its ResNet config model never saw" in res.stderr
+    assert "kernel-level module model" in res.stderr
     doc = json.loads(res.stdout)
     assert doc["ratios"]["latency_ms"]["median"] == pytest.approx(1.3, rel=1e-6)
     assert doc["ratios"]["peak_mem_mb"]["median"] == pytest.approx(1.0, rel=1e-6)
@@ -155,7 +174,7 @@ def test_cli_screen_of_a_family_space_ranks_with_the_module_model(module_model, 
     ]
     res = CliRunner().invoke(cli, args)
     assert res.exit_code == 0, res.output
-    assert "--source-model cpu/torch/fp32: the kernel-level module model" in res.stderr
+    assert "--source cpu/torch/fp32 (carb cascade + kernel-level module model" in res.stderr
     assert "warning" not in res.stderr
     short = pd.read_csv(out)
     want = ConfigModuleModel(module_model).predict(model_inputs(short[list(CONFIG_COLUMNS)]))

@@ -174,11 +174,10 @@ def test_a_bare_name_of_several_datasets_means_the_default_qualifier_or_none(tmp
 def test_a_platform_without_a_dataset_is_one_line_before_any_training(tiny_zoo, tmp_path):
     space = str(tiny_zoo)
     for args in (
-        f"screen {space} --source-model cpu/torch/fp32/zoo --target-model cpu/litert/int8 "
-        "--rank-by latency_ms",
-        f"search {space} --model cpu/torch/fp32/zoo --rescore cpu/openvino/fp16 --trials 8 "
+        f"screen {space} --source cpu/torch/fp32/zoo --target cpu/litert/int8 --rank-by latency_ms",
+        f"search {space} --source cpu/torch/fp32/zoo --target cpu/openvino/fp16 --trials 8 "
         f"-o {tmp_path / 'p.csv'}",
-        f"screen {space} --source-model cpu/torch/fp32/nowhere --target-model "
+        f"screen {space} --source cpu/torch/fp32/nowhere --target "
         "cpu/openvino/int8 --rank-by latency_ms",
     ):
         run = CliRunner().invoke(cli, args.split())
@@ -209,7 +208,7 @@ def _screen(space, tmp_path, top_k):
     out = tmp_path / "shortlist.csv"
     run = CliRunner().invoke(
         cli,
-        f"screen {space} --source-model cpu/torch/fp32/zoo --target-model cpu/openvino/int8 "
+        f"screen {space} --source cpu/torch/fp32/zoo --target cpu/openvino/int8 "
         f"--rank-by latency_ms --top-k {top_k} --budget latency_ms=200 -o {out} --json".split(),
     )
     assert run.exit_code == 0, run.output
@@ -245,7 +244,7 @@ def _search(space, tmp_path, trials):
     out = tmp_path / "pareto.csv"
     run = CliRunner().invoke(
         cli,
-        f"search {space} --model cpu/torch/fp32/zoo --rescore cpu/openvino/int8 --budget "
+        f"search {space} --source cpu/torch/fp32/zoo --target cpu/openvino/int8 --budget "
         f"latency_ms=200 --trials {trials} --pop-size 4 --no-validate -o {out} --json".split(),
     )
     assert run.exit_code == 0, run.output

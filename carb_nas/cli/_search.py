@@ -198,8 +198,6 @@ def screen_command(
     src = load(source, "--source", uncalibrated, say=False)
     tgt = load(target, "--target", uncalibrated, say=False)
     objs = [o.strip() for o in objectives.split(",") if o.strip()] if objectives else None
-    say_provenance(src, "--source")
-    say_provenance(tgt, "--target")
     result = screen(
         space,
         src,
@@ -212,6 +210,9 @@ def screen_command(
         stage1=stage1,
         seed=seed,
     )
+    # said once screening has accepted both (a refused input stays one line)
+    say_provenance(src, "--source")
+    say_provenance(tgt, "--target")
     shortlist = result.shortlist.copy()
     cols = list(CONFIG_COLUMNS)
     keys = set(result.pareto[cols].itertuples(index=False))

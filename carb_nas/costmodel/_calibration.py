@@ -2,8 +2,8 @@
 
 ``calibrate(source_model, rows)`` fits, per target, a small map of the residual
 ``log(y) - log(source prediction)`` on a few measured rows of the new platform (10-100) and
-returns a ``CalibratedModel`` that predicts like a ``CostModel``. Used by ``carb-nas transfer``
-(``carb_nas.reports``) to measure how many target rows a transfer needs.
+returns a ``CalibratedModel`` that predicts like a ``CostModel``. Used by ``carb-nas report
+transfer`` (``carb_nas.reports``) to measure how many target rows a transfer needs.
 """
 
 from __future__ import annotations
@@ -454,7 +454,7 @@ def fit_transfer_prior(
     is joined on the config knobs (family, depth, width, resolution, batch size). Every pair
     must share at least ``MIN_PRIOR_CONFIGS`` configs measured on both for one of
     ``targets``. Leave the platform you calibrate to out of ``pairs``: the prior is meant to
-    carry knowledge from elsewhere (``carb-nas transfer --prior`` does: see
+    carry knowledge from elsewhere (``carb-nas report transfer --prior`` does: see
     ``carb_nas.reports.prior_pairs``). Figures: ``TransferPrior``.
 
     ``platform``: the platform the prior will calibrate to (``device/runtime/precision``, e.g.

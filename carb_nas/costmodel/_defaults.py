@@ -149,8 +149,8 @@ def _shipped_dataset(platform: str) -> Path:
             f"no shipped dataset or model for platform {platform!r}",
             f"one of {shipped or '(none shipped)'}",
             repr(platform),
-            "Train one: `carb-nas train DATASET -o MODEL_DIR`, then load it with "
-            "CostModel.load(MODEL_DIR).",
+            "Train one: `carb-nas model train DATASET -o MODEL_DIR`, then load it with "
+            "carb_nas.load_predictor(MODEL_DIR).",
         )
     return dataset_path(platform)
 
@@ -443,7 +443,7 @@ def check_model(spec: str | Path, role: str = "model") -> None:
             _shipped_dataset(text)
         return
     raise MissingFileError(
-        f"{role} not found: expected a directory written by `carb-nas train` (or "
+        f"{role} not found: expected a directory written by `carb-nas model train` (or "
         f"CostModel.save) or a shipped platform name such as cpu/torch/fp32 or "
         f"cpu/torch/fp32/zoo, got {text!r}. Check the path."
     )

@@ -134,7 +134,7 @@ def _read_manifest(d: Path) -> dict[str, Any]:
             "not a saved cost model",
             f"a directory with manifest.json ({d})",
             "no manifest.json" if d.is_dir() else "no such directory",
-            "Pass a directory written by CostModel.save or `carb-nas train`.",
+            "Pass a directory written by CostModel.save or `carb-nas model train`.",
         )
     try:
         m = json.loads(mpath.read_text())

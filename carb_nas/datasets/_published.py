@@ -450,7 +450,7 @@ def refuse_published(
             f"{shown} is a published dataset (read-only, measured by others, no config keys or "
             f"fingerprints of ours): {where} needs {need}, got a published one. Use a dataset "
             "measured with `carb-nas profile`, or the published commands (`carb-nas published "
-            "...`, `carb-nas transfer published/A published/B`)."
+            "...`, `carb-nas report transfer published/A published/B`)."
         )
 
 

@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
                     last[f"cv_{tg.split('_')[0]}_r2"] = r2
             print(f"  {args.folds}-fold CV, {label}: " + "; ".join(parts))
         print("  FLOPs-only linear R2: " + ", ".join(f"{k} {v:.3f}" for k, v in base.items()))
-        lofo = network_lofo_report(frame, args.preset)  # `carb-nas evaluate --leave-one-...`
+        lofo = network_lofo_report(frame, args.preset)  # `carb-nas model evaluate --leave-one-...`
         lo = pd.DataFrame(lofo["per_family"])
         print("  leave one family group out (physical offsets):")
         print(lo.round(3).to_string(index=False))

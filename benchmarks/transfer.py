@@ -1,7 +1,7 @@
 """Few-shot transfer, replayed: torch -> ONNX Runtime fp32 latency R2 from N target rows.
 
 Pool-based, on the shipped datasets (no new measurement): ``carb_nas.reports.transfer`` (what
-``carb-nas transfer A B --few-shot 10,25 --repeats R`` runs) trains the source model (fast
+``carb-nas report transfer A B --few-shot 10,25 --repeats R`` runs) trains the source model (fast
 preset) on every ok row of A, learns the transfer prior (``--prior auto``: the shipped pairs of
 B's runtime at another precision on B's machine or at B's precision on another machine, never
 B itself; the latter also give B's level), then per seed chooses N rows of B with

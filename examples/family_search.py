@@ -4,11 +4,10 @@
 width multiplier, resolution and batch size; NSGA-II searches it with the PyTorch-CPU cost
 model as the surrogate for the budget-feasible Pareto set of per-image latency, peak memory
 and the capacity proxy (log params + log FLOPs per image; not accuracy). The surrogate is what
-the platform name ``cpu/torch/fp32`` means for families other than ResNet's
-(``costmodel.load_config_model``): its kernel-level module model, each config traced on the
-meta device (each network built once for all its batch sizes); ``model.scaled(
-calibrate.machine_factors("cpu/torch/fp32", predictor=model.module_model))`` gives this
-machine's costs once `carb-nas calibrate cpu/torch/fp32` has run.
+``load_predictor("cpu/torch/fp32")`` gives for families other than ResNet's: its kernel-level
+module model, each config traced on the meta device (each network built once for all its
+batch sizes). Once ``carb-nas calibrate cpu/torch/fp32`` has run, the predictor applies this
+machine's calibration (``predictor.provenance`` says so; ``calibrated=False`` opts out).
 
     python examples/family_search.py [--space mobilenet_v2] [--trials 200]
 
@@ -20,9 +19,8 @@ from __future__ import annotations
 import argparse
 import warnings
 
-from carb_nas.costmodel import load_config_model
+from carb_nas import load_predictor
 from carb_nas.search import search
-from carb_nas.space import load_space
 
 BUDGETS = {"latency_ms": 30.0, "peak_mem_mb": 200.0}
 
@@ -34,7 +32,7 @@ def main() -> None:
     ap.add_argument("--pop-size", type=int, default=32)
     args = ap.parse_args()
 
-    model = load_config_model("cpu/torch/fp32", load_space(args.space).values("family"))
+    model = load_predictor("cpu/torch/fp32")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         r = search(
@@ -48,6 +46,7 @@ def main() -> None:
         )
     for w in {str(w.message) for w in caught}:
         print(f"warning: {w}")
+    print(f"surrogate: {model.provenance.describe()}")
     print(f"space {r.space_name!r}: {r.space_size:,} configs, {r.n_evaluated} evaluated "
           f"in {r.seconds:.1f} s")  # fmt: skip
     print(f"Pareto set within {BUDGETS}: {len(r.pareto)} configs")

@@ -5,10 +5,11 @@ Stage 1 ranks every candidate of ``search_spaces/zoo.toml`` by the PyTorch-CPU m
 predicted latency; stage 2 re-scores the top K with the ONNX Runtime CPU model, keeps those
 within the budgets and reduces them to a Pareto set (latency per image vs peak memory).
 Configs of the non-ResNet families are featurized by tracing their modules on the meta device
-(cached per config). The PyTorch model is what ``cpu/torch/fp32`` means for them
-(``costmodel.load_config_model``: its kernel-level module model, every built-in family); the
-ONNX Runtime model was trained on ResNets only, so its numbers for the other families are
-rough until a model is trained on them (a warning says so).
+(cached per config). ``load_predictor("cpu/torch/fp32")`` predicts them with the platform's
+kernel-level module model (every built-in family); the ONNX Runtime platform has no module
+model and its cascade was trained on ResNets only, so its numbers for the other families are
+rough until a model is trained on them (a warning says so). Both apply this machine's
+calibration of their platform when ``carb-nas calibrate PLATFORM`` has made one.
 
     python examples/mixed_family_screening.py [--space zoo] [--top-k 40]
 
@@ -21,7 +22,7 @@ import argparse
 import time
 import warnings
 
-from carb_nas.costmodel import load_config_model, load_default_model
+from carb_nas import load_predictor
 from carb_nas.screen import screen
 from carb_nas.space import load_space
 
@@ -37,8 +38,8 @@ def main() -> None:
     args = ap.parse_args()
 
     space = load_space(args.space)
-    source = load_config_model(PLATFORMS["source"], space.values("family"))
-    target = load_default_model(PLATFORMS["target"])
+    source = load_predictor(PLATFORMS["source"])
+    target = load_predictor(PLATFORMS["target"])
     t0 = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -46,6 +47,7 @@ def main() -> None:
                    budgets=BUDGETS, objectives=OBJECTIVES)  # fmt: skip
     for w in {str(w.message) for w in caught}:
         print(f"warning: {w}")
+    print(f"stage 1: {source.provenance.describe()}; stage 2: {target.provenance.describe()}")
     c = r.counts
     print(f"space {space.name!r}: {len(space.families)} families, {c['candidates']:,} candidates")
     print(f"stage 1: top {c['shortlisted']} by {PLATFORMS['source']} predicted latency")

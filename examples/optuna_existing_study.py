@@ -102,18 +102,16 @@ def train_and_score(net: nn.Module, lr: float, steps: int = 4) -> float:
 
 # -- choosing the cost model ----------------------------------------------------------------
 def cost_model(synthetic: bool = False):
-    """(model, description): the default module model, or a SYNTHETIC one (--synthetic)."""
-    from carb_nas.costmodel import load_default_module_model
+    """(model, description): the PLATFORM predictor, or a SYNTHETIC module model (--synthetic)."""
+    from carb_nas import load_predictor
 
     if synthetic:
         return synthetic_module_model(), (
             "a module model fitted now to SYNTHETIC per-op times of this study's networks "
             "(--synthetic; not measurements, its numbers mean nothing)"
         )
-    return load_default_module_model(PLATFORM), (
-        f"the kernel-level module model of {PLATFORM} (per-operator models trained on the "
-        "shipped multi-family measurements, shipped with carb_nas)"
-    )
+    predictor = load_predictor(PLATFORM)  # its kernel-level module model predicts networks
+    return predictor, predictor.provenance.describe()
 
 
 def synthetic_module_model(n: int = 72):

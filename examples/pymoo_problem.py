@@ -5,7 +5,7 @@ the cost model (the surrogate objectives), adds the quality objective (here the 
 capacity proxy -- a proxy of model capacity, NOT accuracy) and turns each budget into a
 constraint ``predicted / limit - 1 <= 0``. Everything else is plain pymoo.
 
-Model: the shipped ``cpu/torch/fp32`` model when this install has it; otherwise a fast-preset
+Model: ``load_predictor("cpu/torch/fp32")`` when this install has its data; otherwise a fast-preset
 model trained here on SYNTHETIC rows (a formula, not measurements) so the example always runs.
 
     python examples/pymoo_problem.py [--pop-size 40] [--n-gen 10] [--synthetic]
@@ -24,8 +24,9 @@ from pymoo.operators.repair.rounding import RoundingRepair
 from pymoo.operators.sampling.rnd import IntegerRandomSampling
 from pymoo.optimize import minimize
 
-from carb_nas.costmodel import CostModel, load_default_model, model_inputs
-from carb_nas.errors import ModelError
+from carb_nas import load_predictor
+from carb_nas.costmodel import CostModel, model_inputs
+from carb_nas.errors import CarbNasError
 from carb_nas.features import compute_features
 from carb_nas.integrations import SpaceProblem
 from carb_nas.space import load_space
@@ -56,8 +57,9 @@ def main() -> None:
     model = None
     if not args.synthetic:
         try:
-            model, source = load_default_model("cpu/torch/fp32"), "shipped cpu/torch/fp32 model"
-        except ModelError:
+            model = load_predictor("cpu/torch/fp32")
+            source = model.provenance.describe()
+        except CarbNasError:
             pass
     if model is None:
         model, source = synthetic_model(space), "fast model on SYNTHETIC rows (not measurements)"

@@ -11,9 +11,10 @@ search_spaces/carb_screening.toml (the same 3,072-config layout at CPU scale). T
 energy meter, so latency takes energy's place as the ranking target; the budget is 50 ms per
 batch and the paper's 500 MB.
 
-Models, first that exists: the shipped models (carb_nas/data/models); else fast-preset models
-trained here on the shipped datasets (real measurements); else on SYNTHETIC rows (a formula,
-labelled as such), so the example always runs.
+Models, first that exists: each platform's predictor (``load_predictor(platform)``, with this
+machine's calibration when ``carb-nas calibrate`` made one); else fast-preset models trained
+here on the shipped datasets (real measurements); else on SYNTHETIC rows (a formula, labelled
+as such), so the example always runs.
 
     python examples/two_stage_screening.py [--top-k 100] [--validate N]
 
@@ -26,10 +27,12 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from carb_nas.costmodel import CostModel, load_default_model, model_inputs
+from carb_nas import load_predictor
+from carb_nas.costmodel import CostModel, model_inputs
 from carb_nas.errors import CarbNasError
 from carb_nas.screen import screen
 from carb_nas.space import load_space
@@ -40,9 +43,10 @@ OBJECTIVES = ("latency_ms_per_image", "peak_mem_mb")
 PLATFORMS = {"source": "cpu/torch/fp32", "target": "cpu/onnxruntime/fp32"}
 
 
-def get_model(platform: str) -> tuple[CostModel, str]:
+def get_model(platform: str) -> tuple[Any, str]:
     try:
-        return load_default_model(platform), "default model (trained on the shipped dataset)"
+        predictor = load_predictor(platform)
+        return predictor, predictor.provenance.describe()
     except CarbNasError:
         pass
     try:

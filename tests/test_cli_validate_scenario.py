@@ -1,4 +1,5 @@
-"""``carb-nas validate`` on any runtime and precision, and under MLPerf LoadGen scenarios.
+"""``carb-nas loadgen --model`` (a shortlist under one MLPerf LoadGen scenario) and
+``carb-nas validate`` on any runtime and precision.
 
 Tiny REAL CPU measurements (basic-8 w0.1 and mobilenet_v2 w0.35 at 32 px, LoadGen's quick
 rules shortened further); the cost model is a fast fit on SYNTHETIC rows, so only the
@@ -82,9 +83,9 @@ def test_each_scenario_takes_its_own_budget_only():
 @pytest.mark.slow  # ~6-11 s here: two networks prepared and run, then resumed twice
 def test_single_stream_reports_figure_budget_pass_validity_and_prediction(model_dirs, tmp_path):
     pareto = _pareto(tmp_path, BASIC, {**BASIC, "batch_size": 4}, MOBILE)
-    report = tmp_path / "report"
-    args = ["validate", pareto, "--model", model_dirs[0], "--scenario", "single-stream"]
-    args += ["--budget", "latency_p90_ms=1000", "--report", report, *FAST]
+    out = tmp_path / "lg"
+    args = ["loadgen", pareto, "--model", model_dirs[0], "--scenario", "single-stream"]
+    args += ["--budget", "latency_p90_ms=1000", "-o", out, *FAST]
     r = _run(*args, "--json")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
@@ -98,10 +99,10 @@ def test_single_stream_reports_figure_budget_pass_validity_and_prediction(model_
         assert item["result_validity"] in ("VALID", "INVALID")
         assert item["valid"] == (item["result_validity"] == "VALID")
     assert doc["passed"] == 2
-    runs = sorted((report / "loadgen" / "logs").iterdir())  # LoadGen's own logs, kept
+    runs = sorted((out / "loadgen" / "logs").iterdir())  # LoadGen's own logs, kept
     assert len(runs) == 2 and (runs[0] / "mlperf_log_detail.txt").is_file()
     assert {"validation.json", "validation.csv", "predicted_vs_measured.png"} <= {
-        p.name for p in report.iterdir()
+        p.name for p in out.iterdir()
     }
     # the same command resumes: nothing is measured again, the same figures come back
     again = json.loads(_run(*args, "--json").stdout)
@@ -117,23 +118,26 @@ def test_single_stream_reports_figure_budget_pass_validity_and_prediction(model_
 @needs_loadgen
 def test_invalid_run_is_a_warning_and_a_column_and_keeps_its_row(model_dirs, tmp_path):
     pareto = _pareto(tmp_path, BASIC)
+    out = tmp_path / "lg"
     r = _run(
-        "validate", pareto, "--model", model_dirs[0], "--scenario", "multi-stream",
-        "--budget", "latency_p99_ms=1000", *FAST,
+        "loadgen", pareto, "--model", model_dirs[0], "--scenario", "multi-stream",
+        "--budget", "latency_p99_ms=1000", "-o", out, *FAST,
     )  # fmt: skip
     assert r.exit_code == 0, r.output
     assert "warning: LoadGen result is INVALID for basic-8" in r.stdout  # p99 needs >= 662
     assert "early stopping" in r.stdout
     row = [ln for ln in r.stdout.splitlines() if ln.strip().startswith("basic")]
     assert len(row) == 1 and row[0].rstrip().endswith("INVALID")
-    assert "note: LoadGen's logs are not kept" in r.stderr
+    [run] = (out / "loadgen" / "logs").iterdir()  # the INVALID run's logs are kept too
+    assert (run / "mlperf_log_summary.txt").is_file()
 
 
 @needs_loadgen
 def test_offline_throughput_is_a_lower_limit(model_dirs, tmp_path):
     pareto = _pareto(tmp_path, BASIC)
-    args = ["validate", pareto, "--model", model_dirs[0], "--scenario", "offline", *FAST]
-    r = _run(*args, "--budget", "throughput_sps=1e9", "--batch-size", "4", "--json")
+    args = ["loadgen", pareto, "--model", model_dirs[0], "--scenario", "offline", *FAST]
+    r = _run(*args, "--budget", "throughput_sps=1e9", "--batch-size", "4", "-o",
+             tmp_path / "lg", "--json")  # fmt: skip
     assert r.exit_code == 0, r.output
     item = json.loads(r.stdout)["validated"][0]
     assert item["batch_size"] == 4 and item["measured"] > 0
@@ -247,30 +251,61 @@ def test_a_config_that_fails_conversion_is_a_warning_and_the_rest_is_kept(model_
 BAD = [
     (["--scenario", "single-stream", "--budget", "latency_p99_ms=5"], "does not belong"),
     (["--scenario", "offline", "--budget", "latency_ms=5"], "does not belong to scenario"),
-    (["--budget", "latency_p90_ms=5"], "expected it with --scenario single-stream"),
+    (["--budget", "latency_p90_ms=5"], "Missing option '--scenario'"),
+    (["--scenario", "single-stream", "--scenario", "offline"], "expected one --scenario, got 2"),
     (["--scenario", "single-stream", "--budget", "latency_p90_ms=-3"], "finite number > 0"),
-    (["--quick"], "LoadGen options without a scenario"),
     (["--scenario", "multi-stream", "--samples-per-query", "0"], "samples per query"),
     (["--scenario", "single-stream", "--min-duration-ms", "0"], "min_duration_ms"),
     (["--scenario", "offline", "--min-query-count", "-1"], "min_query_count"),
-    (["--scenario", "single-stream", "--samples-per-query", "4"], "multi-stream only"),
-    (["--scenario", "single-stream", "--batch-size", "4"], "offline only"),
-    (["--scenario", "offline", "--confidence", "0.9"], "--confidence does not apply"),
-    (["--scenario", "offline", "--fresh-process"], "--fresh-process does not apply"),
-    (["--runtime", "openvino", "--precision", "int8-dynamic"], "unsupported precision"),
-    (["--runtime", "torch", "--precision", "int8"], "unsupported precision for cpu/torch"),
-    (["--runtime", "tensorrt"], "unknown runtime"),
-]
+    (["--scenario", "single-stream", "--samples-per-query", "4"], "only multi-stream uses it"),
+    (["--scenario", "offline", "--runtime", "openvino", "--precision", "int8-dynamic"],
+     "unsupported precision"),
+    (["--scenario", "offline", "--runtime", "torch", "--precision", "int8"],
+     "unsupported precision for cpu/torch"),
+    (["--scenario", "offline", "--runtime", "tensorrt"], "unknown runtime"),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("args", "match"), BAD)
 def test_bad_input_is_one_line_and_writes_nothing(model_dirs, tmp_path, args, match):
     pareto = _pareto(tmp_path, BASIC)
     before = pareto.read_bytes()
-    report = tmp_path / "report"
-    r = _run("validate", pareto, "--model", model_dirs[0], "--report", report, *args)
+    out = tmp_path / "lg"
+    r = _run("loadgen", pareto, "--model", model_dirs[0], "-o", out, *args)
     _one_line_error(r, match)
-    assert not report.exists() and pareto.read_bytes() == before
+    assert not out.exists() and pareto.read_bytes() == before
+
+
+def test_budget_without_model_is_one_line(tmp_path):
+    out = tmp_path / "lg"
+    r = _run("loadgen", _pareto(tmp_path, BASIC), "--scenario", "single-stream",
+             "--budget", "latency_p90_ms=5", "-o", out)  # fmt: skip
+    _one_line_error(r, "--budget without --model")
+    assert not out.exists()
+
+
+def test_output_in_the_way_names_the_option(model_dirs, tmp_path):
+    in_the_way = tmp_path / "file"
+    in_the_way.write_text("x")
+    r = _run("loadgen", _pareto(tmp_path, BASIC), "--model", model_dirs[0], "--scenario",
+             "single-stream", "-o", in_the_way / "lg")  # fmt: skip
+    _one_line_error(r, "Choose another -o/--output path")
+    assert in_the_way.read_text() == "x"
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (["--scenario", "single-stream"], "LoadGen validation is now `carb-nas loadgen"),
+        (["--budget", "latency_p90_ms=5"], "`carb-nas loadgen PARETO --scenario single-stream"),
+    ],
+)
+def test_validate_sends_scenarios_to_loadgen(model_dirs, tmp_path, args, match):
+    report = tmp_path / "report"
+    r = _run("validate", _pareto(tmp_path, BASIC), "--model", model_dirs[0], "--report",
+             report, *args)  # fmt: skip
+    _one_line_error(r, match)
+    assert not report.exists()
 
 
 def test_calibration_checks(model_dirs, tmp_path):
@@ -290,15 +325,16 @@ def test_calibration_checks(model_dirs, tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("hidden", "args", "hint"),
+    ("command", "hidden", "args", "hint"),
     [
-        ("openvino", ["--runtime", "openvino"], "pip install 'carb-nas[openvino]'"),
-        ("onnxruntime", ["--runtime", "onnxruntime"], "pip install 'carb-nas[onnx]'"),
-        ("mlperf_loadgen", ["--scenario", "single-stream"], "pip install 'carb-nas[loadgen]'"),
+        ("validate", "openvino", ["--runtime", "openvino"], "pip install 'carb-nas[openvino]'"),
+        ("validate", "onnxruntime", ["--runtime", "onnxruntime"], "pip install 'carb-nas[onnx]'"),
+        ("loadgen", "mlperf_loadgen", ["--scenario", "single-stream"],
+         "pip install 'carb-nas[loadgen]'"),
     ],
-)
+)  # fmt: skip
 def test_missing_extra_is_one_line_before_the_model_loads(
-    model_dirs, tmp_path, monkeypatch, hidden, args, hint
+    model_dirs, tmp_path, monkeypatch, command, hidden, args, hint
 ):
     real = builtins.__import__
 
@@ -307,31 +343,37 @@ def test_missing_extra_is_one_line_before_the_model_loads(
             raise ImportError(f"No module named {hidden!r}")
         return real(name, *a, **k)
 
+    import carb_nas.cli._loadgen as loadgen_cli
     import carb_nas.cli._search as search_cli
 
     def no_model(*a, **k):
         raise AssertionError("the model was loaded before the extra was checked")
 
     monkeypatch.setattr(builtins, "__import__", without)
-    monkeypatch.setattr(search_cli, "load_model", no_model)
+    monkeypatch.setattr(search_cli, "load", no_model)
+    monkeypatch.setattr(loadgen_cli, "load", no_model)
     pareto = _pareto(tmp_path, BASIC)
-    report = tmp_path / "report"
-    r = _run("validate", pareto, "--model", model_dirs[0], "--report", report, *args)
+    out = tmp_path / "report"
+    where = ["--report", out] if command == "validate" else ["-o", out]
+    r = _run(command, pareto, "--model", model_dirs[0], *where, *args)
     _one_line_error(r, hint)
-    assert not report.exists()
+    assert not out.exists()
 
 
-@pytest.mark.parametrize("scenario", [[], ["--scenario", "single-stream", *FAST]])
-def test_nothing_converts_is_one_line_naming_the_op(model_dirs, tmp_path, scenario):
+@pytest.mark.parametrize(
+    "command", [["validate", "--report"], ["loadgen", "--scenario", "single-stream", *FAST, "-o"]]
+)
+def test_nothing_converts_is_one_line_naming_the_op(model_dirs, tmp_path, command):
     if importlib.util.find_spec("onnxruntime") is None:
         pytest.skip("onnxruntime not installed")
-    if scenario and not HAVE_LOADGEN:
+    if command[0] == "loadgen" and not HAVE_LOADGEN:
         pytest.skip("loadgen extra not installed")
     pareto = _pareto(tmp_path, NO_ONNX)
-    report = tmp_path / "out" / "report"
+    out = tmp_path / "out" / "report"
     r = _run(
-        "validate", pareto, "--model", model_dirs[0], "--runtime", "onnxruntime",
-        "--threads", "1", "--protocol", "carb", "--report", report, *scenario,
+        command[0], pareto, "--model", model_dirs[0], "--runtime", "onnxruntime",
+        "--threads", "1", *(["--protocol", "carb"] if command[0] == "validate" else []),
+        *command[1:], out,
     )  # fmt: skip
     _one_line_error(r, "nothing measured", progress=True)
     assert "adaptive_avg_pool2d" in r.stderr and "vgg-11" in r.stderr

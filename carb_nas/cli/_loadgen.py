@@ -238,7 +238,8 @@ def loadgen_cmd(
     if quantization_data is not None:
         for w in workloads:
             calibration_batches(quantization_data, w.input_shape)
-    check_writable_dir(out_dir)  # creatable and writable, before anything is measured
+    # creatable and writable, before anything is measured
+    check_writable_dir(out_dir, "run directory", "-o/--output")
     if model is not None:
         _validate(found, spec, model, uncalibrated, settings[0], runtime, precision, parsed,
                   threads, quantization_data, out_dir, as_json)  # fmt: skip

@@ -51,7 +51,6 @@ def test_readme_and_docs_speak_of_the_product_only() -> None:
     assert _history_lines(paths) == []
 
 
-@pytest.mark.xfail(strict=False, reason="code comments being cleaned on another branch")
 def test_code_speaks_of_the_product_only() -> None:
     assert _history_lines(sorted((ROOT / "carb_nas").rglob("*.py"))) == []
 

@@ -49,7 +49,7 @@ from carb_nas.costmodel import (
     node_ratio,
 )
 from carb_nas.datasets import SCHEMA, load_dataset
-from carb_nas.errors import ConfigError, ModelError
+from carb_nas.errors import ConfigError, ModelError, removed_name
 from carb_nas.predictors import (
     REMEASURED,
     Calibration,
@@ -523,3 +523,17 @@ def ensure_calibrated(
             progress=progress_for(p) if progress_for is not None else None,
         )
     return {p: c for p, c in cals.items() if c is not None}
+
+
+#: names of earlier versions, and what to use instead
+_RENAMED = {
+    "load_calibrated_model": "carb_nas.load_predictor(platform) (calibrated by default)",
+    "calibrated_costs": "carb_nas.predict_costs(model, shape, platform) (calibrated by default)",
+    "machine_factors": "carb_nas.load_predictor(platform).module_factors",
+    "scaled_to_this_machine": "carb_nas.load_predictor(platform) (calibrated by default)",
+    "CALIBRATION_FORMAT": "carb_nas.predictors.CALIBRATION_FORMAT",
+}
+
+
+def __getattr__(name: str) -> Any:
+    raise removed_name(__name__, name, _RENAMED)

@@ -19,6 +19,8 @@ __all__ = [
     "ModelError",
     "BudgetError",
     "StorageError",
+    "RemovedNameError",
+    "removed_name",
 ]
 
 
@@ -68,6 +70,24 @@ class BudgetError(CarbNasError, ValueError):
 
 class StorageError(CarbNasError, ValueError):
     """An Optuna storage URL does not open, or holds a study that does not match the request."""
+
+
+class RemovedNameError(CarbNasError, ImportError):
+    """A name of an earlier carb_nas version was asked for; the message names its 1.0 spelling.
+
+    An ImportError, not an AttributeError: ``from module import name`` replaces an
+    AttributeError by its own message, and this one says what to use instead."""
+
+
+def removed_name(module: str, name: str, renamed: dict[str, str]) -> Exception:
+    """What a module's ``__getattr__`` raises for ``name``: a :class:`RemovedNameError` naming
+    the new spelling when ``renamed`` has it, Python's own AttributeError otherwise."""
+    if name in renamed:
+        return RemovedNameError(
+            f"{module}.{name} was removed in carb_nas 1.0: expected {renamed[name]}, got the "
+            f"old name {name!r}. Use the new spelling (CHANGELOG.md lists every change)."
+        )
+    return AttributeError(f"module {module!r} has no attribute {name!r}")
 
 
 def describe(what: str, expected: str, got: object, fix: str) -> str:

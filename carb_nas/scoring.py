@@ -21,7 +21,7 @@ import pandas as pd
 
 from carb_nas.budgets import model_targets, platform_name
 from carb_nas.datasets import read_configs
-from carb_nas.errors import ConfigError, ModelError
+from carb_nas.errors import ConfigError, ModelError, removed_name
 from carb_nas.space import (
     CONFIG_COLUMNS,
     FAMILIES,
@@ -521,3 +521,14 @@ def predict_spec(model: Any, spec: Any, alpha: float | None = 0.1) -> tuple[pd.D
             )
     pred = predict_frame(model, X, alpha=alpha, X=X)
     return pred, unseen
+
+
+#: names of earlier versions, and what to use instead
+_RENAMED = {
+    "predict_costs": "carb_nas.predict_costs",
+    "RESNET_CONFIGS_BY": "carb_nas.load_predictor(platform): it routes each family",
+}
+
+
+def __getattr__(name: str) -> Any:
+    raise removed_name(__name__, name, _RENAMED)

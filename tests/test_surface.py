@@ -67,3 +67,20 @@ def test_the_same_name_is_the_same_predictor_everywhere(torch_model, monkeypatch
     assert isinstance(first, Predictor) and first.config_model is torch_model
     assert CostConstraints("cpu/onnxruntime/fp32").predictor is first
     assert load_predictor(first) is first
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "new"),
+    [
+        ("carb_nas.costmodel", "load_model", "carb_nas.load_predictor"),
+        ("carb_nas.calibrate", "load_calibrated_model", "carb_nas.load_predictor"),
+        ("carb_nas.calibrate", "calibrated_costs", "carb_nas.predict_costs"),
+        ("carb_nas.scoring", "predict_costs", "carb_nas.predict_costs"),
+    ],
+)
+def test_a_name_of_0_1_fails_naming_its_new_spelling(module, name, new):
+    from carb_nas.errors import RemovedNameError
+
+    with pytest.raises(RemovedNameError, match=f"removed in carb_nas 1.0: expected {new}"):
+        exec(f"from {module} import {name}", {})
+    assert not hasattr(importlib.import_module(module), "no_such_name")  # others: plain

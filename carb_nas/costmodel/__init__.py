@@ -18,6 +18,8 @@ never uses pickle: XGBoost UBJSON, LightGBM text, skops with an explicit trusted
 a checksummed JSON manifest.
 """
 
+from typing import Any
+
 from carb_nas.costmodel._calibration import (
     CALIBRATION_METHODS,
     MAX_FACILITY_POINTS,
@@ -82,6 +84,7 @@ from carb_nas.costmodel._prepare import (
     physical_offsets,
     prepare_table,
 )
+from carb_nas.errors import removed_name
 
 __all__ = [
     # the models
@@ -144,3 +147,16 @@ __all__ = [
     "zoo_dataset_paths",
     "zoo_kernel_samples_path",
 ]
+
+
+#: names of earlier versions, and what to use instead
+_RENAMED = {
+    "load_model": "carb_nas.load_predictor(name_or_path).config_model",
+    "load_config_model": "carb_nas.load_predictor(platform): it routes each family",
+    "families_for_module_model": "carb_nas.load_predictor(platform): it routes each family",
+    "load_predictor": "carb_nas.load_predictor(name_or_path)",
+}
+
+
+def __getattr__(name: str) -> Any:
+    raise removed_name(__name__, name, _RENAMED)

@@ -81,3 +81,24 @@ def test_accuracy_page_parses_last_lines() -> None:
     ]
     with pytest.raises(ValueError, match="key=value"):
         page.parse_last_line("no figures here")
+
+
+def _python_blocks(path: Path) -> list[str]:
+    text = path.read_text(encoding="utf-8")
+    return [m.group(1) for m in re.finditer(r"```python\n(.*?)```", text, re.S)]
+
+
+def test_readme_python_runs(monkeypatch) -> None:
+    """README's Python blocks run as written (fewer Optuna trials)."""
+    import warnings
+
+    blocks = _python_blocks(ROOT / "README.md")
+    assert len(blocks) >= 2 and "predict_costs" in blocks[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for block in blocks:
+            scope: dict = {}
+            exec(block.replace("n_trials=50", "n_trials=3"), scope)  # noqa: S102
+    trials = scope["study"].trials
+    assert len(trials) == 3
+    assert all("carb_nas.predicted.latency_ms" in t.user_attrs for t in trials)

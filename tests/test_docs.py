@@ -102,3 +102,45 @@ def test_readme_python_runs(monkeypatch) -> None:
     trials = scope["study"].trials
     assert len(trials) == 3
     assert all("carb_nas.predicted.latency_ms" in t.user_attrs for t in trials)
+
+
+def _command_lines(text: str) -> list[str]:
+    """Every ``carb-nas ...`` command line in Markdown (code blocks and inline code)."""
+    text = re.sub(r"\\\n\s*", " ", text)  # continued lines
+    lines = []
+    for m in re.finditer(r"carb-nas ([^`\n]+)", text):
+        lines.append(m.group(1).split(" #")[0].strip())
+    return lines
+
+
+def test_docs_name_only_options_that_exist() -> None:
+    """Each ``--option`` a doc page gives a command is one of that command's own (not an
+    old spelling kept only to say the new one)."""
+    import shlex
+
+    import click
+
+    from carb_nas.cli import cli
+
+    bad = []
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for line in _command_lines(path.read_text(encoding="utf-8")):
+            try:
+                words = shlex.split(line)
+            except ValueError:
+                continue
+            cmd: click.Command = cli
+            for word in words:
+                if not isinstance(cmd, click.Group) or word not in cmd.commands:
+                    break
+                cmd = cmd.commands[word]
+            if cmd is cli:
+                continue
+            known = {o for p in cmd.params if not getattr(p, "hidden", False) for o in p.opts}
+            known |= {o for p in cmd.params for o in getattr(p, "secondary_opts", [])}
+            known |= {"--help"}
+            for word in words:
+                option = word.split("=")[0]
+                if option.startswith("--") and option not in known and option != "--debug":
+                    bad.append(f"{path.name}: carb-nas {line[:60]}: {option}")
+    assert not bad, "\n".join(bad)

@@ -126,7 +126,7 @@ def ms_per_model(model, repeats: int = 3) -> dict[str, float]:
 
 def _speed_only(repeats: int) -> None:
     """``ms_per_model`` of the default module model (trained on first use, then cached)."""
-    from carb_nas.costmodel import load_default_module_model
+    from carb_nas.costmodel.registry import load_default_module_model
 
     model = load_default_module_model("cpu/torch/fp32")
     t = ms_per_model(model, repeats)
@@ -207,7 +207,8 @@ def main() -> None:
         _speed_only(args.repeats)
         return
 
-    from carb_nas.costmodel import ModuleCostModel, lofo_report
+    from carb_nas.costmodel import ModuleCostModel
+    from carb_nas.costmodel.evaluation import lofo_report
 
     sys.path.insert(0, str(ROOT / "research"))  # research helpers
     from carb_nas_research.costmodel_extras import network_tables

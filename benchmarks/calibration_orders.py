@@ -57,14 +57,8 @@ import pandas as pd
 from sklearn.metrics import mean_absolute_percentage_error
 
 from carb_nas.calibrate import INTERVAL_ALPHA, REMEASURE_SHARE, choose_configs, module_ratio
-from carb_nas.costmodel import (
-    calibrate,
-    load_default_model,
-    load_default_node_model,
-    model_inputs,
-    module_cpu_kind,
-    zoo_dataset_paths,
-)
+from carb_nas.costmodel import calibrate, load_default_model, model_inputs
+from carb_nas.costmodel.registry import load_default_node_model, module_cpu_kind, zoo_dataset_paths
 from carb_nas.space import CONFIG_COLUMNS
 
 POOL = Path(__file__).resolve().parents[1] / "research/runs/passes/calibration_pool_zen3"

@@ -78,7 +78,8 @@ def tiers(frame: pd.DataFrame, X: pd.DataFrame) -> pd.DataFrame:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from carb_nas.costmodel import network_lofo_report, prepare_table
+    from carb_nas.costmodel import prepare_table
+    from carb_nas.costmodel.evaluation import network_lofo_report
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "research"))
     from carb_nas_research.costmodel_extras import flops_linear_baseline_cv

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from carb_nas.costmodel import module_cpu_kind
+from carb_nas.costmodel.registry import module_cpu_kind
 from carb_nas.datasets import load_dataset
 from carb_nas.errors import ConfigError
 from carb_nas.measure.campaign import (

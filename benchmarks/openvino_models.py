@@ -77,7 +77,8 @@ def _data(
 
 
 def _model(data: dict[str, Any], recipe: str, preset: str):
-    from carb_nas.costmodel import DEFAULT_MODEL_PARAMS, CostModel, physical_offsets
+    from carb_nas.costmodel import CostModel, physical_offsets
+    from carb_nas.costmodel.registry import DEFAULT_MODEL_PARAMS
 
     offsets = None if recipe == "no-offsets" else physical_offsets(data["X"], data["targets"])
     if recipe == "no-mem-offset" and offsets:

@@ -23,7 +23,8 @@ import pandas as pd
 from sklearn.metrics import mean_absolute_percentage_error as mape
 from sklearn.model_selection import KFold
 
-from carb_nas.costmodel import ModuleCostModel, load_default_model, zoo_dataset_paths
+from carb_nas.costmodel import ModuleCostModel, load_default_model
+from carb_nas.costmodel.registry import zoo_dataset_paths
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "research"))  # research helpers
 from carb_nas_research.costmodel_extras import family_groups, network_tables  # noqa: E402

@@ -8,19 +8,19 @@ the result keyed by this machine's platform fingerprint; :func:`carb_nas.load_pr
 it by default on later runs.
 
 Which configs: the shipped dataset's configs of the platform (the ones the model was trained
-on), ordered so that every prefix is representative -- greedy weighted facility location in
-the standardized knob space (log batch, log resolution, log width, log depth, family;
-:func:`carb_nas.costmodel.facility_location_order`): each next config is the one that stands for
-the most candidates not yet near a chosen one, each candidate weighted by its relative conformal
-interval width (where the model is least sure counts more) -- keeping only configs that are
-cheap to measure (predicted under ``MAX_PREDICTED_MS``, and not in the largest 5 % by
-parameters, whose models take many seconds to build or export). Each config is
-measured in ``passes`` interleaved rounds and its fastest row kept
-(:func:`carb_nas.measure.profile_passes`: on a shared VM, contention only adds time and comes and
-goes); the first round stops when one more config, with its later rounds, would overrun the
+on), ordered so that every prefix is representative -- greedy weighted facility location in the
+standardized knob space (log batch, log resolution, log width, log depth, family;
+:func:`carb_nas.costmodel.calibration.facility_location_order`): each next config is the one
+that stands for the most candidates not yet near a chosen one, each candidate weighted by its
+relative conformal interval width (where the model is least sure counts more) -- keeping only
+configs that are cheap to measure (predicted under ``MAX_PREDICTED_MS``, and not in the largest
+5 % by parameters, whose models take many seconds to build or export). Each config is measured
+in ``passes`` interleaved rounds and its fastest row kept
+(:func:`carb_nas.measure.profile_passes`: on a shared VM, contention only adds time and comes
+and goes); the first round stops when one more config, with its later rounds, would overrun the
 budget. The first two rounds of a config say how far this machine's timings move on their own
-(``Calibration.repeatability``): on a shared or throttled machine that spread bounds how
-closely a single measurement can check any prediction (docs/measurement.md).
+(``Calibration.repeatability``): on a shared or throttled machine that spread bounds how closely
+a single measurement can check any prediction (docs/measurement.md).
 
 Where a calibration is cached and how it is matched to this machine: ``carb_nas.predictors``.
 """
@@ -38,16 +38,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from carb_nas.costmodel import (
-    CalibratedModel,
+from carb_nas.costmodel import CalibratedModel, calibrate, model_inputs
+from carb_nas.costmodel.calibration import (
     ModuleRatio,
-    calibrate,
     facility_location_order,
     fit_module_ratio,
-    load_default_node_model,
-    model_inputs,
     node_ratio,
 )
+from carb_nas.costmodel.registry import load_default_node_model
 from carb_nas.datasets import SCHEMA, load_dataset
 from carb_nas.errors import ConfigError, ModelError, removed_name
 from carb_nas.predictors import (
@@ -240,14 +238,14 @@ def _fit(
 
 
 def module_ratio(platform: str, source: Any, cpu_kind: str | None = None) -> ModuleRatio | None:
-    """How this machine kind's per-op knowledge differs from ``source`` over ``platform``'s
-    shipped configs (:class:`carb_nas.costmodel.ModuleRatio`, on ``MODULE_RATIO_CONFIGS`` of
-    them), one more column for the calibration map; None where the platform has none for this
-    CPU kind. PyTorch: the module model (per-op costs measured on this CPU's kind; the config
-    model's rows come from another machine). Where the kind has shipped per-node rows of the
-    platform (``costmodel.node_ratio``), the node model's exact node sum instead (its effect
-    on accuracy: docs/accuracy.md).
-    ``cpu_kind``: the model's (``costmodel.MODULE_CPU_KINDS``), default this machine's."""
+    """How this machine kind's per-op knowledge differs from ``source`` over ``platform``'s shipped
+    configs (:class:`carb_nas.costmodel.calibration.ModuleRatio`, on ``MODULE_RATIO_CONFIGS``
+    of them), one more column for the calibration map; None where the platform has none for
+    this CPU kind. PyTorch: the module model (per-op costs measured on this CPU's kind; the
+    config model's rows come from another machine). Where the kind has shipped per-node rows of
+    the platform (``costmodel.calibration.node_ratio``), the node model's exact node sum
+    instead (its effect on accuracy: docs/accuracy.md). ``cpu_kind``: the model's
+    (``costmodel.registry.MODULE_CPU_KINDS``), default this machine's."""
     device, runtime, precision = split_platform(platform)
     if platform != f"{device}/{runtime}/{precision}":
         return None  # a qualified dataset's model: its own machine, not the default's

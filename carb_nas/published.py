@@ -41,7 +41,8 @@ import pandas as pd
 
 from carb_nas._json import jsonable
 from carb_nas.budgets import accept_mask, metric_values, pareto_mask, parse_budgets
-from carb_nas.costmodel import MIN_TRAIN_ROWS, CostModel, regression_metrics
+from carb_nas.costmodel import MIN_TRAIN_ROWS, CostModel
+from carb_nas.costmodel.evaluation import regression_metrics
 from carb_nas.datasets import (
     PublishedDatasetError,
     is_published,

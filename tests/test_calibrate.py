@@ -222,7 +222,7 @@ def test_a_torch_calibration_carries_this_kinds_module_ratio(
     against the config model, over shipped configs) for its map, keeps it in
     calibration.json and predicts alike when loaded; not on a budget too short for its
     column; ONNX Runtime has no module model."""
-    from carb_nas.costmodel import ModuleRatio
+    from carb_nas.costmodel.calibration import ModuleRatio
 
     # the surrogate's path: a CPU kind without torch node rows (test_costmodel_nodes has those)
     monkeypatch.setattr(cal_mod, "node_ratio", lambda *a, **k: None)

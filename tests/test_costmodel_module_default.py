@@ -13,9 +13,8 @@ from torch import nn
 
 from carb_nas import ModelSpec, predict_costs
 from carb_nas.cli import cli
-from carb_nas.costmodel import (
-    ModuleCostModel,
-    _defaults,
+from carb_nas.costmodel import ModuleCostModel, _defaults
+from carb_nas.costmodel.registry import (
     load_default_module_model,
     zoo_dataset_paths,
     zoo_kernel_samples_path,
@@ -66,7 +65,7 @@ def test_zoo_dataset_is_shipped_for_torch_cpu_only(kind, dataset, n_samples):
 
 
 def test_the_module_model_follows_this_machines_cpu_kind():
-    from carb_nas.costmodel import module_cpu_kind
+    from carb_nas.costmodel.registry import module_cpu_kind
     from carb_nas.measure import cpu_identity
 
     assert module_cpu_kind(["avx2", "fma", "avx512f", "avx512_vnni"]) == "amd-zen4"
@@ -168,7 +167,7 @@ def test_the_shipped_module_model_is_todays_recipe_and_loads_without_training(
     """carb_nas/data/models holds the default module model of today's dataset and recipe, so
     users load it (~1 s) instead of training it (75 s). Fails when the zoo dataset, the recipe
     or carb_nas's version changed without `costmodel.ship_default_module_model()`."""
-    from carb_nas.costmodel import MODULE_CPU_KINDS, shipped_module_model_dir
+    from carb_nas.costmodel.registry import MODULE_CPU_KINDS, shipped_module_model_dir
 
     monkeypatch.setattr(_defaults, "DEFAULT_MODULE_PARAMS", REAL_MODULE_PARAMS)
     dirs = {kind: shipped_module_model_dir(cpu_kind=kind) for kind in MODULE_CPU_KINDS}

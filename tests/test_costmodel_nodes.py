@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from carb_nas import calibrate as cal_mod
-from carb_nas.costmodel import ModuleRatio, NodeCostModel, calibrate, model_inputs, node_ratio
+from carb_nas.costmodel import NodeCostModel, calibrate, model_inputs
 from carb_nas.costmodel._nodes import (
     NODE_OPS,
     NodeRatio,
@@ -20,6 +20,7 @@ from carb_nas.costmodel._nodes import (
     node_rows_path,
     node_table,
 )
+from carb_nas.costmodel.calibration import ModuleRatio, node_ratio
 from carb_nas.errors import ConfigError, ModelError
 from carb_nas.measure.campaign import measure_ort_nodes, read_ort_nodes, run_ort_nodes_campaign
 from carb_nas.space import CONFIG_COLUMNS, Config

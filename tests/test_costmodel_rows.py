@@ -17,7 +17,8 @@ def grid():
 
 def test_informative_rows_cover_knobs_and_predicted_cost(grid, torch_model):
     """Few-shot transfer's informative choice (carb_nas.costmodel.informative_rows)."""
-    from carb_nas.costmodel import informative_rows, model_inputs
+    from carb_nas.costmodel import model_inputs
+    from carb_nas.costmodel.calibration import informative_rows
 
     X = model_inputs(grid)
     pred = torch_model.predict(X)["latency_ms"].to_numpy(float)
@@ -36,12 +37,8 @@ def test_informative_rows_cover_knobs_and_predicted_cost(grid, torch_model):
 
 def test_design_rows_pin_down_the_calibration_map_better_than_spread(grid, torch_model):
     """informative_rows(kind="design"): greedy D-optimal rows for the features map."""
-    from carb_nas.costmodel import (
-        calibration_features,
-        informative_rows,
-        model_inputs,
-        penalized_fit,
-    )
+    from carb_nas.costmodel import model_inputs
+    from carb_nas.costmodel.calibration import calibration_features, informative_rows, penalized_fit
 
     X = model_inputs(grid)
     pred = torch_model.predict(X)["latency_ms"].to_numpy(float)
@@ -68,7 +65,7 @@ def test_design_rows_pin_down_the_calibration_map_better_than_spread(grid, torch
 
 
 def test_facility_location_follows_density_weights_and_coverage():
-    from carb_nas.costmodel import facility_location_order
+    from carb_nas.costmodel.calibration import facility_location_order
 
     rng = np.random.default_rng(0)
     big = rng.normal(0.0, 0.3, size=(90, 2))
@@ -92,7 +89,7 @@ def test_facility_location_follows_density_weights_and_coverage():
 def test_facility_location_in_blocks_picks_as_the_whole_matrix_does():
     # distances are computed 512 rows at a time (memory): across a block boundary the picks
     # are those of the plain greedy rule on the full pairwise matrix
-    from carb_nas.costmodel import facility_location_order
+    from carb_nas.costmodel.calibration import facility_location_order
 
     rng = np.random.default_rng(3)
     points, w = rng.normal(size=(700, 3)), rng.uniform(0.5, 2.0, 700)

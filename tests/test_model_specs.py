@@ -69,7 +69,8 @@ def test_predict_costs_of_a_resnet_config_is_seen() -> None:
 
 def test_predict_a_family_space_uses_the_platforms_module_model(tmp_path) -> None:
     from carb_nas import load_predictor
-    from carb_nas.costmodel import load_default_module_model, model_inputs
+    from carb_nas.costmodel import model_inputs
+    from carb_nas.costmodel.registry import load_default_module_model
     from carb_nas.space import configs_to_frame
 
     space = tmp_path / "mixed.toml"

@@ -492,8 +492,8 @@ def _bent(runtime: str, precision: str, a0: float, a_width: float, a_depth: floa
 
 
 def test_transfer_prior_learned_on_other_pairs_helps_a_shared_shape():
-    from carb_nas.costmodel import fit_transfer_prior
     from carb_nas.costmodel import model_inputs as _inputs
+    from carb_nas.costmodel.calibration import fit_transfer_prior
 
     other = _bent("onnxruntime", "int8", 0.2, 0.1, 0.0)
     target = _bent("onnxruntime", "fp32", -0.5, -0.2, 0.15)
@@ -525,9 +525,13 @@ def test_transfer_prior_takes_the_calibrated_platforms_level_from_another_machin
     """A pair whose B measured the calibrated platform (on another machine, here twice as
     slow) also gives B's level over the features, averaged with the residual shape; a pair of
     another platform does not; the level survives JSON."""
-    from carb_nas.costmodel import TransferPrior, calibration_features, fit_transfer_prior
     from carb_nas.costmodel import model_inputs as _inputs
     from carb_nas.costmodel._calibration import CALIBRATION_FEATURES
+    from carb_nas.costmodel.calibration import (
+        TransferPrior,
+        calibration_features,
+        fit_transfer_prior,
+    )
 
     a = synthetic_rows()
     a_there = a.assign(latency_ms=2.0 * a["latency_ms"])
@@ -558,9 +562,9 @@ def test_prior_map_picks_its_columns_by_loo_error():
     """The prior map's linear columns: log source and log FLOPs only where the target's own
     bend lies in them, every column where it also bends by width and depth; a map saved
     before it named its columns still predicts with every column."""
-    from carb_nas.costmodel import fit_transfer_prior
     from carb_nas.costmodel import model_inputs as _inputs
     from carb_nas.costmodel._calibration import FEATURE_MIN_ROWS, PRIOR_MAP_COLUMNS
+    from carb_nas.costmodel.calibration import fit_transfer_prior
 
     a = synthetic_rows()
     prior = fit_transfer_prior({"A:int8": (a, _bent("onnxruntime", "int8", 0.2, 0.1, 0.0))})
@@ -604,7 +608,7 @@ def test_prior_map_picks_its_columns_by_loo_error():
 
 
 def test_transfer_prior_bad_inputs():
-    from carb_nas.costmodel import TransferPrior, fit_transfer_prior
+    from carb_nas.costmodel.calibration import TransferPrior, fit_transfer_prior
 
     a = synthetic_rows()
     with pytest.raises(ModelError, match="no platform pairs"):
@@ -990,9 +994,9 @@ def test_features_map_follows_the_module_ratio_from_many_rows():
     bend; without one, or on fewer rows, it cannot; the ratio round-trips through to_dict."""
     import lightgbm as lgb
 
-    from carb_nas.costmodel import ModuleRatio
     from carb_nas.costmodel import model_inputs as _inputs
     from carb_nas.costmodel._calibration import MANY_ROWS, MODULE_RATIO_PARAMS
+    from carb_nas.costmodel.calibration import ModuleRatio
 
     a = synthetic_rows()
     X = _inputs(a)

@@ -11,7 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from carb_nas.cli import cli
-from carb_nas.costmodel import ConfigModuleModel, load_default_module_model, model_inputs
+from carb_nas.costmodel import ConfigModuleModel, model_inputs
+from carb_nas.costmodel.registry import load_default_module_model
 from carb_nas.errors import ModelError
 from carb_nas.models import ModelSpec
 from carb_nas.space import CONFIG_COLUMNS, Config, frame_to_configs

@@ -14,7 +14,7 @@ PKG = ROOT / "carb_nas"
 #: each package's public names (``__all__``) at most this many
 MAX_PUBLIC = 25
 #: packages still above it: a ceiling that may only go down as their names move
-CEILINGS = {"carb_nas.costmodel": 54, "carb_nas.datasets": 26}
+CEILINGS = {"carb_nas.datasets": 26}
 
 PACKAGES = sorted(
     ".".join(p.relative_to(ROOT).with_suffix("").parts[:-1])

@@ -184,7 +184,7 @@ def test_a_platform_without_a_dataset_is_one_line_before_any_training(tiny_zoo, 
         _one_line_error(run, "no shipped dataset or model for platform", "expected one of")
     assert not (tmp_path / "p.csv").exists()
     assert not list(tmp_path.iterdir())
-    from carb_nas.costmodel import check_model
+    from carb_nas.costmodel.registry import check_model
 
     check_model("cpu/openvino/int8")  # a shipped name passes without training
     assert not any(Path(os.environ["CARB_NAS_CACHE"]).rglob("manifest.json"))

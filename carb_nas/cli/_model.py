@@ -240,11 +240,10 @@ def train_cmd(
         check_output_dir,
         evaluate,
         frame_sha256,
-        leave_one_batch_tier_out,
         prepare_table,
-        telemetry_ablation,
     )
     from carb_nas.costmodel import physical_offsets as find_physical_offsets
+    from carb_nas.costmodel.evaluation import leave_one_batch_tier_out, telemetry_ablation
     from carb_nas.space import load_space
 
     # every option first: nothing is read, trained or written before they all pass
@@ -411,12 +410,8 @@ def evaluate_cmd(
     the measured rows of DATASET; or, with --leave-one-family-out, the kernel-level
     predictor family by family on DATASET (the only argument)."""
     from carb_nas._io import atomic_directory, atomic_write_json
-    from carb_nas.costmodel import (
-        check_output_dir,
-        evaluate,
-        leave_one_batch_tier_out,
-        prepare_table,
-    )
+    from carb_nas.costmodel import check_output_dir, evaluate, prepare_table
+    from carb_nas.costmodel.evaluation import leave_one_batch_tier_out
 
     if lofo:
         _evaluate_lofo(
@@ -502,7 +497,7 @@ def _evaluate_lofo(
 ) -> None:
     import pandas as pd
 
-    from carb_nas.costmodel import MODES, lofo_report
+    from carb_nas.costmodel.evaluation import MODES, lofo_report
     from carb_nas.datasets import load_kernel_samples, reference_normalized
 
     if second is not None:
@@ -592,7 +587,7 @@ def _evaluate_lofo_network(
     config-table CostModel family by family, energy too where measured."""
     import pandas as pd
 
-    from carb_nas.costmodel import network_lofo_report
+    from carb_nas.costmodel.evaluation import network_lofo_report
     from carb_nas.datasets import load_dataset
 
     ops_only = [m for m in modes if m != "network"]

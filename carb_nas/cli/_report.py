@@ -197,7 +197,7 @@ def transfer_command(
     overlap of the two top-100 (cheapest) lists; then few-shot calibration of A's cost model
     with N measurements of B against a model trained on those N rows alone; the map uses a
     transfer prior learned on other platform pairs (--prior, see
-    carb_nas.costmodel.fit_transfer_prior) and reports the same draws without it.
+    carb_nas.costmodel.calibration.fit_transfer_prior) and reports the same draws without it.
 
     Two published platforms (``published/rtx4090 published/rtx3090``, see ``carb-nas dataset
     list --source published``) compare latency per image on the models both published.

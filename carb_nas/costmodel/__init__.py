@@ -20,23 +20,7 @@ a checksummed JSON manifest.
 
 from typing import Any
 
-from carb_nas.costmodel._calibration import (
-    CALIBRATION_METHODS,
-    MAX_FACILITY_POINTS,
-    CalibratedModel,
-    ModuleRatio,
-    TransferPrior,
-    calibrate,
-    calibration_features,
-    facility_location_order,
-    fit_module_ratio,
-    fit_transfer_prior,
-    informative_rows,
-    log_map_correction,
-    log_maps,
-    nearest_distance,
-    penalized_fit,
-)
+from carb_nas.costmodel._calibration import CalibratedModel, calibrate
 from carb_nas.costmodel._common import (
     MIN_TRAIN_ROWS,
     TELEMETRY_COLUMNS,
@@ -44,39 +28,11 @@ from carb_nas.costmodel._common import (
     relative_nnls,
 )
 from carb_nas.costmodel._configs import ConfigModuleModel
-from carb_nas.costmodel._defaults import (
-    CACHE_ENV,
-    DEFAULT_MODEL_PARAMS,
-    DEFAULT_MODULE_DATASET,
-    DEFAULT_MODULE_PARAMS,
-    MODULE_CPU_KINDS,
-    check_model,
-    default_model_cache_dir,
-    default_model_dir,
-    is_module_model_dir,
-    load_default_model,
-    load_default_module_model,
-    module_cpu_kind,
-    ship_default_module_model,
-    shipped_module_model_dir,
-    zoo_dataset_paths,
-    zoo_kernel_samples_path,
-)
+from carb_nas.costmodel._defaults import load_default_model
 from carb_nas.costmodel._estimator import CostModel
-from carb_nas.costmodel._evaluation import (
-    evaluate,
-    leave_one_batch_tier_out,
-    regression_metrics,
-    telemetry_ablation,
-)
-from carb_nas.costmodel._kernels import (
-    MODES,
-    KernelCostModel,
-    ModuleCostModel,
-    lofo_report,
-    network_lofo_report,
-)
-from carb_nas.costmodel._nodes import NodeCostModel, load_default_node_model, node_ratio
+from carb_nas.costmodel._evaluation import evaluate
+from carb_nas.costmodel._kernels import KernelCostModel, ModuleCostModel
+from carb_nas.costmodel._nodes import NodeCostModel
 from carb_nas.costmodel._persist import check_output_dir
 from carb_nas.costmodel._prepare import (
     PHYSICAL_OFFSETS,
@@ -89,10 +45,11 @@ from carb_nas.errors import removed_name
 __all__ = [
     # the models
     "CostModel",
+    "CalibratedModel",
     "KernelCostModel",
     "ModuleCostModel",
     "NodeCostModel",
-    "CalibratedModel",
+    "ConfigModuleModel",
     # their inputs
     "model_inputs",
     "prepare_table",
@@ -103,54 +60,50 @@ __all__ = [
     "frame_sha256",
     "relative_nnls",
     "check_output_dir",
-    # evaluation
-    "evaluate",
-    "regression_metrics",
-    "leave_one_batch_tier_out",
-    "telemetry_ablation",
-    "lofo_report",
-    "network_lofo_report",
-    "MODES",
-    # few-shot calibration to a new platform
+    # fitting to a new machine, scoring, the default model of a platform
     "calibrate",
-    "CALIBRATION_METHODS",
-    "log_maps",
-    "log_map_correction",
-    "penalized_fit",
-    "calibration_features",
-    "informative_rows",
-    "facility_location_order",
-    "nearest_distance",
-    "MAX_FACILITY_POINTS",
-    "TransferPrior",
-    "fit_transfer_prior",
-    "ModuleRatio",
-    "fit_module_ratio",
-    "node_ratio",
-    "load_default_node_model",
-    # the default models (carb_nas.costmodel._defaults, _configs)
-    "CACHE_ENV",
-    "DEFAULT_MODEL_PARAMS",
-    "DEFAULT_MODULE_DATASET",
-    "DEFAULT_MODULE_PARAMS",
-    "MODULE_CPU_KINDS",
-    "ConfigModuleModel",
-    "check_model",
-    "default_model_cache_dir",
-    "default_model_dir",
-    "is_module_model_dir",
+    "evaluate",
     "load_default_model",
-    "load_default_module_model",
-    "module_cpu_kind",
-    "ship_default_module_model",
-    "shipped_module_model_dir",
-    "zoo_dataset_paths",
-    "zoo_kernel_samples_path",
 ]
-
 
 #: names of earlier versions, and what to use instead
 _RENAMED = {
+    "CACHE_ENV": "carb_nas.costmodel.registry.CACHE_ENV",
+    "CALIBRATION_METHODS": "carb_nas.costmodel.calibration.CALIBRATION_METHODS",
+    "DEFAULT_MODEL_PARAMS": "carb_nas.costmodel.registry.DEFAULT_MODEL_PARAMS",
+    "DEFAULT_MODULE_DATASET": "carb_nas.costmodel.registry.DEFAULT_MODULE_DATASET",
+    "DEFAULT_MODULE_PARAMS": "carb_nas.costmodel.registry.DEFAULT_MODULE_PARAMS",
+    "MAX_FACILITY_POINTS": "carb_nas.costmodel.calibration.MAX_FACILITY_POINTS",
+    "MODES": "carb_nas.costmodel.evaluation.MODES",
+    "MODULE_CPU_KINDS": "carb_nas.costmodel.registry.MODULE_CPU_KINDS",
+    "ModuleRatio": "carb_nas.costmodel.calibration.ModuleRatio",
+    "TransferPrior": "carb_nas.costmodel.calibration.TransferPrior",
+    "calibration_features": "carb_nas.costmodel.calibration.calibration_features",
+    "check_model": "carb_nas.costmodel.registry.check_model",
+    "default_model_cache_dir": "carb_nas.costmodel.registry.default_model_cache_dir",
+    "default_model_dir": "carb_nas.costmodel.registry.default_model_dir",
+    "facility_location_order": "carb_nas.costmodel.calibration.facility_location_order",
+    "fit_module_ratio": "carb_nas.costmodel.calibration.fit_module_ratio",
+    "fit_transfer_prior": "carb_nas.costmodel.calibration.fit_transfer_prior",
+    "informative_rows": "carb_nas.costmodel.calibration.informative_rows",
+    "is_module_model_dir": "carb_nas.costmodel.registry.is_module_model_dir",
+    "leave_one_batch_tier_out": "carb_nas.costmodel.evaluation.leave_one_batch_tier_out",
+    "load_default_module_model": "carb_nas.costmodel.registry.load_default_module_model",
+    "load_default_node_model": "carb_nas.costmodel.registry.load_default_node_model",
+    "lofo_report": "carb_nas.costmodel.evaluation.lofo_report",
+    "log_map_correction": "carb_nas.costmodel.calibration.log_map_correction",
+    "log_maps": "carb_nas.costmodel.calibration.log_maps",
+    "module_cpu_kind": "carb_nas.costmodel.registry.module_cpu_kind",
+    "nearest_distance": "carb_nas.costmodel.calibration.nearest_distance",
+    "network_lofo_report": "carb_nas.costmodel.evaluation.network_lofo_report",
+    "node_ratio": "carb_nas.costmodel.calibration.node_ratio",
+    "penalized_fit": "carb_nas.costmodel.calibration.penalized_fit",
+    "regression_metrics": "carb_nas.costmodel.evaluation.regression_metrics",
+    "ship_default_module_model": "carb_nas.costmodel.registry.ship_default_module_model",
+    "shipped_module_model_dir": "carb_nas.costmodel.registry.shipped_module_model_dir",
+    "telemetry_ablation": "carb_nas.costmodel.evaluation.telemetry_ablation",
+    "zoo_dataset_paths": "carb_nas.costmodel.registry.zoo_dataset_paths",
+    "zoo_kernel_samples_path": "carb_nas.costmodel.registry.zoo_kernel_samples_path",
     "load_model": "carb_nas.load_predictor(name_or_path).config_model",
     "load_config_model": "carb_nas.load_predictor(platform): it routes each family",
     "families_for_module_model": "carb_nas.load_predictor(platform): it routes each family",

@@ -477,7 +477,7 @@ class NodeRatio(ModuleRatio):
             raise ModelError(
                 "unusable node model for a calibration column: expected one loaded from shipped "
                 "rows (load_default_node_model), got one fitted here, which a saved calibration "
-                "could not name. Use costmodel.node_ratio(cpu_kind, platform)."
+                "could not name. Use carb_nas.costmodel.calibration.node_ratio(cpu_kind, platform)."
             )
         self.cpu_kind = cpu_kind
         self.rows_sha256_16 = node_model.rows_sha256_16

@@ -11,9 +11,11 @@ from carb_nas.costmodel import (
     ConfigModuleModel,
     CostModel,
     ModuleCostModel,
+    load_default_model,
+)
+from carb_nas.costmodel.registry import (
     check_model,
     is_module_model_dir,
-    load_default_model,
     load_default_module_model,
     zoo_dataset_paths,
 )

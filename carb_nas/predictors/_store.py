@@ -22,13 +22,8 @@ import numpy as np
 import pandas as pd
 
 from carb_nas._io import atomic_directory
-from carb_nas.costmodel import (
-    CalibratedModel,
-    ConfigModuleModel,
-    default_model_cache_dir,
-    load_default_model,
-    model_inputs,
-)
+from carb_nas.costmodel import CalibratedModel, ConfigModuleModel, load_default_model, model_inputs
+from carb_nas.costmodel.registry import default_model_cache_dir
 from carb_nas.datasets import read_table, write_table
 from carb_nas.errors import ConfigError, ModelError
 from carb_nas.space import CONFIG_COLUMNS

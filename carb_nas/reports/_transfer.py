@@ -12,18 +12,20 @@ import pandas as pd
 
 from carb_nas._json import jsonable
 from carb_nas.costmodel import (
-    CALIBRATION_METHODS,
     MIN_TRAIN_ROWS,
     TELEMETRY_COLUMNS,
     CalibratedModel,
     CostModel,
+    model_inputs,
+)
+from carb_nas.costmodel.calibration import (
+    CALIBRATION_METHODS,
     TransferPrior,
     calibration_features,
     fit_transfer_prior,
     informative_rows,
     log_map_correction,
     log_maps,
-    model_inputs,
     penalized_fit,
 )
 from carb_nas.datasets import TARGETS, machines
@@ -254,7 +256,7 @@ def _few_shot(
             errors.append(f"CostModel needs at least {MIN_TRAIN_ROWS} rows to train; N={n}")
         for draw in range(seed, seed + repeats):
             # informative choice: the N rows that pin down the calibration map's
-            # coefficients (carb_nas.costmodel.informative_rows), one start per seed
+            # coefficients (carb_nas.costmodel.calibration.informative_rows), one start per seed
             spread_by = "latency_ms" if "latency_ms" in targets else targets[0]
             idx = informative_rows(X_pool, zero[spread_by].to_numpy(float), n, seed=draw)
             test = np.setdiff1d(np.arange(len(pool)), idx)

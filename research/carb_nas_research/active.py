@@ -51,14 +51,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from carb_nas.costmodel import (
+from carb_nas.costmodel import PHYSICAL_OFFSETS, model_inputs, physical_offsets, relative_nnls
+from carb_nas.costmodel.calibration import (
     MAX_FACILITY_POINTS,
-    PHYSICAL_OFFSETS,
     facility_location_order,
-    model_inputs,
     nearest_distance,
-    physical_offsets,
-    relative_nnls,
 )
 from carb_nas.errors import ConfigError
 from carb_nas.space import CONFIG_COLUMNS, RESNET_FAMILIES

@@ -26,7 +26,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from carb_nas.costmodel import MODULE_CPU_KINDS, load_default_module_model, zoo_dataset_paths
+from carb_nas.costmodel.registry import (
+    MODULE_CPU_KINDS,
+    load_default_module_model,
+    zoo_dataset_paths,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "research"))  # research helpers
 from carb_nas_research.costmodel_extras import network_tables  # noqa: E402

@@ -12,7 +12,8 @@ import numpy as np
 from sklearn.metrics import r2_score
 from sklearn.model_selection import train_test_split
 
-from carb_nas.costmodel import DEFAULT_MODEL_PARAMS, CostModel, physical_offsets, prepare_table
+from carb_nas.costmodel import CostModel, physical_offsets, prepare_table
+from carb_nas.costmodel.registry import DEFAULT_MODEL_PARAMS
 from carb_nas.datasets import load_dataset
 
 ov_src, torch_name = sys.argv[1], sys.argv[2]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -161,7 +161,7 @@ def _load(
         try:
             cal = load_calibration(name, source_model=config_model)
         except ModelError as e:  # another default model or a damaged file: never applied
-            print(f"warning: {e}", file=sys.stderr)
+            warnings.warn(f"{e} Predicting uncalibrated.", UserWarning, stacklevel=3)
     if cal is None:
         return PlatformPredictor(
             config_model, module_model, provenance=Provenance(name, kind, data, origin)

@@ -48,14 +48,14 @@ from carb_nas.costmodel.calibration import (
 from carb_nas.costmodel.registry import load_default_node_model
 from carb_nas.datasets import SCHEMA, load_dataset
 from carb_nas.errors import ConfigError, ModelError, removed_name
-from carb_nas.predictors import (
+from carb_nas.predictors import load_predictor
+from carb_nas.predictors.calibrations import (
     REMEASURED,
     Calibration,
     calibration_dir,
     calibration_profiler,
     check_runnable,
     load_calibration,
-    load_predictor,
     machine_fingerprint,
     machine_key,
     module_factors_of,
@@ -529,7 +529,7 @@ _RENAMED = {
     "calibrated_costs": "carb_nas.predict_costs(model, shape, platform) (calibrated by default)",
     "machine_factors": "carb_nas.load_predictor(platform).module_factors",
     "scaled_to_this_machine": "carb_nas.load_predictor(platform) (calibrated by default)",
-    "CALIBRATION_FORMAT": "carb_nas.predictors.CALIBRATION_FORMAT",
+    "CALIBRATION_FORMAT": "carb_nas.predictors.calibrations.CALIBRATION_FORMAT",
 }
 
 

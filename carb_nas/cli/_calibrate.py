@@ -83,7 +83,7 @@ def calibrate_command(
     """
     from carb_nas.calibrate import check_time_budget_s
     from carb_nas.datasets import refuse_published
-    from carb_nas.predictors import check_runnable, split_platform
+    from carb_nas.predictors.calibrations import check_runnable, split_platform
 
     refuse_published(platform, "calibrate", "a platform this machine can measure")
     split_platform(platform)

@@ -484,7 +484,7 @@ def _calibrate_first(platforms: list[str], time_budget_s: float) -> None:
     default's policy: :func:`carb_nas.calibrate.ensure_calibrated`), saying so on stderr."""
     from carb_nas.calibrate import ensure_calibrated
     from carb_nas.cli._calibrate import progress_bar
-    from carb_nas.predictors import has_calibration
+    from carb_nas.predictors.calibrations import has_calibration
 
     missing = [p for p in platforms if not has_calibration(p)]
     if missing:
@@ -657,7 +657,8 @@ def validate_command(
     from carb_nas.datasets import check_appendable
     from carb_nas.measure import check_platform, check_runtime, platform_string
     from carb_nas.measure.passes import check_passes
-    from carb_nas.predictors import check_predictor, check_runnable, is_platform_name
+    from carb_nas.predictors import check_predictor, is_platform_name
+    from carb_nas.predictors.calibrations import check_runnable
     from carb_nas.scoring import candidate_frame
     from carb_nas.validate import check_calibration, validate
 
@@ -779,7 +780,8 @@ def _platform_of_model(
         return any(ctx.get_parameter_source(p) not in (ParameterSource.DEFAULT, None)
                    for p in names)  # fmt: skip
 
-    from carb_nas.predictors import is_platform_name, split_platform
+    from carb_nas.predictors import is_platform_name
+    from carb_nas.predictors.calibrations import split_platform
 
     if model_spec is None or not is_platform_name(model_spec):
         return device, runtime, precision  # a model directory says nothing of where it ran

@@ -10,7 +10,8 @@ its map to the cascade, its factors to the module model, and ``provenance`` says
 
 Layout: ``_predictor`` (the contract, :class:`Provenance`, :class:`PlatformPredictor`),
 ``_load`` (the loader and the platform table), ``_store`` (this machine's calibration files:
-read, written, matched to this machine), ``_costs`` (:func:`predict_costs`).
+read, written, matched to this machine; public as ``predictors.calibrations``), ``_costs``
+(:func:`predict_costs`).
 """
 
 from carb_nas.predictors._costs import predict_costs
@@ -21,22 +22,6 @@ from carb_nas.predictors._load import (
     platform_table,
 )
 from carb_nas.predictors._predictor import PlatformPredictor, Predictor, Provenance
-from carb_nas.predictors._store import (
-    CALIBRATION_FORMAT,
-    REMEASURED,
-    Calibration,
-    calibration_dir,
-    calibration_profiler,
-    check_runnable,
-    has_calibration,
-    load_calibration,
-    machine_fingerprint,
-    machine_key,
-    module_factors_of,
-    previous_calibration,
-    save_calibration,
-    split_platform,
-)
 
 __all__ = [
     "Predictor",
@@ -47,18 +32,4 @@ __all__ = [
     "is_platform_name",
     "platform_table",
     "predict_costs",
-    "CALIBRATION_FORMAT",
-    "REMEASURED",
-    "Calibration",
-    "calibration_dir",
-    "calibration_profiler",
-    "check_runnable",
-    "has_calibration",
-    "load_calibration",
-    "machine_fingerprint",
-    "machine_key",
-    "module_factors_of",
-    "previous_calibration",
-    "save_calibration",
-    "split_platform",
 ]

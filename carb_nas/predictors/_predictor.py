@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Protocol, runtime_checkable
 
+import numpy as np
 import pandas as pd
 
 from carb_nas.budgets import model_targets
@@ -165,18 +166,13 @@ class PlatformPredictor:
         assert self._configs is not None  # _module_rows says None otherwise
         if to_module.all():
             return self._configs.predict(X, alpha=alpha)
-        parts = []
         mask = to_module.to_numpy()
-        for rows, model in ((~mask, None), (mask, self._configs)):
-            sub = X[rows]
-            pred = (
-                self._predict_configs(sub, alpha)
-                if model is None
-                else model.predict(sub, alpha=alpha)
-            )
-            pred.index = X.index[rows]
-            parts.append(pred)
-        return pd.concat(parts).loc[X.index].reset_index(drop=True)
+        cascade = self._predict_configs(X[~mask], alpha)
+        module = self._configs.predict(X[mask], alpha=alpha)
+        out = pd.concat([cascade, module], ignore_index=True)
+        # back in X's row order, whatever X's index holds
+        out.index = np.concatenate([np.flatnonzero(~mask), np.flatnonzero(mask)])
+        return out.sort_index()
 
     def _predict_configs(self, X: pd.DataFrame, alpha: float | None) -> pd.DataFrame:
         model = self.config_model

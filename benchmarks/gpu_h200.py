@@ -1,6 +1,6 @@
 """What the H200 sitting measured (``carb_nas/data/zoo/cuda_torch_{fp16,fp32}_zoo-h200.csv``,
 ``benchmarks/gpu_campaign.py``), set against the GPU figures of the CARB paper
-(arXiv:2608.10506).
+(docs/concepts.md).
 
     PYTHONPATH=$PWD python benchmarks/gpu_h200.py [--preset fast] [--folds 5]
 

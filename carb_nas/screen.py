@@ -1,4 +1,4 @@
-"""Two-stage deployment screening, as in the CARB paper (arXiv:2608.10506).
+"""Two-stage deployment screening, as in the CARB paper (see docs/concepts.md).
 
 Stage 1 scores every candidate with the *source* platform's cost model and keeps the top K by
 one target (smallest first). Stage 2 re-scores only that shortlist with the *target* platform's

@@ -114,7 +114,7 @@ _UNITS = {"depth": " layers", "width": "", "resolution": " pixels", "batch_size"
 _MAX_KNOB_VALUES = 100_000  # values one range table may expand to (checked before expanding)
 _MAX_GRID_CONFIGS = 10_000_000  # configs a grid may enumerate (checked before enumerating)
 
-# Ranges of the CARB paper (arXiv:2608.10506); a space with `carb_ranges = true` must stay
+# Ranges of the CARB paper (docs/concepts.md); a space with `carb_ranges = true` must stay
 # inside them.
 _CARB_RANGES: dict[str, tuple[float, float]] = {
     "depth.basic": (8, 152),

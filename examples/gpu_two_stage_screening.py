@@ -1,6 +1,6 @@
 """Two-stage deployment screening GPU -> GPU on real, published measurements.
 
-The CARB paper (arXiv:2608.10506, "Two-Stage Deployment Screening") ranks every candidate with the
+The CARB paper's "Two-Stage Deployment Screening" ranks every candidate with the
 source GPU's cost model, re-scores the top K with the target GPU's model, applies the deployment
 budget and keeps the Pareto set. No GPU is needed: timm (huggingface/pytorch-image-models,
 Apache-2.0) publishes inference benchmarks of about 1,600 models on RTX 3090/4090/5090 and RTX PRO

@@ -1,6 +1,6 @@
 """The paper's worked example of two-stage deployment screening, on this machine's platforms.
 
-The CARB paper (arXiv:2608.10506, "Two-Stage Deployment Screening"): 3,072 candidates are scored
+The CARB paper's "Two-Stage Deployment Screening": 3,072 candidates are scored
 with the source platform's CARB model and ranked by predicted energy; the top 100 are re-scored with
 the target platform's model, checked against the deployment budget (75 J, 500 MB) and reduced to a
 Pareto set of seven configurations -- a 99.8% cut in profiling load.

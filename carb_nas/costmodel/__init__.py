@@ -1,7 +1,7 @@
 """The CARB cost model: predicted latency (ms), peak memory (MB) and energy (J) of CNN configs.
 
 :class:`CostModel` is the cascade ensemble of the CARB paper ("CARB: A Characterization-Guided
-Framework for CNN Inference Cost Prediction and Deployment Screening", arXiv:2608.10506; the
+Framework for CNN Inference Cost Prediction and Deployment Screening"; the
 ``carb`` preset reproduces it): per target, blended XGBoost / LightGBM / ExtraTrees specialists
 in log space, fitted in the order peak memory -> energy -> latency with each later target
 reading the earlier ones' out-of-fold predictions, a low-batch corrector, and split-conformal

@@ -1,4 +1,4 @@
-"""Evaluate cost models the way the CARB paper (arXiv:2608.10506) does.
+"""Evaluate cost models the way the CARB paper does (see docs/concepts.md).
 
 Everything here works on any ``X``/``Y`` the cost model accepts:
 

@@ -25,7 +25,7 @@ def _frozen(doc: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Mapping[str, A
 # that callers edit. Pass ``learner_params`` to CostModel to change sizes.
 PRESETS: Mapping[str, Mapping[str, Mapping[str, Any]]] = MappingProxyType(
     {
-        # the CARB paper's specialists (arXiv:2608.10506)
+        # the CARB paper's specialists
         "carb": _frozen(
             {
                 "xgb": {"n_estimators": 800, "max_depth": 9},

@@ -251,7 +251,7 @@ def test_bad_heartbeat_options(tmp_path):
 
 # -- search ----------------------------------------------------------------------------------
 def _search(model: Path, url: str, seed: int, *extra: str) -> subprocess.Popen:
-    cmd = [*CLI, "search", "cpu", "--model", str(model), "--backend", "optuna"]
+    cmd = [*CLI, "search", "cpu", "--source", str(model), "--backend", "optuna"]
     cmd += ["--storage", url, "--study-name", "S", "--budget", "latency_ms=6"]
     cmd += ["--trials", "16", "--pop-size", "8", "--seed", str(seed), "--json", *extra]
     return subprocess.Popen(
@@ -300,13 +300,13 @@ def test_two_search_processes_share_one_study(pg_url, model_dirs, tmp_path):
     )
     res = CliRunner().invoke(
         cli,
-        ["search", str(narrow), "--model", str(src), "--backend", "optuna", "--storage", pg_url]
+        ["search", str(narrow), "--source", str(src), "--backend", "optuna", "--storage", pg_url]
         + ["--study-name", "S", "--budget", "latency_ms=6", "--trials", "4", "--pop-size", "2"],
     )
     assert res.exit_code == 1 and "already exists with another space" in res.stderr
     res = CliRunner().invoke(
         cli,
-        ["search", "cpu", "--model", str(other), "--backend", "optuna", "--storage", pg_url]
+        ["search", "cpu", "--source", str(other), "--backend", "optuna", "--storage", pg_url]
         + ["--study-name", "S", "--budget", "latency_ms=6", "--trials", "4", "--pop-size", "2"],
     )
     assert res.exit_code == 1 and "already exists with another platform" in res.stderr

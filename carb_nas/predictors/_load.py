@@ -156,6 +156,9 @@ def _load(
     kind = "carb cascade" + (" + kernel-level module model" if module_model is not None else "")
     data = f"shipped dataset {name}" + (f" + {zoo[0].stem}" if zoo is not None else "")
     origin = str(getattr(config_model, "default_origin_", "") or "")
+    if module_model is not None:  # two models, each shipped, trained here or loaded
+        module_origin = getattr(module_model, "default_origin_", "") or ""
+        origin = f"cascade {origin}; module model {module_origin}"
     cal = None
     if calibrated and has_calibration(name):
         try:

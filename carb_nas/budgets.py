@@ -7,7 +7,7 @@ every budget holds; with a ``confidence`` c, on the upper end of the conformal i
 ``alpha = 1 - c`` (see :func:`confidence_alpha`), so the decision is conservative.
 
 Scenario budgets are checked on measurements under an MLPerf LoadGen scenario (``carb-nas
-loadgen``, ``validate --scenario``), never on predictions: ``latency_p90_ms=`` (SingleStream's
+loadgen``), never on predictions: ``latency_p90_ms=`` (SingleStream's
 90th-percentile latency of one sample, ms: an upper limit), ``latency_p99_ms=`` (MultiStream's
 99th-percentile latency of one query of 8 samples, ms: an upper limit) and ``throughput_sps=``
 (Offline samples per second: a LOWER limit, the throughput must reach it). Their violations
@@ -228,7 +228,7 @@ def check_budgets(budgets: Mapping[str, float], model: Any, role: str = "model")
                 f"budget on a scenario metric the {role} cannot predict: {name!r} is measured "
                 f"under an MLPerf LoadGen scenario, got it with the {role} for "
                 f"{platform_name(model)} (predicting {targets}). Check it on measurements: "
-                f"carb-nas loadgen, or validate --scenario {_SCENARIO_OF[name]}."
+                f"carb-nas loadgen PARETO --scenario {_SCENARIO_OF[name]} --model MODEL."
             )
         if base_target(name) not in targets:
             why = " (that platform had no energy meter)" if name.startswith("energy") else ""

@@ -282,10 +282,9 @@ def score_configs(
 
 # -- families and modules the model never saw -------------------------------------------------
 _UNSEEN_NOTE = (
-    "expect poor accuracy on them; the kernel-level module model predicts every built-in "
-    "family (`carb-nas search SPACE` without --model, carb_nas.predict_costs), and a model of a "
-    "shipped multi-family dataset has seen them: the zoo names of `carb-nas dataset list`, e.g. "
-    "cpu/torch/fp32/zoo-zen4"
+    "expect poor accuracy on them; a platform with a kernel-level module model (cpu/torch/fp32) "
+    "predicts every built-in family, and a model of a shipped multi-family dataset has seen "
+    "them: the zoo names of `carb-nas dataset list`, e.g. cpu/torch/fp32/zoo@amd-zen4"
 )
 
 

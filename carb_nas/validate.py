@@ -385,7 +385,7 @@ def _speed_warnings(speed: Mapping[str, Any] | None) -> list[str]:
 
 def model_name(model: Any) -> str:
     """The name a summary gives ``model`` and that ``carb-nas calibrate`` takes: a default
-    model's own (``cpu/torch/fp32/zoo-zen5``, also through a calibration of it), else its
+    model's own (``cpu/torch/fp32/zoo@amd-zen5``, also through a calibration of it), else its
     platform's."""
     source = getattr(model, "source_model", model)
     return str(getattr(source, "default_name_", None) or platform_name(model))

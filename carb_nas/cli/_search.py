@@ -675,7 +675,7 @@ def validate_command(
     check_predictor(model_spec, "--model")
     if recalibrate:
         # a default model of the platform measured, or of one of its qualified datasets
-        # (cpu/torch/fp32/zoo-zen5)
+        # (cpu/torch/fp32/zoo@amd-zen5)
         if not (is_platform_name(model_spec) and model_spec.startswith(measuring)):
             raise ConfigError(
                 f"--recalibrate folds rows into the calibration of a default model: expected "

@@ -99,12 +99,12 @@ def calibration_stamp(platform: str) -> float:
 
 def split_platform(platform: str) -> tuple[str, str, str]:
     """(device, runtime, precision) of ``DEVICE/RUNTIME/PRECISION[/DATASET]``: a qualified
-    name (``cpu/torch/fp32/zoo-zen5``) is the default model of that shipped dataset."""
+    name (``cpu/torch/fp32/zoo@amd-zen5``) is the default model of that shipped dataset."""
     parts = str(platform).split("/")
     if len(parts) not in (3, 4) or not all(parts):
         raise ConfigError(
             f"invalid platform: expected DEVICE/RUNTIME/PRECISION such as cpu/torch/fp32 (or "
-            f"a qualified dataset name such as cpu/torch/fp32/zoo-zen5), got {platform!r}. "
+            f"a dataset name such as cpu/torch/fp32/zoo@amd-zen5), got {platform!r}. "
             "Use one of the shipped platforms (carb-nas dataset list)."
         )
     return parts[0], parts[1], parts[2]

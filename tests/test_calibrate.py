@@ -856,3 +856,21 @@ def test_no_calibration_is_said_before_the_default_model_loads(model_cache, monk
     (mine / "calibration.json").write_text("{}")
     with pytest.raises(AssertionError, match="default model was loaded"):
         load_calibration(PLATFORM)
+
+
+def test_cli_model_evaluate_scores_the_model_as_trained_beside_a_calibration(
+    torch_model, model_cache, clock, monkeypatch, tmp_path
+):
+    """A calibration of the platform does not change what `model evaluate` scores: the
+    cascade as trained (a calibration map has no conformal scores of its own to report)."""
+    from carb_nas.datasets import dataset_path
+
+    _patch_defaults(monkeypatch, torch_model)
+    prof = FakeProfiler(torch_model, 1.3, clock=clock, seconds_per_config=1.0)
+    calibrate_on_arrival(PLATFORM, 8, prof, passes=1)
+    pd.read_csv(dataset_path(PLATFORM)).head(120).to_csv(tmp_path / "rows.csv", index=False)
+    res = CliRunner().invoke(cli, ["model", "evaluate", PLATFORM, str(tmp_path / "rows.csv"),
+                                   "--json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "not calibrated to this machine" in res.stderr
+    assert json.loads(res.stdout)["model"] == PLATFORM

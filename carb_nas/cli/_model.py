@@ -388,12 +388,10 @@ def train_cmd(
     "not scaled to each network's timed latency (costmodel.anchored_ops; anchoring helps "
     "where a row's latency is a median of several passes, not where it is one pass).",
 )
-@uncalibrated_option()
 @example("carb-nas model evaluate cpu/torch/fp32 configs_measured.csv --json")
 def evaluate_cmd(
     model: str,
     dataset: str | None,
-    uncalibrated: bool,
     report_dir: str | None,
     as_json: bool,
     alpha: float,
@@ -408,7 +406,10 @@ def evaluate_cmd(
 ) -> None:
     """Score MODEL (a model directory or a shipped platform name such as cpu/torch/fp32) on
     the measured rows of DATASET; or, with --leave-one-family-out, the kernel-level
-    predictor family by family on DATASET (the only argument)."""
+    predictor family by family on DATASET (the only argument).
+
+    The model is scored as trained, without this machine's calibration (a calibration is
+    scored where it applies: `carb-nas validate`)."""
     from carb_nas._io import atomic_directory, atomic_write_json
     from carb_nas.costmodel import check_output_dir, evaluate, prepare_table
     from carb_nas.costmodel.evaluation import leave_one_batch_tier_out
@@ -437,7 +438,7 @@ def evaluate_cmd(
     budget_limits = _per_batch_budgets(budgets) or None
     if report_dir:
         check_output_dir(report_dir, _MARKER_REPORT, "report", "--report")
-    predictor = load(model, "MODEL", uncalibrated)
+    predictor = load(model, "MODEL", uncalibrated=True)
     # a dataset's rows are scored by the cascade itself (its low-batch correction included)
     cost_model = predictor.config_model if predictor.config_model is not None else predictor
     if budget_limits:

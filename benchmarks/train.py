@@ -28,8 +28,10 @@ def _rows(args: argparse.Namespace):
         frame = load_dataset(args.data, ok_only=True)
         source = f"REAL rows from {args.data}"
     else:
-        # the one dataset per platform of data/datasets (not the zoo's qualified ones)
-        names = [d["name"] for d in list_datasets() if d["name"] == d["platform"]]
+        # the ResNet-space rows of the three CPU platforms' default datasets (not the zoo's)
+        names = [
+            d["name"] for d in list_datasets() if d["name"].endswith("/resnet@amd-epyc-avx512")
+        ]
         frame = pd.concat([load_dataset(p, ok_only=True) for p in names], ignore_index=True)
         source = f"REAL rows of the shipped datasets {names}"
     n = len(frame)

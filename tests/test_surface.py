@@ -84,3 +84,11 @@ def test_a_name_of_0_1_fails_naming_its_new_spelling(module, name, new):
     with pytest.raises(RemovedNameError, match=f"removed in carb_nas 1.0: expected {new}"):
         exec(f"from {module} import {name}", {})
     assert not hasattr(importlib.import_module(module), "no_such_name")  # others: plain
+
+
+def test_a_published_benchmark_is_not_a_predictor_and_says_where_it_is_served():
+    from carb_nas import load_predictor
+    from carb_nas.errors import ModelError
+
+    with pytest.raises(ModelError, match="carb-nas published evaluate"):
+        load_predictor("published/rtx4090")

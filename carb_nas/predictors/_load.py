@@ -140,6 +140,12 @@ def _load(
         if is_module_model_dir(p):
             return _wrap(ModuleCostModel.load(p), f"loaded from {p}")
         return _wrap(CostModel.load(p), f"loaded from {p}")
+    if str(spec).startswith("published/"):
+        raise ModelError(
+            f"unusable {role}: expected a platform this machine's predictors serve, got the "
+            f"published benchmark {str(spec)!r} (others' measurements of timm's models). Use "
+            "`carb-nas published evaluate|screen`, or a platform of `carb-nas dataset list`."
+        )
     if not is_platform_name(spec):
         raise MissingFileError(
             f"{role} not found: expected a directory written by `carb-nas model train` (or "

@@ -235,7 +235,9 @@ class PlatformPredictor:
         # only called for attributes not found above: read through to the config model
         if name.startswith("__") or name in ("config_model", "module_model", "_configs"):
             raise AttributeError(name)
-        base = self.__dict__.get("config_model") or self.__dict__.get("_configs")
+        base = self.__dict__.get("config_model")  # not `or`: an estimator may define __len__
+        if base is None:
+            base = self.__dict__.get("_configs")
         if base is None:
             raise AttributeError(name)
         return getattr(base, name)
